@@ -1,0 +1,1 @@
+"""Apache Beam jobs that turn long videos into shuffled, fixed-shape window shards."""

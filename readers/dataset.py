@@ -1,0 +1,130 @@
+"""The tf.data pipeline over a finished output directory of `beam_jobs.make_shards`.
+
+dataset.json -> shard list -> [this input pipeline's shards] -> shard shuffle -> interleave
+-> record shuffle -> batch -> vectorized parse -> prefetch.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+from readers import spec as spec_lib
+
+# The shuffle buffer holds serialized records: size it in bytes, not records, so that
+# a buffer of pixel windows stays as modest as one of latent windows. The windows are
+# already shuffled globally at write time; this buffer only varies the order per epoch.
+SHUFFLE_BUFFER_BYTES = 256 << 20
+MAX_SHUFFLE_BUFFER = 4096
+MAX_CYCLE_LENGTH = 16
+
+
+def load_spec(path: str) -> spec_lib.DatasetSpec:
+    """Read `path/dataset.json` (a local path or any scheme tf.io.gfile knows, gs:// too)."""
+    json_path = os.path.join(path, spec_lib.DATASET_JSON)
+    if not tf.io.gfile.exists(json_path):
+        raise FileNotFoundError(
+            f"{path} is not a finished dataset: it has no {spec_lib.DATASET_JSON} "
+            "(the job writes it last; is the job still running, or did it fail?)")
+    with tf.io.gfile.GFile(json_path, "r") as f:
+        return spec_lib.DatasetSpec.from_json(f.read(), source=json_path)
+
+
+def _example_bytes(features: Sequence[spec_lib.FeatureSpec]) -> int:
+    """An upper estimate of one serialized example's size, from the feature shapes."""
+    total = 0
+    for f in features:
+        count = 1
+        for dim in f.shape:
+            count *= dim
+        total += count * (1 if f.dtype == "string" else tf.dtypes.as_dtype(f.dtype).size) + 64
+    return total
+
+
+def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
+                 shuffle: bool = True, seed: Optional[int] = None, repeat: bool = False,
+                 drop_remainder: bool = True, features: Optional[Sequence[str]] = None,
+                 input_context: Optional[tf.distribute.InputContext] = None,
+                 shuffle_buffer: Optional[int] = None,
+                 cycle_length: Optional[int] = None) -> tf.data.Dataset:
+    """Batches of windows from `path`, a directory written by `beam_jobs.make_shards`.
+
+    Each element is a dict of feature name -> tensor with a static shape
+    ([batch_size, ...] when drop_remainder is True, the default).
+
+    Args:
+      path: the output directory (local or gs://).
+      split: which split to read.
+      batch_size: the global batch size; with `input_context`, each replica gets
+        `input_context.get_per_replica_batch_size(batch_size)`.
+      shuffle: reshuffle the shard list every epoch and shuffle records in a buffer.
+        False reads the shards, and the records in each, in order.
+      seed: makes the shuffled order reproducible (and the interleave deterministic).
+      repeat: repeat forever, each epoch in a new order.
+      drop_remainder: drop the last partial batch so that the batch dimension is static.
+      features: names of the features to parse (default: all of dataset.json's).
+      input_context: a `tf.distribute.InputContext`: this input pipeline reads every
+        num_input_pipelines-th shard, taken before any shuffle.
+      shuffle_buffer: records in the shuffle buffer (default: what fits in 256 MB,
+        at most 4096).
+      cycle_length: shards read at once (default: min(16, shards)).
+    """
+    spec = load_spec(path)
+    if split not in spec.splits:
+        raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    selected = _select_features(spec, features)
+    files = [os.path.join(path, shard.file) for shard in spec.splits[split].shards]
+    if not files:
+        raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
+
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        if len(files) < pipelines:
+            raise ValueError(
+                f"split {split!r} of {path} has {len(files)} shards, fewer than the "
+                f"{pipelines} input pipelines; rerun the job with --num_shards >= {pipelines}")
+        files = files[input_context.input_pipeline_id::pipelines]
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+
+    deterministic = not shuffle or seed is not None
+    compression = spec_lib.tf_compression_type(spec.compression)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    if shuffle:
+        ds = ds.interleave(
+            lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+            cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)), block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        buffer = shuffle_buffer or max(batch_size, min(
+            MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // _example_bytes(spec.features)))
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    else:
+        ds = tf.data.TFRecordDataset(ds, compression_type=compression)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    parse_spec = {f.name: f.parse_feature() for f in selected}
+
+    def parse(serialized: tf.Tensor) -> dict:
+        parsed = tf.io.parse_example(serialized, parse_spec)
+        return {f.name: f.decode(parsed[f.name]) for f in selected}
+
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _select_features(spec: spec_lib.DatasetSpec,
+                     names: Optional[Sequence[str]]) -> list[spec_lib.FeatureSpec]:
+    if names is None:
+        return list(spec.features)
+    if isinstance(names, str):
+        names = [names]
+    known = [f.name for f in spec.features]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown feature(s) {unknown}; this dataset has {known}")
+    return [spec.feature(n) for n in names]

@@ -1,0 +1,17 @@
+"""One distribution: the reader (TensorFlow only) and, with the [beam] extra, the job."""
+from setuptools import find_packages, setup
+
+TENSORFLOW = "tensorflow-cpu==2.21.0"  # a GPU trainer may swap in its own tensorflow 2.21
+BEAM = ["apache-beam[gcp]==2.77.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
+DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2"]
+
+setup(
+    name="video-window-shards",
+    version="0.1.0",
+    description="Long videos to globally shuffled, fixed-shape TFRecord window shards, "
+                "and a tf.data reader for them",
+    python_requires=">=3.10",
+    packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
+    install_requires=[TENSORFLOW, "numpy>=1.26"],
+    extras_require={"beam": BEAM, "dev": BEAM + DEV},
+)
