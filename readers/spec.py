@@ -150,7 +150,9 @@ def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> by
     import tensorflow as tf
 
     feature = {f.name: f.encode(values[f.name]) for f in features}
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    # Map fields serialize in hash order unless asked; worker processes hash differently.
+    return example.SerializeToString(deterministic=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""Window planning rules as properties."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from beam_jobs.windows import cut_window, window_mask, window_starts
+
+frames = st.integers(0, 400)
+lengths = st.integers(1, 120)
+strides = st.integers(1, 150)
+
+
+@pytest.mark.parametrize("tail, count, last", [("drop", 15, 700), ("align_end", 16, 732),
+                                               ("pad", 16, 750)])
+def test_the_issue_example(tail, count, last):
+    starts = window_starts(832, 100, 50, tail)
+    assert len(starts) == count and starts[-1] == last
+    if tail == "pad":
+        assert window_mask(832, last, 100).tolist() == [1.0] * 82 + [0.0] * 18
+
+
+@given(frames, lengths, strides, st.sampled_from(["drop", "align_end", "pad"]))
+def test_starts_increase_strictly_and_stay_in_the_sequence(t, length, stride, tail):
+    starts = window_starts(t, length, stride, tail)
+    assert all(a < b for a, b in zip(starts, starts[1:]))
+    assert all(0 <= s < t for s in starts)
+    if tail != "pad":
+        assert all(s + length <= t for s in starts)
+
+
+@given(frames, lengths, strides)
+def test_drop_counts_full_windows_on_the_grid(t, length, stride):
+    starts = window_starts(t, length, stride, "drop")
+    assert starts == [s for s in range(0, max(t, 1), stride) if s + length <= t]
+
+
+@given(frames, lengths, strides)
+def test_align_end_adds_one_window_ending_at_the_last_frame(t, length, stride):
+    drop = window_starts(t, length, stride, "drop")
+    starts = window_starts(t, length, stride, "align_end")
+    if t < length:
+        assert starts == []
+    else:
+        assert starts[-1] == t - length
+        assert starts[:len(drop)] == drop and len(starts) - len(drop) in (0, 1)
+
+
+@given(frames, lengths, strides)
+def test_pad_reaches_the_end_with_one_window_at_most_past_it(t, length, stride):
+    starts = window_starts(t, length, stride, "pad")
+    if t == 0:
+        assert starts == []
+        return
+    assert starts == list(range(0, starts[-1] + 1, stride))
+    if t <= length:
+        assert starts == [0]
+    past_end = [s for s in starts if s + length > t]
+    assert len(past_end) <= 1
+    if stride <= length:
+        assert starts[-1] + length >= t
+
+
+@given(frames, lengths, st.integers(1, 120), st.sampled_from(["align_end", "pad"]))
+def test_every_frame_is_covered_when_windows_overlap_or_touch(t, length, stride, tail):
+    stride = min(stride, length)
+    starts = window_starts(t, length, stride, tail)
+    covered = np.zeros(t, bool)
+    for s in starts:
+        covered[s:s + length] = True
+    if tail == "pad" or t >= length:
+        assert covered.all()
+
+
+@given(st.integers(1, 50), st.integers(1, 30), st.integers(0, 60))
+def test_cut_window_is_the_slice_zero_padded_and_masked(t, length, start):
+    sequence = np.arange(t * 2, dtype=np.float32).reshape(t, 2) + 1
+    window, mask = cut_window(sequence, min(start, t - 1), length), window_mask(t, min(start, t - 1), length)
+    start = min(start, t - 1)
+    real = min(length, t - start)
+    assert window.shape == (length, 2) and mask.shape == (length,)
+    np.testing.assert_array_equal(window[:real], sequence[start:start + real])
+    assert not window[real:].any()
+    assert mask.tolist() == [1.0] * real + [0.0] * (length - real)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError):
+        window_starts(10, 0, 1, "drop")
+    with pytest.raises(ValueError):
+        window_starts(10, 5, 0, "drop")
+    with pytest.raises(ValueError):
+        window_starts(10, 5, 1, "wrap")
