@@ -94,9 +94,6 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
-    if shuffle:
         ds = ds.interleave(
             lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
             cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)), block_length=1,
@@ -106,6 +103,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     else:
         ds = tf.data.TFRecordDataset(ds, compression_type=compression)
+    if repeat:  # after the shuffles: clean epochs, each in a new order
+        ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     parse_spec = {f.name: f.parse_feature() for f in selected}
 
