@@ -23,7 +23,7 @@ from beam_jobs import keys, output_dir, windows
 from readers import spec as spec_lib
 
 PROG = "python -m beam_jobs.make_shards"
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
 MAX_BUCKETS = 4096
 
 
@@ -213,8 +213,20 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
                  f"{args.max_failure_fraction}; see "
                  f"{FileSystems.join(args.output_dir, spec_lib.FAILURES_JSONL)}. "
                  "No dataset.json was written.")
-    _LOG.info("wrote %s", FileSystems.join(args.output_dir, spec_lib.DATASET_JSON))
+    _log_summary(args.output_dir)
     return result
+
+
+def _log_summary(directory: str) -> None:
+    path = FileSystems.join(directory, spec_lib.DATASET_JSON)
+    with FileSystems.open(path) as f:
+        dataset = spec_lib.DatasetSpec.from_json(f.read().decode("utf-8"), source=path)
+    for name, split in dataset.splits.items():
+        _LOG.info("%s: %d windows from %d videos in %d shards; %d videos shorter than "
+                  "--window skipped", name, split.windows, split.videos, len(split.shards),
+                  split.skipped_short)
+    _LOG.info("%d failed records (see %s); wrote %s", dataset.failures,
+              spec_lib.FAILURES_JSONL, path)
 
 
 def main() -> None:
