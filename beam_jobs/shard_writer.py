@@ -143,19 +143,20 @@ def _sorted_bucket(files: Iterable[str]) -> list[bytes]:
 
 
 class _WriteShard(beam.DoFn):
-    def __init__(self, output_dir: str, temp_dir: str, compression: str):
-        self._output_dir, self._temp_dir, self._compression = output_dir, temp_dir, compression
+    def __init__(self, output_dir: str, compression: str):
+        self._output_dir, self._compression = output_dir, compression
 
     def process(self, task: ShardTask):
         name = spec_lib.shard_name(task.split, task.index, task.num_shards, self._compression)
-        temp_path = FileSystems.join(self._temp_dir, "shards", name)
+        # Written in place: a retried task rewrites the same bytes, and no reader looks
+        # at a shard before dataset.json lists it.
+        path = FileSystems.join(self._output_dir, name)
         count = 0
-        with FileSystems.create(temp_path, compression_type=_COMPRESSION[self._compression]) as f:
+        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for files, lo, hi in task.segments:
                 for record in _sorted_bucket(files)[lo:hi]:
                     _TFRecordUtil.write_record(f, record[_KEY_BYTES:])
                     count += 1
-        FileSystems.rename([temp_path], [FileSystems.join(self._output_dir, name)])
         yield WrittenShard(task.split, task.index, name, count)
 
 
@@ -185,4 +186,4 @@ class WriteShuffledShards(beam.PTransform):
                                            self._shard_bytes)
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(
-                _WriteShard(self._output_dir, self._temp_dir, self._compression)))
+                _WriteShard(self._output_dir, self._compression)))
