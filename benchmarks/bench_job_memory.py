@@ -1,7 +1,7 @@
 """Peak memory of the Beam job's whole process tree at 1x and 4x the videos.
 
-    python benchmarks/bench_job_memory.py [--videos 48] [--repeats 3] \\
-        [--json bench_job_memory.json] [--work_dir DIR] [JOB FLAGS ...]
+    python benchmarks/bench_job_memory.py --json bench_job_memory.json \\
+        [--videos 128] [--repeats 3] [--work_dir DIR] [JOB FLAGS ...]
 
 e.g. with two worker processes and a smaller shuffle bucket:
 
@@ -99,9 +99,9 @@ def bench_scale(work_dir: str, scale: int, videos: int, repeats: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Other flags are passed to the job.")
-    parser.add_argument("--videos", type=int, default=48, help="videos at 1x")
+    parser.add_argument("--videos", type=int, default=128, help="videos at 1x")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", default="bench_job_memory.json", help="where results go")
+    parser.add_argument("--json", required=True, help="where the results go")
     parser.add_argument("--work_dir", default=None,
                         help="where the data is written (default: a temp dir, removed after)")
     args, job_flags = parser.parse_known_args()
