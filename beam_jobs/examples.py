@@ -1,16 +1,22 @@
-"""Videos -> keyed window examples, ready for the shuffled shard writer."""
+"""Videos -> keyed window examples, ready for the shuffled shard writer.
+
+A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
+`record_index` and a `frames()` iterator of `Frame`s that raises `BadRecord` when the
+video turns out unusable. Latent sequences and decoded pixel videos both fit.
+"""
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import apache_beam as beam
 import numpy as np
 
 from beam_jobs import keys, windows
-from beam_jobs.sources import Video
+from beam_jobs.video import FAILURES, BadRecord, Frame, failure
 from readers import spec as spec_lib
 
 VIDEO_COUNTS = "video_counts"
+BAD_FRAMES = "bad_frames"
 
 
 class KeyedExample(NamedTuple):
@@ -22,35 +28,73 @@ class KeyedExample(NamedTuple):
 class VideoCount(NamedTuple):
     split: str
     windows: int      # 0: the video was too short for one window
+    bad_frames: int = 0
 
 
 class CutWindows(beam.DoFn):
-    """A `Video` -> one `KeyedExample` per window; a `VideoCount` to 'video_counts'."""
+    """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
+
+    Frames stream through `windows.stream_windows` (at most L of them held), but a
+    video's examples are emitted only once its last frame is read: a video that fails
+    half-way (labels that do not match its frame count, a file that breaks) must not
+    leave half its windows in the dataset.
+    """
 
     def __init__(self, features: list[spec_lib.FeatureSpec], length: int, stride: int,
-                 tail: str, splits: Mapping[str, float], seed: int):
+                 tail: str, splits: Mapping[str, float], seed: int,
+                 pad_frame: Any = None):
         self._features = features
+        self._names = {f.name for f in features}
+        self._encoded = features[0].encoding in spec_lib.IMAGE_ENCODINGS
         self._length, self._stride, self._tail = length, stride, tail
-        self._splits, self._seed = dict(splits), seed
+        self._splits, self._seed, self._pad_frame = dict(splits), seed, pad_frame
         self._too_short = beam.metrics.Metrics.counter("make_shards", "videos_too_short")
         self._windows = beam.metrics.Metrics.counter("make_shards", "windows")
 
-    def process(self, video: Video):
-        num_frames = video.frames.shape[0]
-        split = keys.assign_split(self._seed, video.video_id, self._splits)
-        starts = windows.window_starts(num_frames, self._length, self._stride, self._tail)
+    def process(self, video):
+        split = video.split or keys.assign_split(self._seed, video.video_id, self._splits)
+        bad_frames = []
+        try:
+            examples = list(self._examples(video, split, bad_frames))
+        except BadRecord as e:
+            yield beam.pvalue.TaggedOutput(FAILURES, failure(
+                video.source, video.record_index, video.video_id, str(e)))
+            return
+        yield from examples
+        if not examples:
+            self._too_short.inc()
+        self._windows.inc(len(examples))
+        if bad_frames:
+            yield beam.pvalue.TaggedOutput(BAD_FRAMES, {
+                "video_id": video.video_id, "source": video.source,
+                "bad_frames": len(bad_frames), "first": bad_frames[:5]})
+        yield beam.pvalue.TaggedOutput(VIDEO_COUNTS,
+                                       VideoCount(split, len(examples), len(bad_frames)))
+
+    def _examples(self, video, split: str, bad_frames: list):
+        def counted(frames):
+            for index, frame in enumerate(frames):
+                if not frame.valid:
+                    bad_frames.append(index)
+                yield frame
+
         video_id = video.video_id.encode("utf-8")
-        for start in starts:
-            values = {
-                "window": windows.cut_window(video.frames, start, self._length),
-                "mask": windows.window_mask(num_frames, start, self._length),
-                "metadata": video.metadata,
-                "video_id": video_id,
-                "start": np.int64(start),
-            }
+        for start, frames in windows.stream_windows(counted(video.frames()), self._length,
+                                                    self._stride, self._tail):
+            values = self._window_values(frames)
+            values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
             example = spec_lib.encode_example(self._features, values)
             yield KeyedExample(split, keys.window_key(self._seed, video.video_id, start), example)
-        if not starts:
-            self._too_short.inc()
-        self._windows.inc(len(starts))
-        yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(split, len(starts)))
+
+    def _window_values(self, frames: list[Frame]) -> dict:
+        """window, mask and labels of L frames: the given ones, then padding."""
+        pad = self._length - len(frames)
+        data = [f.data for f in frames]
+        pad_frame = np.zeros_like(data[0]) if self._pad_frame is None else self._pad_frame
+        data += [pad_frame] * pad
+        values = {"window": data if self._encoded else np.stack(data),
+                  "mask": np.array([f.valid for f in frames] + [False] * pad, np.float32)}
+        if "labels" in self._names:
+            zero = np.zeros_like(frames[0].label)
+            values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
+        return values

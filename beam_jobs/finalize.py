@@ -15,22 +15,23 @@ COMMITTED = "datasets_committed"
 
 
 class CountVideos(beam.CombineFn):
-    """VideoCount rows -> {split: {"videos", "windows", "skipped_short"}}."""
+    """VideoCount rows -> {split: {"videos", "windows", "skipped_short", "bad_frames"}}."""
 
     def create_accumulator(self):
         return {}
 
     def add_input(self, acc, count: VideoCount):
-        row = acc.setdefault(count.split, {"videos": 0, "windows": 0, "skipped_short": 0})
+        row = acc.setdefault(count.split, _empty_counts())
         row["videos" if count.windows else "skipped_short"] += 1
         row["windows"] += count.windows
+        row["bad_frames"] += count.bad_frames
         return acc
 
     def merge_accumulators(self, accumulators):
         merged = {}
         for acc in accumulators:
             for split, row in acc.items():
-                total = merged.setdefault(split, {"videos": 0, "windows": 0, "skipped_short": 0})
+                total = merged.setdefault(split, _empty_counts())
                 for name, value in row.items():
                     total[name] += value
         return merged
@@ -39,24 +40,36 @@ class CountVideos(beam.CombineFn):
         return acc
 
 
+def _empty_counts() -> dict:
+    return {"videos": 0, "windows": 0, "skipped_short": 0, "bad_frames": 0}
+
+
+def _write_jsonl(path: str, rows: list[dict]) -> None:
+    _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+
+
 def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as f:
         f.write(text.encode("utf-8"))
 
 
 def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]],
-             failures: list[dict], *, output_dir: str, temp_dir: str,
+             failures: list[dict], bad_frames: list[dict], *, output_dir: str, temp_dir: str,
              features: Iterable[spec_lib.FeatureSpec], window: Mapping, compression: str,
              splits: Iterable[str], flags: Mapping, max_failure_fraction: float) -> None:
-    """Write failures.jsonl, and dataset.json when the failure fraction allows it.
+    """Write failures.jsonl and bad_frames.jsonl, then dataset.json when the failure
+    fraction allows it.
 
     Over the threshold, the shards are removed again: a directory without dataset.json
     holds no dataset, whatever else lies in it.
     """
     metrics = beam.metrics.Metrics
-    failures = sorted(failures, key=lambda f: (f["source"], f["record_index"] or 0))
-    _write_text(FileSystems.join(output_dir, spec_lib.FAILURES_JSONL),
-                "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
+    failures = sorted(failures, key=lambda f: (f["source"], f["record_index"] or 0,
+                                               f["video_id"] or ""))
+    _write_jsonl(FileSystems.join(output_dir, spec_lib.FAILURES_JSONL), failures)
+    if bad_frames:
+        _write_jsonl(FileSystems.join(output_dir, spec_lib.BAD_FRAMES_JSONL),
+                     sorted(bad_frames, key=lambda row: row["video_id"]))
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
     metrics.counter("make_shards", "videos_ok").inc(good)
     metrics.counter("make_shards", "videos_failed").inc(len(failures))
@@ -64,7 +77,7 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     if failures and len(failures) / (len(failures) + good) > max_failure_fraction:
         FileSystems.delete([FileSystems.join(output_dir, s.file) for s in shards] + [temp_dir])
         return
-    empty = {"videos": 0, "windows": 0, "skipped_short": 0}
+    empty = _empty_counts()
     for split in splits:
         in_shards = sum(s.examples for s in shards if s.split == split)
         if in_shards != counts.get(split, empty)["windows"]:

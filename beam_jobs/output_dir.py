@@ -5,13 +5,14 @@ from typing import Optional
 
 from apache_beam.io.filesystems import FileSystems
 
-from readers.spec import DATASET_JSON, FAILURES_JSONL, is_shard_name
+from readers.spec import BAD_FRAMES_JSONL, DATASET_JSON, FAILURES_JSONL, is_shard_name
 
 TEMP_DIR = "_make_shards_tmp"
 
 
 def is_job_output(name: str) -> bool:
-    return name in (DATASET_JSON, FAILURES_JSONL, TEMP_DIR) or is_shard_name(name)
+    return (name in (DATASET_JSON, FAILURES_JSONL, BAD_FRAMES_JSONL, TEMP_DIR)
+            or is_shard_name(name))
 
 
 def _entries(output_dir: str) -> dict[str, str]:

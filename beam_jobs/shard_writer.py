@@ -24,13 +24,12 @@ from typing import Iterable, NamedTuple, Optional
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs.examples import KeyedExample
-from beam_jobs.sources import read_tfrecords
+from beam_jobs.tfrecord_files import read_tfrecords, write_tfrecord
 from readers import spec as spec_lib
 
 _KEY_BYTES = 8
@@ -90,7 +89,7 @@ class _SpillToBuckets(beam.DoFn):
             path = FileSystems.join(self._temp_dir, split, f"{bucket:05d}", f"{spill_id}.rec")
             with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 for record in records:
-                    _TFRecordUtil.write_record(f, record)
+                    write_tfrecord(f, record)
             yield BucketFile(split, bucket, path, len(records), sum(map(len, records)))
         self._buffers.clear()
         self._buffered = 0
@@ -155,7 +154,7 @@ class _WriteShard(beam.DoFn):
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for files, lo, hi in task.segments:
                 for record in _sorted_bucket(files)[lo:hi]:
-                    _TFRecordUtil.write_record(f, record[_KEY_BYTES:])
+                    write_tfrecord(f, record[_KEY_BYTES:])
                     count += 1
         yield WrittenShard(task.split, task.index, name, count)
 

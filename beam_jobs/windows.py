@@ -4,9 +4,12 @@ Pure numpy, no Beam and no TensorFlow, so the rules are easy to test on their ow
 """
 from __future__ import annotations
 
-from typing import Literal
+import collections
+from typing import Iterable, Iterator, Literal, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 TAIL_POLICIES = ("align_end", "drop", "pad")
 Tail = Literal["align_end", "drop", "pad"]
@@ -42,16 +45,24 @@ def window_starts(num_frames: int, length: int, stride: int, tail: Tail) -> list
     return starts
 
 
-def window_mask(num_frames: int, start: int, length: int) -> np.ndarray:
-    """float32 [length]: 1 for frames of the sequence, 0 for padding past its end."""
-    return (np.arange(start, start + length) < num_frames).astype(np.float32)
+def stream_windows(frames: Iterable[T], length: int, stride: int,
+                   tail: Tail) -> Iterator[tuple[int, list[T]]]:
+    """(start, frames) of each window of a stream, holding at most `length` frames.
 
-
-def cut_window(sequence: np.ndarray, start: int, length: int) -> np.ndarray:
-    """sequence[start:start+length], zero-padded at the end to exactly `length` frames."""
-    window = sequence[start:start + length]
-    missing = length - window.shape[0]
-    if missing:
-        pad = np.zeros((missing,) + sequence.shape[1:], dtype=sequence.dtype)
-        window = np.concatenate([window, pad])
-    return window
+    The same windows as `window_starts` over the stream's length, without knowing the
+    length up front: full windows on the stride grid come out as soon as their last frame
+    arrives; the tail policy's windows come at the end (they start at or after T - L, so
+    they lie in the last `length` frames). A tail window under pad holds fewer frames.
+    """
+    recent: collections.deque = collections.deque(maxlen=length)
+    last_start, count = -1, 0
+    for count, frame in enumerate(frames, start=1):
+        recent.append(frame)
+        start = count - length
+        if start >= 0 and start % stride == 0:
+            last_start = start
+            yield start, list(recent)
+    first_in_recent = count - len(recent)
+    for start in window_starts(count, length, stride, tail):
+        if start > last_start:
+            yield start, list(recent)[start - first_in_recent:]

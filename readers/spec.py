@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 DATASET_JSON = "dataset.json"
 FAILURES_JSONL = "failures.jsonl"
+BAD_FRAMES_JSONL = "bad_frames.jsonl"
 
 # How a feature's values sit in the Example:
 #   float: a FloatList of float32 (parsed by memcpy, the fastest path)
@@ -30,7 +31,9 @@ FAILURES_JSONL = "failures.jsonl"
 #   bytes: one BytesList entry (a string scalar)
 #   raw:   one BytesList entry holding the little-endian array bytes (dtypes that a
 #          FloatList would not keep, float16 or float64)
-ENCODINGS = ("float", "int64", "bytes", "raw")
+#   png, jpeg: a BytesList of L encoded frames of a uint8 [L, H, W, C] window
+IMAGE_ENCODINGS = ("png", "jpeg")
+ENCODINGS = ("float", "int64", "bytes", "raw") + IMAGE_ENCODINGS
 _SUFFIX = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 
@@ -77,6 +80,10 @@ class FeatureSpec:
 
         if self.encoding == "bytes":
             return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+        if self.encoding in IMAGE_ENCODINGS:
+            if len(value) != self.shape[0]:
+                raise ValueError(f"feature {self.name!r}: {len(value)} frames, not {self.shape[0]}")
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=value))
         array = np.asarray(value, dtype=self.dtype)
         if array.shape != self.shape:
             raise ValueError(f"feature {self.name!r}: shape {array.shape} != {self.shape}")
@@ -94,16 +101,32 @@ class FeatureSpec:
             return tf.io.FixedLenFeature(self.shape, tf.float32)
         if self.encoding == "int64":
             return tf.io.FixedLenFeature(self.shape, tf.int64)
+        if self.encoding in IMAGE_ENCODINGS:
+            return tf.io.FixedLenFeature(self.shape[:1], tf.string)
         return tf.io.FixedLenFeature([], tf.string)
 
     def decode(self, parsed: tf.Tensor) -> tf.Tensor:
         """Turn a batch parsed with `parse_feature` into [batch, *shape] of `dtype`."""
         import tensorflow as tf
 
+        if self.encoding in IMAGE_ENCODINGS:
+            return self._decode_images(parsed)
         if self.encoding != "raw":
             return parsed
         values = tf.io.decode_raw(parsed, tf.dtypes.as_dtype(self.dtype), little_endian=True)
         return tf.reshape(values, [-1, *self.shape])
+
+    def _decode_images(self, parsed: "tf.Tensor") -> "tf.Tensor":
+        """[batch, L] encoded frames -> uint8 [batch, L, H, W, C], frames decoded in parallel."""
+        import tensorflow as tf
+
+        decode = tf.io.decode_png if self.encoding == "png" else tf.io.decode_jpeg
+        frame_shape = self.shape[1:]
+        frames = tf.map_fn(
+            lambda data: tf.ensure_shape(decode(data, channels=frame_shape[-1]), frame_shape),
+            tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
+            parallel_iterations=32)
+        return tf.reshape(frames, [-1, *self.shape])
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
@@ -131,18 +154,23 @@ def _packed_float_list(array: np.ndarray) -> tf.train.FloatList:
     return tf.train.FloatList.FromString(b"\x0a" + bytes(varint) + payload)
 
 
-def window_features(length: int, frame_shape: tuple[int, ...], dtype: str,
-                    metadata_length: int) -> list[FeatureSpec]:
-    """The features of one window example: window, mask, [metadata], video_id, start."""
-    features = [
-        FeatureSpec.for_array("window", (length, *frame_shape), dtype),
-        FeatureSpec("mask", (length,), "float32", "float"),
-    ]
+def window_features(window: FeatureSpec, metadata_length: int = 0,
+                    label_shape: Optional[tuple[int, ...]] = None) -> list[FeatureSpec]:
+    """The features of one window example: window [L, ...], mask [L], labels [L, ...]
+    when the videos have per-frame labels, metadata [K] when they have metadata, video_id
+    and start.
+
+    `window` is `FeatureSpec.for_array` of latents, or uint8 [L, H, W, C] pixels stored
+    raw or as one encoded image per frame (encoding png or jpeg).
+    """
+    length = window.shape[0]
+    features = [window, FeatureSpec("mask", (length,), "float32", "float")]
+    if label_shape is not None:
+        features.append(FeatureSpec("labels", (length, *label_shape), "float32", "float"))
     if metadata_length:
         features.append(FeatureSpec("metadata", (metadata_length,), "float32", "float"))
-    features += [FeatureSpec("video_id", (), "string", "bytes"),
-                 FeatureSpec("start", (), "int64", "int64")]
-    return features
+    return features + [FeatureSpec("video_id", (), "string", "bytes"),
+                       FeatureSpec("start", (), "int64", "int64")]
 
 
 def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> bytes:
@@ -167,6 +195,7 @@ class SplitInfo:
     windows: int
     skipped_short: int
     shards: tuple[Shard, ...]
+    bad_frames: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +223,7 @@ class DatasetSpec:
             "compression": self.compression,
             "failures": self.failures,
             "splits": {name: {"videos": s.videos, "windows": s.windows,
-                              "skipped_short": s.skipped_short,
+                              "skipped_short": s.skipped_short, "bad_frames": s.bad_frames,
                               "shards": [dataclasses.asdict(sh) for sh in s.shards]}
                        for name, s in self.splits.items()},
             "flags": dict(self.flags),
@@ -208,7 +237,8 @@ class DatasetSpec:
             raise ValueError(f"{source}: unknown format version {version!r}; this reader "
                              f"reads version {FORMAT_VERSION}")
         splits = {name: SplitInfo(s["videos"], s["windows"], s["skipped_short"],
-                                  tuple(Shard(**sh) for sh in s["shards"]))
+                                  tuple(Shard(**sh) for sh in s["shards"]),
+                                  s.get("bad_frames", 0))
                   for name, s in d["splits"].items()}
         return cls(window=d["window"],
                    features=tuple(FeatureSpec.from_json(f) for f in d["features"]),

@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.examples import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS
 from beam_jobs.shard_writer import BucketFile, WriteShuffledShards, WrittenShard, plan_shards
-from beam_jobs.sources import Video
+from beam_jobs.latents import LatentVideo
 from readers import spec as spec_lib
 
 
@@ -52,9 +52,10 @@ def test_plan_cuts_ranks_across_buckets_evenly():
 
 
 def test_cut_windows_keys_and_counts():
-    features = spec_lib.window_features(4, (2,), "float32", 0)
-    video = Video("v", np.arange(20, dtype=np.float32).reshape(10, 2), None)
-    short = Video("s", np.zeros((3, 2), np.float32), None)
+    features = spec_lib.window_features(spec_lib.FeatureSpec.for_array("window", (4, 2),
+                                                                       "float32"))
+    video = LatentVideo("v", np.arange(20, dtype=np.float32).reshape(10, 2), None)
+    short = LatentVideo("s", np.zeros((3, 2), np.float32), None)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = (p | beam.Create([video, short])
                | beam.ParDo(CutWindows(features, 4, 3, "align_end", {"train": 1.0}, 0))

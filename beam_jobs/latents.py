@@ -1,4 +1,4 @@
-"""Sources: one `Video` per input video, or one failure row when it cannot be read.
+"""Latent sources: one `LatentVideo` per record, or one failure row when it cannot be read.
 
 Latent sequences come from TFRecord files of `tf.train.Example`s, one video a record:
 the sequence is a `tf.io.serialize_tensor` of a float tensor [T, ...] in a bytes feature
@@ -13,36 +13,25 @@ from typing import Iterator, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil  # Beam's TFRecord framing, CRCs checked
+import tensorflow as tf
 from tensorflow.core.example import example_pb2
 from tensorflow.core.framework import tensor_pb2
-import tensorflow as tf
 
-FAILURES = "failures"
-_MAX_REASON = 300
+from beam_jobs.tfrecord_files import read_tfrecords
+from beam_jobs.video import FAILURES, BadRecord, Frame, failure
 
 
-class Video(NamedTuple):
+class LatentVideo(NamedTuple):
+    """One latent sequence; a video for `examples.CutWindows`."""
     video_id: str
-    frames: np.ndarray                 # [T, ...]
+    sequence: np.ndarray               # [T, ...]
     metadata: Optional[np.ndarray]     # [K] float32
+    source: str = ""
+    record_index: Optional[int] = None
+    split: Optional[str] = None        # by hash of the id
 
-
-class BadRecord(ValueError):
-    """A record that cannot become a video; its message is the failure reason."""
-
-    def __init__(self, reason: str, video_id: Optional[str] = None):
-        super().__init__(reason)
-        self.video_id = video_id
-
-
-def failure(source: str, record_index: Optional[int], video_id: Optional[str],
-            reason: str) -> dict:
-    """One row of failures.jsonl."""
-    return {"source": source, "record_index": record_index, "video_id": video_id,
-            "reason": reason[:_MAX_REASON]}
+    def frames(self) -> Iterator[Frame]:
+        return (Frame(row) for row in self.sequence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +45,7 @@ class LatentFormat:
     dtype: Optional[str] = None                        # fixed by the probe
     metadata_length: Optional[int] = None              # fixed by the probe; 0: none
 
-    def parse(self, record: bytes, source: str, index: int) -> Video:
+    def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
         """Parse one record; raise BadRecord with the reason when it does not fit."""
         try:
             example = example_pb2.Example.FromString(record)
@@ -69,7 +58,7 @@ class LatentFormat:
             metadata = self._metadata(features)
         except BadRecord as e:
             raise BadRecord(str(e), video_id) from None
-        return Video(video_id, frames, metadata)
+        return LatentVideo(video_id, frames, metadata, source, index)
 
     def _video_id(self, features, source: str, index: int) -> str:
         if self.id_feature is None:
@@ -132,10 +121,10 @@ class LatentFormat:
                             f"{self.metadata_length}")
         return values
 
-    def fixed_by(self, video: Video) -> "LatentFormat":
+    def fixed_by(self, video: LatentVideo) -> "LatentFormat":
         """This format, with shapes and dtype pinned to those of `video`."""
         return dataclasses.replace(
-            self, frame_shape=tuple(video.frames.shape[1:]), dtype=video.frames.dtype.name,
+            self, frame_shape=tuple(video.sequence.shape[1:]), dtype=video.sequence.dtype.name,
             metadata_length=0 if video.metadata is None else int(video.metadata.size))
 
 
@@ -144,26 +133,6 @@ def _values(features, name: str, kind: str):
     if actual != kind:
         raise BadRecord(f"feature {name!r} holds {actual or 'nothing'}, expected {kind}")
     return getattr(features[name], kind).value
-
-
-def read_tfrecords(path: str) -> Iterator[tuple[int, bytes | ValueError]]:
-    """(index, record) for each record of a (possibly gzip) TFRecord file, CRCs checked.
-
-    A broken frame ends the file: its error is yielded in place of the record, since
-    the records after it cannot be found.
-    """
-    with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as f:
-        index = 0
-        while True:
-            try:
-                record = _TFRecordUtil.read_record(f)
-            except (ValueError, OSError, EOFError) as e:
-                yield index, ValueError(f"corrupt TFRecord, rest of the file skipped: {e}")
-                return
-            if record is None:
-                return
-            yield index, record
-            index += 1
 
 
 def probe_latent_format(paths: list[str], fmt: LatentFormat,
@@ -190,7 +159,7 @@ def probe_latent_format(paths: list[str], fmt: LatentFormat,
 
 
 class ReadLatentRecords(beam.DoFn):
-    """A TFRecord file path -> a `Video` per record; failures to the 'failures' output."""
+    """A TFRecord file path -> a `LatentVideo` per record; failures to 'failures'."""
 
     def __init__(self, fmt: LatentFormat):
         self._fmt = fmt

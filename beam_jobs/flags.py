@@ -1,0 +1,182 @@
+"""The job's command line: its own flags, checked before any work and before TensorFlow
+is imported (whose import logs lines of its own), so that a mistake ends in one line."""
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+import fsspec
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs import keys, output_dir, windows
+from readers import spec as spec_lib
+
+PROG = "python -m beam_jobs.make_shards"
+MANIFEST_SUFFIXES = (".jsonl", ".csv")
+VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
+FRAME_ENCODINGS = ("raw", "png", "jpeg")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
+def _quality(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be in [1, 100], got {value}")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected dims like 200 or 16,16,4, got {text!r}")
+    if not dims or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"dims must be > 0, got {text!r}")
+    return dims
+
+
+def _frame_size(text: str) -> tuple[int, int]:
+    dims = _shape(text)
+    if len(dims) != 2:
+        raise argparse.ArgumentTypeError(f"expected HxW like 270x480, got {text!r}")
+    return dims
+
+
+def _splits(text: str) -> dict[str, float]:
+    try:
+        return keys.parse_splits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Cut long videos (latent sequences, frame folders, video files) into "
+                    "fixed-length windows, written as globally shuffled TFRecord shards.",
+        epilog="Any other flag is a Beam pipeline option (--runner, --direct_num_workers, "
+               "--direct_running_mode, --project, ...).")
+    io = p.add_argument_group("input and output")
+    io.add_argument("--input", required=True,
+                    help="a glob of TFRecord files of latent sequences, one video a record "
+                         "(.gz read as gzip); a manifest (.jsonl or .csv) of frame folders "
+                         "and video files; or a glob of video files (id: the file stem). "
+                         "Local, gs:// or any scheme Beam's FileSystems reads")
+    io.add_argument("--output_dir", required=True, help="where the shards and dataset.json go")
+    io.add_argument("--overwrite", action="store_true",
+                    help="replace a previous run's dataset in --output_dir (default: refuse)")
+    fmt = p.add_argument_group("latent input")
+    fmt.add_argument("--sequence_feature", default="frames",
+                     help="bytes feature with tf.io.serialize_tensor of float [T, ...], or a "
+                          "FloatList with --sequence_shape (default: %(default)s)")
+    fmt.add_argument("--sequence_shape", type=_shape, default=None,
+                     help="dims of one frame of a FloatList sequence, e.g. 200 or 16,16,4")
+    fmt.add_argument("--metadata_feature", default="recipe",
+                     help="FloatList of fixed length attached to every window; absent in "
+                          "the first record: no metadata (default: %(default)s)")
+    fmt.add_argument("--id_feature", default=None,
+                     help="bytes feature with the video id (default: '{file name}:{record index}')")
+    pix = p.add_argument_group("pixel input (manifests and video files)")
+    pix.add_argument("--frame_size", type=_frame_size, default=None,
+                     help="resize every frame to HxW (Lanczos); without it all frames of the "
+                          "dataset must have one size")
+    pix.add_argument("--channels", type=int, choices=(3, 1), default=3,
+                     help="3 for RGB, 1 for grayscale (default: %(default)s)")
+    pix.add_argument("--fps", type=_positive_float, default=None,
+                     help="resample video files to this frame rate (default: every frame)")
+    pix.add_argument("--max_frames", type=_positive_int, default=None,
+                     help="use at most this many frames of a video")
+    pix.add_argument("--frame_encoding", choices=FRAME_ENCODINGS, default="jpeg",
+                     help="how frames are stored: raw uint8, or one png or jpeg per frame "
+                          "(default: %(default)s)")
+    pix.add_argument("--jpeg_quality", type=_quality, default=90,
+                     help="JPEG quality of re-encoded frames (default: %(default)s)")
+    pix.add_argument("--on_bad_frame", choices=("mask", "fail"), default="mask",
+                     help="a missing or undecodable frame: zeros with mask 0 and label 0, or "
+                          "fail the video (default: %(default)s)")
+    win = p.add_argument_group("windows")
+    win.add_argument("--window", type=_positive_int, required=True, help="frames per window L")
+    win.add_argument("--stride", type=_positive_int, default=None,
+                     help="frames between window starts S (default: L, no overlap)")
+    win.add_argument("--tail", choices=windows.TAIL_POLICIES, default="align_end",
+                     help="the end of a sequence: align_end adds one last full window ending "
+                          "at the last frame; drop keeps full windows on the stride grid; pad "
+                          "zero-pads and masks the last window (default: %(default)s)")
+    out = p.add_argument_group("splits and shards")
+    out.add_argument("--splits", type=_splits, default="train=1.0",
+                     help="name=fraction,... ; a video goes to one split by a hash of "
+                          "(seed, video id) (default: %(default)s)")
+    out.add_argument("--num_shards", type=_positive_int, default=None,
+                     help="shards per split (default: from --shard_size_mb)")
+    out.add_argument("--shard_size_mb", type=_positive_float, default=200.0,
+                     help="target shard size when --num_shards is absent (default: %(default)s)")
+    out.add_argument("--seed", type=int, default=0,
+                     help="seed of the split assignment and the shuffle (default: %(default)s)")
+    out.add_argument("--compression", choices=spec_lib.COMPRESSIONS, default="none",
+                     help="shard compression (default: %(default)s)")
+    out.add_argument("--max_failure_fraction", type=_fraction, default=0.05,
+                     help="fail the job when failed / all videos exceeds this "
+                          "(default: %(default)s)")
+    out.add_argument("--shuffle_bucket_mb", type=_positive_float, default=64.0,
+                     help="memory one worker holds to shuffle: its spill buffer, and about "
+                          "the size of one sorted bucket (default: %(default)s)")
+    return p
+
+
+def _input_kind(pattern: str, files: list[str]) -> str:
+    if pattern.lower().endswith(MANIFEST_SUFFIXES):
+        return "manifest"
+    if all(path.lower().endswith(VIDEO_SUFFIXES) for path in files):
+        return "videos"
+    return "latents"
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, list[str]]:
+    """(the job's flags, checked, with `input_files` and `input_kind` added; Beam's)."""
+    parser = build_parser()
+    args, pipeline_args = parser.parse_known_args(argv)
+    if args.stride is None:
+        args.stride = args.window
+    if args.input.lower().endswith(MANIFEST_SUFFIXES):
+        # A manifest is opened with fsspec like the paths in it (memory:// too).
+        if not fsspec.core.url_to_fs(args.input)[0].exists(args.input):
+            parser.error(f"--input: no manifest at {args.input!r}")
+        args.input_files = [(args.input, 0)]
+    else:
+        try:
+            matches = FileSystems.match([args.input])[0].metadata_list
+        except Exception as e:
+            parser.error(f"--input: cannot list {args.input!r}: {e}")
+        args.input_files = sorted((m.path, m.size_in_bytes) for m in matches)
+        if not args.input_files:
+            parser.error(f"--input: no file matches {args.input!r}")
+    args.input_kind = _input_kind(args.input, [path for path, _ in args.input_files])
+    problem = output_dir.prepare_output_dir(args.output_dir, args.overwrite)
+    if problem:
+        parser.error(problem)
+    return args, pipeline_args
+
+
+def refuse(message: str) -> None:
+    """End the job with one line on stderr, as argparse does for a bad flag."""
+    build_parser().error(message)
