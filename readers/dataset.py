@@ -6,7 +6,7 @@ dataset.json -> shard list -> [this input pipeline's shards] -> shard shuffle ->
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
@@ -49,11 +49,13 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                  drop_remainder: bool = True, features: Optional[Sequence[str]] = None,
                  input_context: Optional[tf.distribute.InputContext] = None,
                  shuffle_buffer: Optional[int] = None,
-                 cycle_length: Optional[int] = None) -> tf.data.Dataset:
+                 cycle_length: Optional[int] = None, float_pixels: bool = False,
+                 structure: Any = None) -> tf.data.Dataset:
     """Batches of windows from `path`, a directory written by `beam_jobs.make_shards`.
 
     Each element is a dict of feature name -> tensor with a static shape
-    ([batch_size, ...] when drop_remainder is True, the default).
+    ([batch_size, ...] when drop_remainder is True, the default), or the nested tuple
+    `structure` asks for.
 
     Args:
       path: the output directory (local or gs://).
@@ -71,12 +73,18 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
       shuffle_buffer: records in the shuffle buffer (default: what fits in 16 MB,
         at least batch_size, at most 1024).
       cycle_length: shards read at once (default: min(16, shards)).
+      float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: uint8 as stored).
+      structure: a nested tuple of feature names, e.g. `(("window", "mask"), "labels")`:
+        each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
+        Parses only those features unless `features` says otherwise.
     """
     spec = load_spec(path)
     if split not in spec.splits:
         raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
     if batch_size <= 0:
         raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    if features is None and structure is not None:
+        features = tf.nest.flatten(structure)
     selected = _select_features(spec, features)
     files = [os.path.join(path, shard.file) for shard in spec.splits[split].shards]
     if not files:
@@ -110,9 +118,15 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     parse_spec = {f.name: f.parse_feature() for f in selected}
 
-    def parse(serialized: tf.Tensor) -> dict:
+    def parse(serialized: tf.Tensor):
         parsed = tf.io.parse_example(serialized, parse_spec)
-        return {f.name: f.decode(parsed[f.name]) for f in selected}
+        values = {f.name: f.decode(parsed[f.name]) for f in selected}
+        if float_pixels:
+            values = {name: tf.cast(v, tf.float32) / 255.0 if v.dtype == tf.uint8 else v
+                      for name, v in values.items()}
+        if structure is None:
+            return values
+        return tf.nest.map_structure(lambda name: values[name], structure)
 
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return ds.prefetch(tf.data.AUTOTUNE)
