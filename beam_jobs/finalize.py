@@ -48,6 +48,13 @@ def _write_jsonl(path: str, rows: list[dict]) -> None:
     _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
+def _delete_present(paths: list[str]) -> None:
+    """Delete what exists of `paths` (no video may have left a window, or a temp file)."""
+    present = [p for p in paths if FileSystems.exists(p)]
+    if present:
+        FileSystems.delete(present)
+
+
 def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as f:
         f.write(text.encode("utf-8"))
@@ -75,7 +82,7 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     metrics.counter("make_shards", "videos_failed").inc(len(failures))
     shards = sorted(written)
     if failures and len(failures) / (len(failures) + good) > max_failure_fraction:
-        FileSystems.delete([FileSystems.join(output_dir, s.file) for s in shards] + [temp_dir])
+        _delete_present([FileSystems.join(output_dir, s.file) for s in shards] + [temp_dir])
         return
     empty = _empty_counts()
     for split in splits:
@@ -94,5 +101,5 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     temp_json = FileSystems.join(temp_dir, spec_lib.DATASET_JSON)
     _write_text(temp_json, dataset.to_json())
     FileSystems.rename([temp_json], [FileSystems.join(output_dir, spec_lib.DATASET_JSON)])
-    FileSystems.delete([temp_dir])
+    _delete_present([temp_dir])
     metrics.counter("make_shards", COMMITTED).inc()

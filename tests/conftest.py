@@ -80,12 +80,65 @@ def read_examples(output_dir, split: str = "train") -> list[dict]:
                     row[name] = np.frombuffer(ex[name].bytes_list.value[0],
                                               np.dtype(f["dtype"]).newbyteorder("<")
                                               ).reshape(f["shape"])
+                elif f["encoding"] in ("png", "jpeg"):
+                    row[name] = np.stack([_decode_image(b, f["shape"][-1])
+                                          for b in ex[name].bytes_list.value])
+                    row[name + ".bytes"] = list(ex[name].bytes_list.value)
                 else:
                     row[name] = ex[name].bytes_list.value[0].decode()
             out.append(row)
     return out
 
 
+def _decode_image(data: bytes, channels: int) -> np.ndarray:
+    import io
+    from PIL import Image
+
+    array = np.asarray(Image.open(io.BytesIO(data)))
+    return array.reshape(*array.shape[:2], channels)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+def solid_frames(count: int, size=(24, 32), start: int = 0) -> list[np.ndarray]:
+    """Frames whose every pixel is 8 * their index (index mod 32): easy to tell apart,
+    even through a lossy video codec."""
+    return [np.full((*size, 3), 8 * ((start + i) % 32), np.uint8) for i in range(count)]
+
+
+def write_frame_folder(directory, frames, fmt: str = "png", name: str = "frame_{}") -> list[str]:
+    from PIL import Image
+
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, frame in enumerate(frames):
+        path = os.path.join(str(directory), f"{name.format(i)}.{fmt}")
+        Image.fromarray(frame).save(path, quality=95) if fmt == "jpg" else \
+            Image.fromarray(frame).save(path)
+        paths.append(path)
+    return paths
+
+
+def write_video(path, frames, codec: str = "libx264", rate: int = 10) -> str:
+    import av
+
+    h, w = frames[0].shape[:2]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return str(path)
+
+
+def write_manifest(path, rows: list[dict]) -> str:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return str(path)

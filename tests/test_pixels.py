@@ -1,0 +1,219 @@
+"""Frame folders and video files through the job, and pixel windows through the reader."""
+import json
+import os
+
+import fsspec
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import readers
+from conftest import (read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
+                      write_manifest, write_video)
+
+
+def _by_video(examples):
+    out = {}
+    for e in examples:
+        out.setdefault(e["video_id"], {})[int(e["start"])] = e
+    return out
+
+
+def _level(frame: np.ndarray) -> int:
+    """The index a solid frame was made with (its value / 8)."""
+    return int(round(frame.mean() / 8))
+
+
+@pytest.mark.parametrize("encoding", ["png", "raw"])
+def test_frame_folders_window_in_natural_order_with_labels(tmp_path, encoding):
+    write_frame_folder(tmp_path / "v1", solid_frames(12))          # frame_0 ... frame_11
+    write_frame_folder(tmp_path / "v2", solid_frames(7, start=3))
+    np.save(tmp_path / "v2.npy", np.repeat(np.arange(7, dtype=np.float32)[:, None], 2, 1))
+    (tmp_path / "v1.csv").write_text("a,b\n" + "\n".join(f"{i},{i}" for i in range(12)))
+    write_manifest(tmp_path / "m.jsonl", [
+        {"video_id": "v1", "frames": "v1", "labels": "v1.csv", "metadata": [1, 2]},
+        {"video_id": "v2", "frames": "v2/*.png", "labels": "v2.npy", "metadata": [3, 4]}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "5", "--stride", "3",
+            "--tail", "pad", "--frame_encoding", encoding)
+    meta = read_dataset_json(tmp_path / "out")
+    window = meta["features"][0]
+    assert window == {"name": "window", "shape": [5, 24, 32, 3], "dtype": "uint8",
+                      "encoding": encoding}
+    videos = _by_video(read_examples(tmp_path / "out"))
+    assert sorted(videos["v1"]) == [0, 3, 6, 9] and sorted(videos["v2"]) == [0, 3]
+    for video, offset in (("v1", 0), ("v2", 3)):
+        n = 12 if video == "v1" else 7
+        for start, e in videos[video].items():
+            real = min(5, n - start)
+            assert [_level(f) for f in e["window"][:real]] == list(range(start + offset,
+                                                                        start + offset + real))
+            assert not e["window"][real:].any()
+            assert e["mask"].tolist() == [1] * real + [0] * (5 - real)
+    assert videos["v1"][9]["labels"].tolist() == [[9, 9], [10, 10], [11, 11], [0, 0], [0, 0]]
+    assert videos["v2"][3]["labels"].tolist() == [[3, 3], [4, 4], [5, 5], [6, 6], [0, 0]]
+    np.testing.assert_array_equal(videos["v2"][0]["metadata"], [3, 4])
+    # png and raw are lossless: every pixel is exactly the source's
+    frame = videos["v1"][3]["window"][1]
+    np.testing.assert_array_equal(frame, solid_frames(5)[4])
+
+
+def test_resize_grayscale_and_jpeg_within_tolerance(tmp_path, rng):
+    from PIL import Image
+
+    smooth = [Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8)).resize(
+        (64, 48), Image.Resampling.BICUBIC) for _ in range(6)]
+    frames = [np.asarray(image) for image in smooth]
+    write_frame_folder(tmp_path / "v", frames)
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "gray", "--window", "3",
+            "--frame_size", "24x32", "--channels", "1", "--frame_encoding", "png")
+    examples = read_examples(tmp_path / "gray")
+    assert examples[0]["window"].shape == (3, 24, 32, 1)
+
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "jpeg", "--window", "3",
+            "--frame_encoding", "jpeg", "--jpeg_quality", "95")
+    batch = next(iter(readers.make_dataset(str(tmp_path / "jpeg"), batch_size=2,
+                                           shuffle=False)))
+    assert batch["window"].shape == (2, 3, 48, 64, 3) and batch["window"].dtype == tf.uint8
+    for window, start in zip(batch["window"].numpy(), batch["start"].numpy()):
+        for i in range(3):
+            diff = np.abs(window[i].astype(int) - frames[start + i].astype(int))
+            assert diff.mean() < 4, diff.mean()  # JPEG at quality 95: stated tolerance
+
+
+def test_source_jpegs_of_the_right_size_pass_through(tmp_path):
+    paths = write_frame_folder(tmp_path / "v", solid_frames(4), fmt="jpg")
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "4")
+    (example,) = read_examples(tmp_path / "out")
+    assert example["window.bytes"] == [open(p, "rb").read() for p in paths]
+
+
+def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
+    paths = write_frame_folder(tmp_path / "v", solid_frames(6))
+    with open(paths[2], "wb") as f:
+        f.write(b"not an image")
+    frames = paths[:4] + [str(tmp_path / "v" / "gone.png")] + paths[4:]
+    write_manifest(tmp_path / "m.jsonl", [
+        {"video_id": "v", "frames": frames, "labels": [1, 2, 3, 4, 5, 6, 7]}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "7", "--frame_encoding",
+            "raw")
+    (e,) = read_examples(tmp_path / "out")
+    assert e["mask"].tolist() == [1, 1, 0, 1, 0, 1, 1]
+    assert e["labels"].tolist() == [1, 2, 0, 4, 0, 6, 7]
+    assert not e["window"][2].any() and not e["window"][4].any()
+    assert _level(e["window"][5]) == 4
+    meta = read_dataset_json(tmp_path / "out")
+    assert meta["splits"]["train"]["bad_frames"] == 2
+    rows = [json.loads(l) for l in open(tmp_path / "out" / "bad_frames.jsonl")]
+    assert rows == [{"video_id": "v", "source": str(tmp_path / "m.jsonl"), "bad_frames": 2,
+                     "first": [2, 4]}]
+
+    with pytest.raises(SystemExit):
+        run_job(str(tmp_path / "m.jsonl"), tmp_path / "fail", "--window", "7",
+                "--on_bad_frame", "fail")
+    (row,) = [json.loads(l) for l in open(tmp_path / "fail" / "failures.jsonl")]
+    assert row["video_id"] == "v" and "frame" in row["reason"] and "frame_2.png" in row["reason"]
+
+
+def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
+    write_video(tmp_path / "clips" / "a.mp4" if os.makedirs(tmp_path / "clips") is None else "",
+                solid_frames(30, size=(32, 48)), rate=10)
+    write_video(tmp_path / "clips" / "b.webm", solid_frames(20, size=(32, 48)),
+                codec="libvpx-vp9", rate=10)
+    run_job(str(tmp_path / "clips" / "*"), tmp_path / "out", "--window", "4", "--stride", "4",
+            "--tail", "drop", "--frame_encoding", "raw")
+    videos = _by_video(read_examples(tmp_path / "out"))
+    assert sorted(videos) == ["a", "b"]
+    assert sorted(videos["a"]) == list(range(0, 28, 4)) and sorted(videos["b"]) == [0, 4, 8, 12, 16]
+    for start, e in videos["a"].items():   # lossy codecs: levels survive
+        assert [_level(f) for f in e["window"]] == list(range(start, start + 4))
+
+    run_job(str(tmp_path / "clips" / "a.mp4"), tmp_path / "fps", "--window", "3", "--stride",
+            "3", "--tail", "drop", "--fps", "5", "--frame_encoding", "raw")
+    videos = _by_video(read_examples(tmp_path / "fps"))
+    assert sorted(videos["a"]) == [0, 3, 6, 9, 12]            # 30 frames at 10 fps -> 15
+    assert [_level(f) for f in videos["a"][3]["window"]] == [6, 8, 10]
+
+    run_job(str(tmp_path / "clips" / "b.webm"), tmp_path / "cap", "--window", "4",
+            "--max_frames", "9", "--frame_encoding", "raw")
+    assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
+
+
+def test_memory_paths_and_csv_manifests_with_relative_paths(tmp_path):
+    from PIL import Image
+
+    fs = fsspec.filesystem("memory")
+    for i, frame in enumerate(solid_frames(5)):
+        with fs.open(f"/mem-test/v/f{i}.png", "wb") as f:
+            Image.fromarray(frame).save(f, format="PNG")
+    write_frame_folder(tmp_path / "local", solid_frames(5, start=2))
+    (tmp_path / "m.csv").write_text(
+        "video_id,frames,labels,split\n"
+        'm,memory://mem-test/v,"[0,1,2,3,4]",\n'
+        'l,local,"[5,6,7,8,9]",test\n')
+    run_job(str(tmp_path / "m.csv"), tmp_path / "out", "--window", "5", "--frame_encoding",
+            "png", "--splits", "train=0.999,test=0.001")
+    train, test = read_examples(tmp_path / "out"), read_examples(tmp_path / "out", "test")
+    assert [e["video_id"] for e in train] == ["m"] and [e["video_id"] for e in test] == ["l"]
+    assert [_level(f) for f in train[0]["window"]] == [0, 1, 2, 3, 4]
+    assert test[0]["labels"].tolist() == [5, 6, 7, 8, 9]
+
+    with fs.open("/mem-test/manifest.jsonl", "w") as f:
+        f.write(json.dumps({"video_id": "m", "frames": "v", "labels": [0, 1, 2, 3, 4]}) + "\n")
+    run_job("memory://mem-test/manifest.jsonl", tmp_path / "mem", "--window", "5")
+    assert [e["video_id"] for e in read_examples(tmp_path / "mem")] == ["m"]
+
+
+def test_bad_videos_go_to_failures(tmp_path):
+    write_frame_folder(tmp_path / "good", solid_frames(6))
+    write_frame_folder(tmp_path / "big", solid_frames(6, size=(48, 64)))
+    (tmp_path / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 but nothing more")
+    (tmp_path / "empty").mkdir()
+    rows = [{"video_id": f"ok{i}", "frames": "good", "labels": [0] * 6, "metadata": [1]}
+            for i in range(3)]
+    rows += [
+        {"video_id": "short_labels", "frames": "good", "labels": [0] * 5, "metadata": [1]},
+        {"video_id": "long_labels", "frames": "good", "labels": [0] * 7, "metadata": [1]},
+        {"video_id": "meta", "frames": "good", "labels": [0] * 6, "metadata": [1, 2]},
+        {"video_id": "size", "frames": "big", "labels": [0] * 6, "metadata": [1]},
+        {"video_id": "unreadable", "video": "broken.mp4", "labels": [0] * 6, "metadata": [1]},
+        {"video_id": "nothing", "frames": "empty", "labels": [], "metadata": [1]},
+        {"frames": "good"},
+        {"video_id": "both", "frames": "good", "video": "broken.mp4"},
+        {"video_id": "split", "frames": "good", "split": "holdout", "labels": [0] * 6,
+         "metadata": [1]},
+    ]
+    write_manifest(tmp_path / "m.jsonl", rows)
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
+            "--max_failure_fraction", "0.9")
+    reasons = {r["video_id"]: r["reason"]
+               for r in map(json.loads, open(tmp_path / "out" / "failures.jsonl"))}
+    assert "5 labels, but the video has more frames" in reasons["short_labels"]
+    assert "7 labels for 6 frames" in reasons["long_labels"]
+    assert "metadata has 2 values, expected 1" in reasons["meta"]
+    assert "48x64" in reasons["size"] and "--frame_size" in reasons["size"]
+    assert "cannot decode video" in reasons["unreadable"]
+    assert reasons["nothing"] == "no frames"
+    assert reasons[None] == "no video_id"
+    assert "exactly one of frames and video" in reasons["both"]
+    assert "'holdout' is not one of --splits" in reasons["split"]
+    assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"ok0", "ok1", "ok2"}
+    assert read_dataset_json(tmp_path / "out")["failures"] == 9
+
+
+def test_reader_gives_keras_tuples_and_float_pixels(tmp_path):
+    write_frame_folder(tmp_path / "v", solid_frames(8))
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v",
+                                           "labels": list(range(8))}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "4", "--stride", "2",
+            "--frame_encoding", "png")
+    ds = readers.make_dataset(str(tmp_path / "out"), batch_size=3, float_pixels=True,
+                              structure=(("window", "mask"), "labels"), seed=0)
+    (frames, mask), labels = ds.element_spec
+    assert frames.shape == (3, 4, 24, 32, 3) and frames.dtype == tf.float32
+    assert mask.shape == (3, 4) and labels.shape == (3, 4)
+    (frames, mask), labels = next(iter(ds))
+    assert 0 <= frames.numpy().min() and frames.numpy().max() <= 1
+    for window, label in zip(frames.numpy(), labels.numpy()):
+        np.testing.assert_allclose([f.mean() * 255 / 8 for f in window], label, atol=1e-3)
