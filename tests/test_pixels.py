@@ -170,6 +170,9 @@ def test_bad_videos_go_to_failures(tmp_path):
     write_frame_folder(tmp_path / "big", solid_frames(6, size=(48, 64)))
     (tmp_path / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 but nothing more")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "corrupt").mkdir()
+    for i in range(3):
+        (tmp_path / "corrupt" / f"f{i}.png").write_bytes(b"garbage")
     rows = [{"video_id": f"ok{i}", "frames": "good", "labels": [0] * 6, "metadata": [1]}
             for i in range(3)]
     rows += [
@@ -179,6 +182,8 @@ def test_bad_videos_go_to_failures(tmp_path):
         {"video_id": "size", "frames": "big", "labels": [0] * 6, "metadata": [1]},
         {"video_id": "unreadable", "video": "broken.mp4", "labels": [0] * 6, "metadata": [1]},
         {"video_id": "nothing", "frames": "empty", "labels": [], "metadata": [1]},
+        {"video_id": "unreadable_frames", "frames": "corrupt", "labels": [0] * 3,
+         "metadata": [1]},
         {"frames": "good"},
         {"video_id": "both", "frames": "good", "video": "broken.mp4"},
         {"video_id": "split", "frames": "good", "split": "holdout", "labels": [0] * 6,
@@ -195,11 +200,12 @@ def test_bad_videos_go_to_failures(tmp_path):
     assert "48x64" in reasons["size"] and "--frame_size" in reasons["size"]
     assert "cannot decode video" in reasons["unreadable"]
     assert reasons["nothing"] == "no frames"
+    assert reasons["unreadable_frames"] == "no readable frame"
     assert reasons[None] == "no video_id"
     assert "exactly one of frames and video" in reasons["both"]
     assert "'holdout' is not one of --splits" in reasons["split"]
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"ok0", "ok1", "ok2"}
-    assert read_dataset_json(tmp_path / "out")["failures"] == 9
+    assert read_dataset_json(tmp_path / "out")["failures"] == 10
 
 
 def test_reader_gives_keras_tuples_and_float_pixels(tmp_path):
