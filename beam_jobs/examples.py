@@ -6,12 +6,14 @@ video turns out unusable. Latent sequences and decoded pixel videos both fit.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.utils import shared
 
 from beam_jobs import keys, windows
+from beam_jobs.encode import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.video import FAILURES, BadRecord, Frame, failure
 from readers import spec as spec_lib
 
@@ -42,14 +44,20 @@ class CutWindows(beam.DoFn):
 
     def __init__(self, features: list[spec_lib.FeatureSpec], length: int, stride: int,
                  tail: str, splits: Mapping[str, float], seed: int,
-                 pad_frame: Any = None):
+                 pad_frame: Any = None, encoder: Optional[EncoderSpec] = None):
         self._features = features
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in spec_lib.IMAGE_ENCODINGS
         self._length, self._stride, self._tail = length, stride, tail
         self._splits, self._seed, self._pad_frame = dict(splits), seed, pad_frame
+        self._encoder, self._shared_model = encoder, shared.Shared()
         self._too_short = beam.metrics.Metrics.counter("make_shards", "videos_too_short")
         self._windows = beam.metrics.Metrics.counter("make_shards", "windows")
+
+    def setup(self):
+        if self._encoder:  # once per worker process, whatever the number of DoFn copies
+            path = self._encoder.path
+            self._encode = self._shared_model.acquire(lambda: load_encoder(path), tag=path)
 
     def process(self, video):
         split = video.split or keys.assign_split(self._seed, video.video_id, self._splits)
@@ -79,9 +87,12 @@ class CutWindows(beam.DoFn):
                 yield frame
 
         video_id = video.video_id.encode("utf-8")
-        for start, frames in windows.stream_windows(counted(video.frames()), self._length,
-                                                    self._stride, self._tail):
-            values = self._window_values(frames)
+        frames = counted(video.frames())
+        if self._encoder:
+            frames = encode_frames(frames, self._encode, self._encoder)
+        for start, window in windows.stream_windows(frames, self._length, self._stride,
+                                                    self._tail):
+            values = self._window_values(window)
             values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
             example = spec_lib.encode_example(self._features, values)
             yield KeyedExample(split, keys.window_key(self._seed, video.video_id, start), example)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -63,7 +63,8 @@ def _write_text(path: str, text: str) -> None:
 def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]],
              failures: list[dict], bad_frames: list[dict], *, output_dir: str, temp_dir: str,
              features: Iterable[spec_lib.FeatureSpec], window: Mapping, compression: str,
-             splits: Iterable[str], flags: Mapping, max_failure_fraction: float) -> None:
+             splits: Iterable[str], flags: Mapping, max_failure_fraction: float,
+             encoder: Optional[Mapping] = None) -> None:
     """Write failures.jsonl and bad_frames.jsonl, then dataset.json when the failure
     fraction allows it.
 
@@ -92,7 +93,7 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
                                f"{counts.get(split, empty)['windows']} windows cut")
     dataset = spec_lib.DatasetSpec(
         window=dict(window), features=tuple(features), compression=compression,
-        failures=len(failures), flags=dict(flags),
+        failures=len(failures), flags=dict(flags), encoder=encoder,
         splits={split: spec_lib.SplitInfo(
                     **counts.get(split, empty),
                     shards=tuple(spec_lib.Shard(s.file, s.examples)

@@ -114,6 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     pix.add_argument("--on_bad_frame", choices=("mask", "fail"), default="mask",
                      help="a missing or undecodable frame: zeros with mask 0 and label 0, or "
                           "fail the video (default: %(default)s)")
+    enc = p.add_argument_group("frame encoder (pixel input)")
+    enc.add_argument("--encoder", default=None,
+                     help="a Keras .keras file or a TensorFlow SavedModel directory (local or "
+                          "gs://) mapping frames [B, H, W, C] to latents [B, ...]: windows "
+                          "then hold latents instead of pixels")
+    enc.add_argument("--encoder_input_scale", type=float, default=1 / 255,
+                     help="uint8 pixels are multiplied by this into the model's float32 "
+                          "input (default: 1/255, i.e. [0, 1])")
+    enc.add_argument("--encoder_batch_size", type=_positive_int, default=32,
+                     help="frames per model call (default: %(default)s)")
+    enc.add_argument("--latent_dtype", choices=("float32", "float16"), default="float32",
+                     help="how latents are stored; float16 halves the storage "
+                          "(default: %(default)s)")
     win = p.add_argument_group("windows")
     win.add_argument("--window", type=_positive_int, required=True, help="frames per window L")
     win.add_argument("--stride", type=_positive_int, default=None,
@@ -171,6 +184,9 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, li
         if not args.input_files:
             parser.error(f"--input: no file matches {args.input!r}")
     args.input_kind = _input_kind(args.input, [path for path, _ in args.input_files])
+    if args.encoder and args.input_kind == "latents":
+        parser.error("--encoder: encodes frames; --input holds latents already (give a "
+                     "manifest or video files)")
     problem = output_dir.prepare_output_dir(args.output_dir, args.overwrite)
     if problem:
         parser.error(problem)

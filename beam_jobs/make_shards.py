@@ -18,6 +18,7 @@ import sys
 from typing import Any, Callable, Optional
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -31,7 +32,7 @@ MAX_BUCKETS = 4096
 # Output per video, for sizing the shuffle buckets of pixel inputs, whose size is not
 # known before decoding; an over-estimate only makes more, smaller buckets.
 _FRAMES_PER_VIDEO_GUESS = 1000
-_BYTES_PER_PIXEL = {"raw": 1.0, "png": 0.6, "jpeg": 0.15}
+_BYTES_PER_PIXEL = {"png": 0.6, "jpeg": 0.15}   # of raw, roughly
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class Source:
     read: Callable[[beam.Pipeline], tuple[Any, Any]]   # -> (videos, failure rows)
     output_bytes: float                                # an estimate, for bucket sizing
     pad_frame: Any = None                              # None: zeros like a frame
+    encoder: Any = None                                # an encode.EncoderSpec
 
 
 def _latent_source(args: argparse.Namespace) -> Source:
@@ -73,24 +75,46 @@ def _pixel_source(args: argparse.Namespace) -> Source:
         entries, manifest_failures = read_manifest(args.input, args.splits)
     else:
         entries, manifest_failures = video_file_entries([p for p, _ in args.input_files]), []
-    codec = FrameCodec(args.frame_size or (0, 0), args.channels, args.frame_encoding,
+    # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
+    encoding = "raw" if args.encoder else args.frame_encoding
+    codec = FrameCodec(args.frame_size or (0, 0), args.channels, encoding,
                        args.jpeg_quality, resize=args.frame_size is not None)
     fmt = probe_pixel_format(entries, PixelFormat(codec, fps=args.fps,
                                                   max_frames=args.max_frames,
                                                   on_bad_frame=args.on_bad_frame))
-    window = spec_lib.FeatureSpec("window", (args.window, *fmt.codec.frame_shape), "uint8",
-                                  args.frame_encoding)
+    encoder = _probe_encoder(args, fmt.codec.frame_shape) if args.encoder else None
+    if encoder:
+        window = spec_lib.FeatureSpec.for_array(
+            "window", (args.window, *encoder.latent_shape), encoder.latent_dtype)
+        pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
+    else:
+        window = spec_lib.FeatureSpec("window", (args.window, *fmt.codec.frame_shape),
+                                      "uint8", encoding)
+        pad_frame = fmt.codec.padding()
 
     def read(pipeline):
         videos = pipeline | "ListVideos" >> beam.Create([PixelVideo(e, fmt) for e in entries])
         failures = pipeline | "ManifestFailures" >> beam.Create(manifest_failures)
         return videos, failures
 
-    frame_bytes = math.prod(fmt.codec.frame_shape) * _BYTES_PER_PIXEL[args.frame_encoding]
+    frame_bytes = (math.prod(window.shape[1:]) * np.dtype(window.dtype).itemsize
+                   * _BYTES_PER_PIXEL.get(window.encoding, 1.0))
     frames = len(entries) * (args.max_frames or _FRAMES_PER_VIDEO_GUESS)
     return Source(spec_lib.window_features(window, fmt.metadata_length, fmt.label_shape),
                   read, frames * frame_bytes * max(1.0, args.window / args.stride),
-                  pad_frame=fmt.codec.padding())
+                  pad_frame=pad_frame, encoder=encoder)
+
+
+def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
+    """Load the encoder once here, so that a model that cannot serve stops the job
+    before any video is processed."""
+    from beam_jobs.encode import EncoderError, EncoderSpec, probe
+
+    try:
+        return probe(EncoderSpec(args.encoder, args.encoder_input_scale,
+                                 args.encoder_batch_size, args.latent_dtype), frame_shape)
+    except EncoderError as e:
+        refuse(f"--encoder: {e}")
 
 
 def _num_buckets(output_bytes: float, bucket_mb: float) -> int:
@@ -115,7 +139,8 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
     videos, read_failures = source.read(pipeline)
     cut = videos | "CutWindows" >> beam.ParDo(CutWindows(
         source.features, args.window, args.stride, args.tail, args.splits, args.seed,
-        source.pad_frame)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES, main="examples")
+        source.pad_frame, source.encoder)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
+                                                        main="examples")
     written = cut.examples | "WriteShards" >> WriteShuffledShards(
         args.output_dir, temp_dir, args.splits, args.compression, args.num_shards,
         int(args.shard_size_mb * 2**20),
@@ -133,6 +158,7 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
          output_dir=args.output_dir, temp_dir=temp_dir, features=source.features,
          window={"length": args.window, "stride": args.stride, "tail": args.tail},
          compression=args.compression, splits=list(args.splits), flags=_job_flags(args),
+         encoder=source.encoder.to_json() if source.encoder else None,
          max_failure_fraction=args.max_failure_fraction))
 
 

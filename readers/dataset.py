@@ -50,7 +50,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                  input_context: Optional[tf.distribute.InputContext] = None,
                  shuffle_buffer: Optional[int] = None,
                  cycle_length: Optional[int] = None, float_pixels: bool = False,
-                 structure: Any = None) -> tf.data.Dataset:
+                 keep_float16: bool = False, structure: Any = None) -> tf.data.Dataset:
     """Batches of windows from `path`, a directory written by `beam_jobs.make_shards`.
 
     Each element is a dict of feature name -> tensor with a static shape
@@ -74,6 +74,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         at least batch_size, at most 1024).
       cycle_length: shards read at once (default: min(16, shards)).
       float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: uint8 as stored).
+      keep_float16: float16 latents stay float16 (default: cast to float32).
       structure: a nested tuple of feature names, e.g. `(("window", "mask"), "labels")`:
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
@@ -123,6 +124,9 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         values = {f.name: f.decode(parsed[f.name]) for f in selected}
         if float_pixels:
             values = {name: tf.cast(v, tf.float32) / 255.0 if v.dtype == tf.uint8 else v
+                      for name, v in values.items()}
+        if not keep_float16:
+            values = {name: tf.cast(v, tf.float32) if v.dtype == tf.float16 else v
                       for name, v in values.items()}
         if structure is None:
             return values

@@ -207,6 +207,7 @@ class DatasetSpec:
     splits: Mapping[str, SplitInfo]
     failures: int = 0
     flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    encoder: Optional[Mapping[str, Any]] = None   # path, shapes, checksum of the model
     format_version: int = FORMAT_VERSION
 
     def feature(self, name: str) -> FeatureSpec:
@@ -222,6 +223,7 @@ class DatasetSpec:
             "features": [f.to_json() for f in self.features],
             "compression": self.compression,
             "failures": self.failures,
+            "encoder": self.encoder,
             "splits": {name: {"videos": s.videos, "windows": s.windows,
                               "skipped_short": s.skipped_short, "bad_frames": s.bad_frames,
                               "shards": [dataclasses.asdict(sh) for sh in s.shards]}
@@ -244,4 +246,5 @@ class DatasetSpec:
                    features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
                    compression=d["compression"], splits=splits,
                    failures=d.get("failures", 0), flags=d.get("flags", {}),
+                   encoder=d.get("encoder"),
                    format_version=version)

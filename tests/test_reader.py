@@ -115,7 +115,10 @@ def test_float16_and_gzip_datasets_read_back(tmp_path, rng):
     write_videos(str(tmp_path / "in"), videos, files=1)
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "8",
             "--compression", "gzip")
-    batch = next(iter(readers.make_dataset(str(tmp_path / "out"), batch_size=8, seed=0)))
+    assert next(iter(readers.make_dataset(str(tmp_path / "out"), batch_size=8)))[
+        "window"].dtype == tf.float32
+    batch = next(iter(readers.make_dataset(str(tmp_path / "out"), batch_size=8, seed=0,
+                                           keep_float16=True)))
     assert batch["window"].dtype == tf.float16 and batch["window"].shape == (8, 8, 3)
     by_id = {f"lat-0.tfrecord:{i}": f for i, (f, _) in enumerate(videos)}
     for vid, start, window in zip(batch["video_id"].numpy(), batch["start"].numpy(),
