@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, Optional
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import progress
 from beam_jobs.examples import VideoCount
 from beam_jobs.shard_writer import WrittenShard
 from readers import spec as spec_lib
@@ -15,7 +16,8 @@ COMMITTED = "datasets_committed"
 
 
 class CountVideos(beam.CombineFn):
-    """VideoCount rows -> {split: {"videos", "windows", "skipped_short", "bad_frames"}}."""
+    """VideoCount rows -> {split: {"videos", "windows", "skipped_short", "frames",
+    "bad_frames"}}."""
 
     def create_accumulator(self):
         return {}
@@ -25,6 +27,7 @@ class CountVideos(beam.CombineFn):
         row["videos" if count.windows else "skipped_short"] += 1
         row["windows"] += count.windows
         row["bad_frames"] += count.bad_frames
+        row["frames"] += count.frames
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -41,7 +44,7 @@ class CountVideos(beam.CombineFn):
 
 
 def _empty_counts() -> dict:
-    return {"videos": 0, "windows": 0, "skipped_short": 0, "bad_frames": 0}
+    return {"videos": 0, "windows": 0, "skipped_short": 0, "frames": 0, "bad_frames": 0}
 
 
 def _write_jsonl(path: str, rows: list[dict]) -> None:
@@ -71,7 +74,6 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     Over the threshold, the shards are removed again: a directory without dataset.json
     holds no dataset, whatever else lies in it.
     """
-    metrics = beam.metrics.Metrics
     failures = sorted(failures, key=lambda f: (f["source"], f["record_index"] or 0,
                                                f["video_id"] or ""))
     _write_jsonl(FileSystems.join(output_dir, spec_lib.FAILURES_JSONL), failures)
@@ -79,8 +81,8 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
         _write_jsonl(FileSystems.join(output_dir, spec_lib.BAD_FRAMES_JSONL),
                      sorted(bad_frames, key=lambda row: row["video_id"]))
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
-    metrics.counter("make_shards", "videos_ok").inc(good)
-    metrics.counter("make_shards", "videos_failed").inc(len(failures))
+    progress.counter("videos_ok").inc(good)
+    progress.counter("videos_failed").inc(len(failures))
     shards = sorted(written)
     if failures and len(failures) / (len(failures) + good) > max_failure_fraction:
         _delete_present([FileSystems.join(output_dir, s.file) for s in shards] + [temp_dir])
@@ -103,4 +105,4 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     _write_text(temp_json, dataset.to_json())
     FileSystems.rename([temp_json], [FileSystems.join(output_dir, spec_lib.DATASET_JSON)])
     _delete_present([temp_dir])
-    metrics.counter("make_shards", COMMITTED).inc()
+    progress.counter(COMMITTED).inc()

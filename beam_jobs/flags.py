@@ -84,7 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "Local, gs:// or any scheme Beam's FileSystems reads")
     io.add_argument("--output_dir", required=True, help="where the shards and dataset.json go")
     io.add_argument("--overwrite", action="store_true",
-                    help="replace a previous run's dataset in --output_dir (default: refuse)")
+                    help="replace a finished dataset in --output_dir (default: refuse; the "
+                         "leftovers of an unfinished run are always cleared)")
+    io.add_argument("--all_cores", action="store_true",
+                    help="run locally on every core: --direct_num_workers <cores> "
+                         "--direct_running_mode multi_processing, unless given")
+    io.add_argument("--progress_interval", type=_positive_float, default=10.0,
+                    help="seconds between progress lines of each worker (default: "
+                         "%(default)s)")
     fmt = p.add_argument_group("latent input")
     fmt.add_argument("--sequence_feature", default="frames",
                      help="bytes feature with tf.io.serialize_tensor of float [T, ...], or a "

@@ -14,14 +14,17 @@ import argparse
 import dataclasses
 import logging
 import math
+import os
 import sys
+import time
 from typing import Any, Callable, Optional
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
+                                                  StandardOptions)
 
 from beam_jobs import output_dir
 from beam_jobs.flags import PROG, parse_args, refuse
@@ -43,6 +46,7 @@ class Source:
     output_bytes: float                                # an estimate, for bucket sizing
     pad_frame: Any = None                              # None: zeros like a frame
     encoder: Any = None                                # an encode.EncoderSpec
+    total_videos: Optional[int] = None                 # when known before the run
 
 
 def _latent_source(args: argparse.Namespace) -> Source:
@@ -102,7 +106,7 @@ def _pixel_source(args: argparse.Namespace) -> Source:
     frames = len(entries) * (args.max_frames or _FRAMES_PER_VIDEO_GUESS)
     return Source(spec_lib.window_features(window, fmt.metadata_length, fmt.label_shape),
                   read, frames * frame_bytes * max(1.0, args.window / args.stride),
-                  pad_frame=pad_frame, encoder=encoder)
+                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries))
 
 
 def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
@@ -129,7 +133,8 @@ def _job_flags(args: argparse.Namespace) -> dict:
     return flags
 
 
-def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source) -> None:
+def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
+                   workers: int = 1) -> None:
     from beam_jobs.examples import BAD_FRAMES, VIDEO_COUNTS, CutWindows
     from beam_jobs.finalize import CountVideos, finalize
     from beam_jobs.shard_writer import WriteShuffledShards
@@ -139,8 +144,9 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
     videos, read_failures = source.read(pipeline)
     cut = videos | "CutWindows" >> beam.ParDo(CutWindows(
         source.features, args.window, args.stride, args.tail, args.splits, args.seed,
-        source.pad_frame, source.encoder)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
-                                                        main="examples")
+        source.pad_frame, source.encoder, source.total_videos, workers,
+        args.progress_interval)).with_outputs(
+        VIDEO_COUNTS, FAILURES, BAD_FRAMES, main="examples")
     written = cut.examples | "WriteShards" >> WriteShuffledShards(
         args.output_dir, temp_dir, args.splits, args.compression, args.num_shards,
         int(args.shard_size_mb * 2**20),
@@ -178,11 +184,10 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
         source = (_latent_source if args.input_kind == "latents" else _pixel_source)(args)
     except BadRecord as e:
         refuse(f"--input: {e}")
-    options = PipelineOptions(pipeline_args)
-    if options.view_as(StandardOptions).runner is None:
-        options.view_as(StandardOptions).runner = "FnApiRunner"
+    options = _pipeline_options(pipeline_args, args.all_cores)
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, args, source)
+    build_pipeline(pipeline, args, source, options.view_as(DirectOptions).direct_num_workers)
+    started = time.monotonic()
     result = pipeline.run()
     result.wait_until_finish()
     if not _counter(result, COMMITTED):
@@ -192,20 +197,32 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
                  f"{args.max_failure_fraction}; see "
                  f"{FileSystems.join(args.output_dir, spec_lib.FAILURES_JSONL)}. "
                  "No dataset.json was written.")
-    _log_summary(args.output_dir)
+    _log_summary(args.output_dir, time.monotonic() - started)
     return result
 
 
-def _log_summary(directory: str) -> None:
+def _pipeline_options(pipeline_args: list[str], all_cores: bool) -> PipelineOptions:
+    """Beam's options; FnApiRunner when no runner is named, every core with --all_cores."""
+    options = PipelineOptions(pipeline_args)
+    standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
+    if standard.runner is None:
+        standard.runner = "FnApiRunner"
+    if all_cores and "--direct_num_workers" not in " ".join(pipeline_args):
+        direct.direct_num_workers = os.cpu_count() or 1
+    if all_cores and "--direct_running_mode" not in " ".join(pipeline_args):
+        direct.direct_running_mode = "multi_processing"
+    return options
+
+
+def _log_summary(directory: str, elapsed: float) -> None:
+    from beam_jobs.progress import summary_table
+
     path = FileSystems.join(directory, spec_lib.DATASET_JSON)
     with FileSystems.open(path) as f:
         dataset = spec_lib.DatasetSpec.from_json(f.read().decode("utf-8"), source=path)
-    for name, split in dataset.splits.items():
-        _LOG.info("%s: %d windows from %d videos in %d shards; %d videos shorter than "
-                  "--window skipped; %d bad frames", name, split.windows, split.videos,
-                  len(split.shards), split.skipped_short, split.bad_frames)
-    _LOG.info("%d failed records (see %s); wrote %s", dataset.failures,
-              spec_lib.FAILURES_JSONL, path)
+    shards = FileSystems.match([FileSystems.join(directory, "*.tfrecord*")])[0].metadata_list
+    sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in shards}
+    _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))
 
 
 def main() -> None:

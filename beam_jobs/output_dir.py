@@ -30,9 +30,11 @@ def _entries(output_dir: str) -> dict[str, str]:
 def prepare_output_dir(output_dir: str, overwrite: bool) -> Optional[str]:
     """Make `output_dir` ready for a new dataset; return why it cannot be, or None.
 
-    An empty or missing directory is ready. One holding a previous run's output is
-    cleared with `overwrite` (dataset.json first, so that a crash half-way leaves a
-    visibly unfinished directory); one holding anything else is never touched.
+    An empty or missing directory is ready. The leftovers of a run that did not finish
+    (this job's files, no dataset.json) are cleared, so that the same command simply runs
+    again. A finished dataset is replaced only with `overwrite` (dataset.json first, so
+    that a crash half-way leaves a visibly unfinished directory). A directory holding
+    anything else is never touched.
     """
     entries = _entries(output_dir)
     if not entries:
@@ -42,9 +44,9 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> Optional[str]:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         return (f"--output_dir: {output_dir} holds files this job did not write ({shown}); "
                 "choose an empty or new directory")
-    if not overwrite:
-        return (f"--output_dir: {output_dir} already holds a dataset or a run's leftovers; "
-                "pass --overwrite to replace it")
+    if DATASET_JSON in entries and not overwrite:
+        return (f"--output_dir: {output_dir} already holds a dataset; pass --overwrite to "
+                "replace it")
     if DATASET_JSON in entries:
         FileSystems.delete([entries.pop(DATASET_JSON)])
     if entries:

@@ -196,6 +196,7 @@ class SplitInfo:
     skipped_short: int
     shards: tuple[Shard, ...]
     bad_frames: int = 0
+    frames: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +226,8 @@ class DatasetSpec:
             "failures": self.failures,
             "encoder": self.encoder,
             "splits": {name: {"videos": s.videos, "windows": s.windows,
-                              "skipped_short": s.skipped_short, "bad_frames": s.bad_frames,
+                              "skipped_short": s.skipped_short, "frames": s.frames,
+                              "bad_frames": s.bad_frames,
                               "shards": [dataclasses.asdict(sh) for sh in s.shards]}
                        for name, s in self.splits.items()},
             "flags": dict(self.flags),
@@ -240,7 +242,7 @@ class DatasetSpec:
                              f"reads version {FORMAT_VERSION}")
         splits = {name: SplitInfo(s["videos"], s["windows"], s["skipped_short"],
                                   tuple(Shard(**sh) for sh in s["shards"]),
-                                  s.get("bad_frames", 0))
+                                  s.get("bad_frames", 0), s.get("frames", 0))
                   for name, s in d["splits"].items()}
         return cls(window=d["window"],
                    features=tuple(FeatureSpec.from_json(f) for f in d["features"]),

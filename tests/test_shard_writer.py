@@ -60,7 +60,7 @@ def test_cut_windows_keys_and_counts():
         out = (p | beam.Create([video, short])
                | beam.ParDo(CutWindows(features, 4, 3, "align_end", {"train": 1.0}, 0))
                .with_outputs(VIDEO_COUNTS, main="examples"))
-        assert_that(out[VIDEO_COUNTS], equal_to([VideoCount("train", 3), VideoCount("train", 0)]),
+        assert_that(out[VIDEO_COUNTS], equal_to([VideoCount("train", 3, 0, 10), VideoCount("train", 0, 0, 3)]),
                     label="Counts")
         starts = out.examples | beam.Map(
             lambda e: tf.train.Example.FromString(e.example).features.feature["start"]

@@ -1,0 +1,97 @@
+"""Progress of a long run, on stderr at a steady pace, and the summary at its end.
+
+FnApiRunner shows nothing while it runs and its metrics are readable only afterwards,
+so each worker process logs its own share every `interval` seconds. Beam counters carry
+the same figures, so Dataflow's monitoring shows them.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from typing import Optional
+
+import apache_beam as beam
+
+from readers import spec as spec_lib
+
+_LOG = logging.getLogger("beam_jobs.progress")
+NAMESPACE = "make_shards"
+
+
+def counter(name: str) -> beam.metrics.metric.Metrics.DelegatingCounter:
+    return beam.metrics.Metrics.counter(NAMESPACE, name)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return str(datetime.timedelta(seconds=int(seconds)))
+
+
+class Progress:
+    """One worker's running totals, logged at most once per `interval` seconds.
+
+    `total_videos` (when known) and `workers` give the ETA, assuming the workers share
+    the videos evenly.
+    """
+
+    def __init__(self, total_videos: Optional[int], workers: int = 1, interval: float = 10.0):
+        self._total, self._workers, self._interval = total_videos, max(1, workers), interval
+        self._start: Optional[float] = None
+        self._last = 0.0
+        self.videos = self.frames = self.windows = self.failures = 0
+
+    def start(self) -> None:
+        """Start the clock, if not yet: call as the first video begins."""
+        if self._start is None:
+            self._start = self._last = time.monotonic()
+
+    def add(self, videos: int = 0, frames: int = 0, windows: int = 0,
+            failures: int = 0) -> None:
+        self.videos += videos
+        self.frames += frames
+        self.windows += windows
+        self.failures += failures
+        now = time.monotonic()
+        if now - self._last >= self._interval:
+            self._last = now
+            _LOG.info("%s", self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = max(now - self._start, 1e-9)
+        done = self.videos + self.failures
+        text = f"worker {os.getpid()}: {done}"
+        if self._total:
+            share = self._total / self._workers
+            text += f" of ~{share:.0f} videos"
+            eta = (share - done) * elapsed / done if done else None
+        else:
+            text += " videos"
+            eta = None
+        text += (f", {self.frames / elapsed:,.0f} frames/s, {self.windows:,} windows, "
+                 f"{self.failures} failures, elapsed {_duration(elapsed)}")
+        if eta is not None:
+            text += f", ETA {_duration(max(0.0, eta))}"
+        return text
+
+
+def summary_table(dataset: spec_lib.DatasetSpec, shard_bytes: dict[str, int],
+                  elapsed: float) -> str:
+    """The end-of-run table: per split videos, windows, shards and bytes; throughput."""
+    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    total_frames = total_windows = 0
+    for name, split in dataset.splits.items():
+        size = sum(shard_bytes.get(s.file, 0) for s in split.shards)
+        rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
+                     split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
+        total_frames += split.frames
+        total_windows += split.windows
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
+                       for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.append(f"failed videos: {dataset.failures} (see {spec_lib.FAILURES_JSONL}); "
+                 f"elapsed {_duration(elapsed)}; {total_frames / max(elapsed, 1e-9):,.0f} "
+                 f"frames/s, {total_windows / max(elapsed, 1e-9):,.0f} windows/s")
+    return "\n".join(lines)
