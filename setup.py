@@ -3,7 +3,7 @@ from setuptools import find_packages, setup
 
 TENSORFLOW = "tensorflow-cpu==2.21.0"  # a GPU trainer may swap in its own tensorflow 2.21
 BEAM = ["apache-beam[gcp]==2.77.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
-DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2"]
+DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2", "gcp-storage-emulator==2026.7.19"]
 
 setup(
     name="video-window-shards",

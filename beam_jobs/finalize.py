@@ -9,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import progress
 from beam_jobs.examples import VideoCount
+from beam_jobs.output_dir import delete_tree
 from beam_jobs.shard_writer import WrittenShard
 from readers import spec as spec_lib
 
@@ -51,13 +52,6 @@ def _write_jsonl(path: str, rows: list[dict]) -> None:
     _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
 
 
-def _delete_present(paths: list[str]) -> None:
-    """Delete what exists of `paths` (no video may have left a window, or a temp file)."""
-    present = [p for p in paths if FileSystems.exists(p)]
-    if present:
-        FileSystems.delete(present)
-
-
 def _write_text(path: str, text: str) -> None:
     with FileSystems.create(path) as f:
         f.write(text.encode("utf-8"))
@@ -85,7 +79,9 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     progress.counter("videos_failed").inc(len(failures))
     shards = sorted(written)
     if failures and len(failures) / (len(failures) + good) > max_failure_fraction:
-        _delete_present([FileSystems.join(output_dir, s.file) for s in shards] + [temp_dir])
+        if shards:
+            FileSystems.delete([FileSystems.join(output_dir, s.file) for s in shards])
+        delete_tree(temp_dir)
         return
     empty = _empty_counts()
     for split in splits:
@@ -104,5 +100,5 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
     temp_json = FileSystems.join(temp_dir, spec_lib.DATASET_JSON)
     _write_text(temp_json, dataset.to_json())
     FileSystems.rename([temp_json], [FileSystems.join(output_dir, spec_lib.DATASET_JSON)])
-    _delete_present([temp_dir])
+    delete_tree(temp_dir)
     progress.counter(COMMITTED).inc()

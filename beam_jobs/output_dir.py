@@ -15,9 +15,18 @@ def is_job_output(name: str) -> bool:
             or is_shard_name(name))
 
 
+def delete_tree(path: str) -> None:
+    """Delete a directory and all under it, on any filesystem (GCS has no directories)."""
+    files = [m.path for m in FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list]
+    if files:
+        FileSystems.delete(files)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+
+
 def _entries(output_dir: str) -> dict[str, str]:
     """name -> path of what lies directly in `output_dir` (empty if it does not exist)."""
-    pattern = FileSystems.join(output_dir, "*")
+    pattern = FileSystems.join(output_dir, "**")
     try:
         matched = FileSystems.match([pattern])[0].metadata_list
     except Exception:  # a missing directory is an empty one
@@ -49,6 +58,6 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> Optional[str]:
                 "replace it")
     if DATASET_JSON in entries:
         FileSystems.delete([entries.pop(DATASET_JSON)])
-    if entries:
-        FileSystems.delete(sorted(entries.values()))
+    for path in sorted(entries.values()):
+        delete_tree(path) if path.endswith(TEMP_DIR) else FileSystems.delete([path])
     return None
