@@ -1,8 +1,13 @@
-"""One distribution: the reader (TensorFlow only) and, with the [beam] extra, the job."""
+"""One distribution: the reader (no Beam) and, with the [beam] extra, the job.
+
+install_requires is also what a Dataflow worker installs from this sdist (--setup_file):
+everything the job imports but Beam, which the worker's container has.
+"""
 from setuptools import find_packages, setup
 
 TENSORFLOW = "tensorflow-cpu==2.21.0"  # a GPU trainer may swap in its own tensorflow 2.21
-BEAM = ["apache-beam[gcp]==2.77.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
+MEDIA = ["pillow==12.3.0", "av==18.1.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
+BEAM = ["apache-beam[gcp]==2.77.0"]
 DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2", "gcp-storage-emulator==2026.7.19"]
 
 setup(
@@ -12,6 +17,6 @@ setup(
                 "and a tf.data reader for them",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
-    install_requires=[TENSORFLOW, "numpy>=1.26"],
+    install_requires=[TENSORFLOW, "numpy>=1.26", *MEDIA],
     extras_require={"beam": BEAM, "dev": BEAM + DEV},
 )

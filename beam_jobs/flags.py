@@ -7,6 +7,7 @@ from typing import Optional
 
 import fsspec
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
 from beam_jobs import keys, output_dir, windows
 from readers import spec as spec_lib
@@ -194,9 +195,12 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, li
     if args.encoder and args.input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
-    problem = output_dir.prepare_output_dir(args.output_dir, args.overwrite)
-    if problem:
-        parser.error(problem)
+    # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
+    # output directory, which may be gs:// on a machine without credentials or network.
+    if not PipelineOptions(pipeline_args).view_as(TestOptions).dry_run:
+        problem = output_dir.prepare_output_dir(args.output_dir, args.overwrite)
+        if problem:
+            parser.error(problem)
     return args, pipeline_args
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
-                                                  StandardOptions)
+                                                  StandardOptions, TestOptions)
 
 from beam_jobs import output_dir
 from beam_jobs.flags import PROG, parse_args, refuse
@@ -190,6 +190,9 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
     started = time.monotonic()
     result = pipeline.run()
     result.wait_until_finish()
+    if options.view_as(TestOptions).dry_run:
+        _LOG.info("dry run: the job graph builds; nothing was run or written")
+        return result
     if not _counter(result, COMMITTED):
         failed, ok = _counter(result, "videos_failed"), _counter(result, "videos_ok")
         sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "

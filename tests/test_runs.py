@@ -1,0 +1,116 @@
+"""How the job runs: Dataflow submission (dry run), runners, killed runs, progress."""
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+from apache_beam.portability.api import beam_runner_api_pb2
+
+from beam_jobs import make_shards
+from conftest import random_videos, read_dataset_json, run_job, write_videos
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 2), files=1)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        result = make_shards.run([
+            "--input", str(tmp_path / "in" / "*"), "--output_dir", "gs://test-bucket/out",
+            "--window", "5", "--runner", "DataflowRunner", "--dry_run=True",
+            "--project", "test-project", "--region", "us-central1",
+            "--temp_location", "gs://test-bucket/tmp", "--setup_file", "./setup.py"])
+    finally:
+        os.chdir(cwd)
+    pipeline = result.job.proto_pipeline
+    names = {t.unique_name for t in pipeline.components.transforms.values()}
+    assert {"CutWindows", "WriteShards", "Finalize"} <= names
+    staged = [beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
+              for env in pipeline.components.environments.values() for d in env.dependencies]
+    (sdist,) = [p for p in staged if p.endswith(".tar.gz")]
+    with tarfile.open(sdist) as tar:
+        members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+    assert {"beam_jobs/make_shards.py", "beam_jobs/shard_writer.py", "readers/spec.py",
+            "readers/dataset.py", "setup.py"} <= members
+
+
+@pytest.fixture
+def latents(tmp_path, rng):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 10, lengths=(20, 60)), files=3)
+    return str(tmp_path / "in" / "*")
+
+
+FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3", "--splits", "train=0.8,val=0.2"]
+
+
+def _same_shards(a, b):
+    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
+    assert names and names == sorted(n for n in os.listdir(b) if n.endswith(".tfrecord"))
+    assert not filecmp.cmpfiles(a, b, names, shallow=False)[1]
+
+
+def test_fnapi_and_direct_runner_give_identical_bytes(tmp_path, latents):
+    run_job(latents, tmp_path / "fnapi", *FLAGS, "--runner", "FnApiRunner")
+    run_job(latents, tmp_path / "direct", *FLAGS, "--runner", "DirectRunner")
+    _same_shards(tmp_path / "fnapi", tmp_path / "direct")
+
+
+def test_all_cores_runs_worker_processes_with_the_same_output(tmp_path, latents):
+    run_job(latents, tmp_path / "one", *FLAGS)
+    run_job(latents, tmp_path / "all", *FLAGS, "--all_cores")
+    _same_shards(tmp_path / "one", tmp_path / "all")
+
+
+def _job(input_glob, output_dir, *extra):
+    return [sys.executable, "-m", "beam_jobs.make_shards", "--input", input_glob,
+            "--output_dir", str(output_dir), *FLAGS, *extra]
+
+
+@pytest.mark.parametrize("kill_when", ["spilled", "shard_written"])
+def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
+        tmp_path, rng, kill_when):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 40, lengths=(300, 400), dim=64),
+                 files=8)
+    latents, out = str(tmp_path / "in" / "*"), tmp_path / "out"
+    command = _job(latents, out, "--shuffle_bucket_mb", "0.2")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    temp = out / "_make_shards_tmp"
+
+    def reached() -> bool:
+        if kill_when == "spilled":
+            return temp.exists() and any(files for _, _, files in os.walk(temp))
+        return out.exists() and any(n.endswith(".tfrecord") for n in os.listdir(out))
+
+    deadline = time.monotonic() + 120
+    while not reached() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (out / "dataset.json").exists()
+
+    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run(_job(latents, tmp_path / "clean", "--shuffle_bucket_mb", "0.2"), check=True,
+                   capture_output=True)
+    _same_shards(out, tmp_path / "clean")
+    assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "clean"))
+    assert read_dataset_json(out)["splits"] == read_dataset_json(tmp_path / "clean")["splits"]
+
+
+def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
+    result = subprocess.run(_job(latents, tmp_path / "out", "--progress_interval", "0.001"),
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    progress = [l for l in result.stderr.splitlines() if "beam_jobs.progress" in l]
+    assert len(progress) >= 5 and "windows" in progress[-1] and "frames/s" in progress[-1]
+    assert any(": 10 videos," in line for line in progress)  # latents: no total known
+    table = result.stderr[result.stderr.index("split  videos"):]
+    assert "train" in table and "val" in table and "elapsed" in table
