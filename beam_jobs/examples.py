@@ -64,6 +64,9 @@ class CutWindows(beam.DoFn):
             path = self._encoder.path
             self._encode = self._shared_model.acquire(lambda: load_encoder(path), tag=path)
 
+    def finish_bundle(self):
+        self._progress.log()
+
     def process(self, video):
         self._progress.start()
         split = video.split or keys.assign_split(self._seed, video.video_id, self._splits)

@@ -41,6 +41,7 @@ class Progress:
         self._total, self._workers, self._interval = total_videos, max(1, workers), interval
         self._start: Optional[float] = None
         self._last = 0.0
+        self._unlogged = False
         self.videos = self.frames = self.windows = self.failures = 0
 
     def start(self) -> None:
@@ -54,10 +55,17 @@ class Progress:
         self.frames += frames
         self.windows += windows
         self.failures += failures
+        self._unlogged = True
         now = time.monotonic()
         if now - self._last >= self._interval:
-            self._last = now
-            _LOG.info("%s", self.line(now))
+            self.log(now)
+
+    def log(self, now: Optional[float] = None) -> None:
+        """Log the totals now (at the end of a bundle: what the last interval missed)."""
+        if self._start is not None and self._unlogged:
+            self._last = now or time.monotonic()
+            self._unlogged = False
+            _LOG.info("%s", self.line(self._last))
 
     def line(self, now: float) -> str:
         elapsed = max(now - self._start, 1e-9)
