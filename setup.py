@@ -19,4 +19,5 @@ setup(
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
     install_requires=[TENSORFLOW, "numpy>=1.26", *MEDIA],
     extras_require={"beam": BEAM, "dev": BEAM + DEV},
+    entry_points={"console_scripts": ["readers.inspect = readers.inspect:main"]},
 )

@@ -1,0 +1,237 @@
+"""Look inside a dataset: a summary, a full verification, pictures and statistics.
+
+    python -m readers.inspect OUT                   # the summary of dataset.json
+    python -m readers.inspect OUT --verify          # read every record; exit 1 on problems
+    python -m readers.inspect OUT --preview 8 --out preview.png [--decoder vae_decoder.keras]
+    python -m readers.inspect OUT --stats [--all]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import sys
+from typing import Iterable, Optional
+
+import numpy as np
+
+from readers import spec as spec_lib
+
+MAX_PROBLEMS = 20
+
+
+def _gfile():
+    import tensorflow as tf
+    return tf.io.gfile
+
+
+def _failure_rows(path: str) -> list[dict]:
+    failures = os.path.join(path, spec_lib.FAILURES_JSONL)
+    if not _gfile().exists(failures):
+        return []
+    with _gfile().GFile(failures) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def summary(path: str, dataset: spec_lib.DatasetSpec) -> str:
+    w = dataset.window
+    lines = [f"dataset {path} (format {dataset.format_version}, compression "
+             f"{dataset.compression})",
+             f"windows: length {w['length']}, stride {w['stride']}, tail {w['tail']}",
+             "features:"]
+    lines += [f"  {f.name:10s} {str(list(f.shape)):18s} {f.dtype:8s} ({f.encoding})"
+              for f in dataset.features]
+    if dataset.encoder:
+        e = dataset.encoder
+        lines.append(f"encoder: {e['path']} {e['input_shape']} -> {e['output_shape']} "
+                     f"{e['latent_dtype']} (sha256 {e['sha256'][:12]})")
+    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    for name, split in dataset.splits.items():
+        size = sum(_gfile().stat(os.path.join(path, s.file)).length for s in split.shards
+                   if _gfile().exists(os.path.join(path, s.file)))
+        rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
+                     split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
+                        for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
+    reasons = collections.Counter(row["reason"] for row in _failure_rows(path))
+    lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
+    lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
+    return "\n".join(lines)
+
+
+def _verify_shard(path: str, shard: spec_lib.Shard, dataset: spec_lib.DatasetSpec
+                  ) -> tuple[list[str], list[tuple[bytes, int]]]:
+    """Problems of one shard, and the (video_id, start) of its examples."""
+    import tensorflow as tf
+
+    file = os.path.join(path, shard.file)
+    if not tf.io.gfile.exists(file):
+        return [f"{shard.file}: missing"], []
+    features = list(dataset.features)
+    parse_spec = {f.name: f.parse_feature() for f in features}
+    records = tf.data.TFRecordDataset(file, spec_lib.tf_compression_type(dataset.compression))
+    problems, keys, count = [], [], 0
+    try:
+        for batch in records.batch(64):
+            try:
+                parsed = tf.io.parse_example(batch, parse_spec)
+                values = {f.name: f.decode(parsed[f.name]).numpy() for f in features}
+            except tf.errors.InvalidArgumentError as e:
+                problems.append(f"{shard.file}: a record near #{count} does not parse to the "
+                                f"spec: {e.message.splitlines()[0][:200]}")
+                break
+            masks = values["mask"]
+            if not np.isin(masks, (0, 1)).all():
+                problems.append(f"{shard.file}: masks other than 0 or 1 near record #{count}")
+            if (values["start"] < 0).any():
+                problems.append(f"{shard.file}: a negative start near record #{count}")
+            keys += list(zip(values["video_id"].tolist(), values["start"].tolist()))
+            count += len(masks)
+    except tf.errors.DataLossError as e:
+        problems.append(f"{shard.file}: corrupt after {count} records ({e.message[:200]})")
+    if count != shard.examples and not problems:
+        problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
+    return problems, keys
+
+
+def verify(path: str, dataset: spec_lib.DatasetSpec, workers: Optional[int] = None) -> list[str]:
+    """Read every record of every shard in parallel; return the problems found."""
+    jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
+    problems: list[str] = []
+    split_of: dict[bytes, str] = {}
+    seen: set[tuple[str, bytes, int]] = set()
+    with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
+        results = pool.map(lambda job: _verify_shard(path, job[1], dataset), jobs)
+        for (name, shard), (shard_problems, keys) in zip(jobs, results):
+            problems += shard_problems
+            for video_id, start in keys:
+                if (name, video_id, start) in seen:
+                    problems.append(f"{shard.file}: window ({video_id.decode()}, {start}) "
+                                    "appears twice")
+                seen.add((name, video_id, start))
+                if split_of.setdefault(video_id, name) != name:
+                    problems.append(f"video {video_id.decode()} is in splits "
+                                    f"{split_of[video_id]} and {name}")
+    return problems
+
+
+def _numeric(values: np.ndarray) -> bool:
+    return values.dtype.kind in "fiu"
+
+
+def stats(path: str, dataset: spec_lib.DatasetSpec, split: str, sample: Optional[int],
+          seed: int) -> str:
+    """Mean, std, min, max per numeric feature over `sample` windows (None: all), a label
+    histogram, and the fraction of masked frames."""
+    from readers.dataset import make_dataset
+
+    ds = make_dataset(path, split, batch_size=64, seed=seed, drop_remainder=False)
+    totals: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0.0, np.inf, -np.inf])
+    labels, seen = [], 0
+    for batch in ds:
+        for name, tensor in batch.items():
+            values = tensor.numpy()
+            if not _numeric(values) or name == "start":
+                continue
+            values = values[:None if sample is None else sample - seen].astype(np.float64)
+            t = totals[name]
+            t[0] += values.size
+            t[1] += values.sum()
+            t[2] += np.square(values).sum()
+            t[3], t[4] = min(t[3], values.min()), max(t[4], values.max())
+            if name == "labels":
+                labels.append(values.reshape(-1))
+        seen += len(next(iter(batch.values())))
+        if sample is not None and seen >= sample:
+            break
+    lines = [f"statistics of {min(seen, sample or seen)} {split} windows:",
+             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s}"]
+    for name, (n, total, squares, low, high) in totals.items():
+        mean = total / n
+        std = np.sqrt(max(0.0, squares / n - mean ** 2))
+        lines.append(f"  {name:10s} {mean:12.5g} {std:12.5g} {low:12.5g} {high:12.5g}")
+    if "mask" in totals:
+        n, total = totals["mask"][:2]
+        lines.append(f"masked frames: {1 - total / n:.2%}")
+    if labels:
+        counts, edges = np.histogram(np.concatenate(labels), bins=10)
+        lines.append("label histogram:")
+        for count, low, high in zip(counts, edges, edges[1:]):
+            bar = "#" * round(40 * count / max(1, counts.max()))
+            lines.append(f"  [{low:10.4g}, {high:10.4g})  {count:8d}  {bar}")
+    return "\n".join(lines)
+
+
+def preview(path: str, dataset: spec_lib.DatasetSpec, split: str, count: int, seed: int,
+            decoder: Optional[str]):
+    """A contact sheet (pixels, or latents through `decoder`) or heatmaps of `count`
+    windows drawn at random (deterministic with `seed`)."""
+    from readers import preview as pictures
+    from readers.dataset import make_dataset
+
+    batch = next(iter(make_dataset(path, split, batch_size=count, seed=seed,
+                                   drop_remainder=False)))
+    windows, masks = batch["window"].numpy(), batch["mask"].numpy()
+    captions = [f"{v.decode()} @ {s}" for v, s in zip(batch["video_id"].numpy(),
+                                                      batch["start"].numpy())]
+    labels = batch["labels"].numpy() if "labels" in batch else None
+    if decoder:
+        import keras
+        model = keras.saving.load_model(decoder, compile=False)
+        windows = pictures.decoded_frames(
+            windows, lambda x: keras.ops.convert_to_numpy(model(x, training=False)))
+    if windows.dtype == np.uint8 and windows.ndim == 5:
+        return pictures.contact_sheet(windows, masks, labels, captions)
+    metadata = batch["metadata"].numpy() if "metadata" in batch else None
+    return pictures.heatmaps(windows, masks, metadata, captions)
+
+
+def main(argv: Optional[Iterable[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m readers.inspect",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", help="an output directory of beam_jobs.make_shards")
+    parser.add_argument("--split", default=None, help="for --preview and --stats "
+                        "(default: the first split)")
+    parser.add_argument("--verify", action="store_true",
+                        help="read every record of every shard and check it against the spec")
+    parser.add_argument("--preview", type=int, metavar="N", help="draw N random windows")
+    parser.add_argument("--out", default="preview.png", help="the preview's PNG file")
+    parser.add_argument("--decoder", help="a Keras model decoding latents to frames in [0, 1]")
+    parser.add_argument("--stats", action="store_true", help="per-feature statistics")
+    parser.add_argument("--all", action="store_true", help="--stats over all windows")
+    parser.add_argument("--sample", type=int, default=1000, help="--stats sample size")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from readers.dataset import load_spec
+
+    try:
+        dataset = load_spec(args.path)
+    except (FileNotFoundError, ValueError) as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    split = args.split or next(iter(dataset.splits))
+    if split not in dataset.splits:
+        parser.error(f"--split: {split!r} is not one of {sorted(dataset.splits)}")
+    print(summary(args.path, dataset))
+    if args.stats:
+        print(stats(args.path, dataset, split, None if args.all else args.sample, args.seed))
+    if args.preview:
+        image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
+        image.save(args.out)
+        print(f"wrote {args.out} ({image.width}x{image.height})")
+    if args.verify:
+        problems = verify(args.path, dataset)
+        if problems:
+            print(f"verify: {len(problems)} problems; the first:", file=sys.stderr)
+            for problem in problems[:MAX_PROBLEMS]:
+                print(f"  {problem}", file=sys.stderr)
+            sys.exit(1)
+        total = sum(s.windows for s in dataset.splits.values())
+        print(f"verify: all {total} records of "
+              f"{sum(len(s.shards) for s in dataset.splits.values())} shards are sound")
+
+
+if __name__ == "__main__":
+    main()

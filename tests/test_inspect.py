@@ -1,0 +1,154 @@
+"""readers.inspect: summary, verify against broken shards, preview pictures, stats."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import (random_videos, run_job, solid_frames, write_frame_folder, write_manifest,
+                      write_videos)
+from readers import inspect
+
+
+@pytest.fixture(scope="module")
+def latent_dataset(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("latents")
+    rng = np.random.default_rng(11)
+    videos = random_videos(rng, 12, lengths=(20, 40), dim=6)
+    write_videos(str(directory / "in"), videos, files=3)
+    with open(directory / "in" / "lat-0.tfrecord", "ab") as f:
+        f.write(b"garbage that is no record")
+    run_job(str(directory / "in" / "*"), directory / "out", "--window", "8", "--stride", "4",
+            "--num_shards", "3", "--splits", "train=0.7,val=0.3",
+            "--max_failure_fraction", "0.2")
+    return str(directory / "out")
+
+
+@pytest.fixture(scope="module")
+def pixel_dataset(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pixels")
+    for v in range(3):
+        write_frame_folder(directory / f"v{v}", solid_frames(10, start=v))
+    os.remove(directory / "v1" / "frame_4.png")
+    paths = {v: sorted(os.listdir(directory / f"v{v}")) for v in range(3)}
+    write_manifest(directory / "m.jsonl", [
+        {"video_id": f"v{v}", "frames": [f"v{v}/frame_{i}.png" for i in range(10)],
+         "labels": [float(i * (v + 1)) for i in range(10)]} for v in range(3)])
+    run_job(str(directory / "m.jsonl"), directory / "out", "--window", "5", "--stride", "5",
+            "--frame_encoding", "png")
+    return str(directory / "out")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "readers.inspect", *args],
+                          capture_output=True, text=True)
+
+
+def test_summary_shows_splits_features_and_failure_reasons(latent_dataset):
+    result = _cli(latent_dataset)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "windows: length 8, stride 4, tail align_end" in out
+    assert "window     [8, 6]" in out and "float32" in out
+    assert out.count("\ntrain ") == 1 and "\nval " in out
+    assert "failures: 1, most common reasons:" in out and "corrupt TFRecord" in out
+
+
+def test_verify_passes_a_sound_dataset(latent_dataset):
+    result = _cli(latent_dataset, "--verify")
+    assert result.returncode == 0 and "verify: all" in result.stdout and "are sound" in result.stdout
+
+
+def _broken_copy(source, tmp_path, how):
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    meta = json.loads((copy / "dataset.json").read_text())
+    shard = copy / meta["splits"]["train"]["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    if how == "flipped byte":
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    elif how == "truncated":
+        shard.write_bytes(bytes(data[:len(data) - 50]))
+    elif how == "missing shard":
+        shard.unlink()
+    elif how == "extra record":
+        other = copy / meta["splits"]["train"]["shards"][1]["file"]
+        first_record = other.read_bytes()[:16 + int.from_bytes(other.read_bytes()[:8], "little")]
+        shard.write_bytes(bytes(data) + first_record)
+    return str(copy), shard.name
+
+
+@pytest.mark.parametrize("how, needle", [("flipped byte", "corrupt"), ("truncated", "corrupt"),
+                                         ("missing shard", "missing"),
+                                         ("extra record", "dataset.json says")])
+def test_verify_finds_broken_shards(latent_dataset, tmp_path, how, needle):
+    copy, shard = _broken_copy(latent_dataset, tmp_path, how)
+    problems = inspect.verify(copy, inspect.spec_lib.DatasetSpec.from_json(
+        open(os.path.join(copy, "dataset.json")).read()))
+    assert problems and any(shard in p and needle in p for p in problems), problems
+    result = _cli(copy, "--verify")
+    assert result.returncode == 1 and needle in result.stderr
+
+
+def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path):
+    first, again, other = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"
+    for path, seed in ((first, "0"), (again, "0"), (other, "7")):
+        assert _cli(pixel_dataset, "--preview", "6", "--out", str(path), "--seed",
+                    seed).returncode == 0
+    image = np.asarray(Image.open(first))
+    assert image.shape[0] > 6 * 72 and image.shape[1] > 5 * 40
+    assert first.read_bytes() == again.read_bytes()
+    assert first.read_bytes() != other.read_bytes()
+    red = (image[..., 0] > 200) & (image[..., 1] < 80) & (image[..., 2] < 80)
+    blue = (image[..., 2] > 150) & (image[..., 0] < 80)
+    assert red.any() and blue.any()   # the masked frame's cross, the label curves
+
+
+def test_preview_changes_when_the_data_changes(tmp_path):
+    images = []
+    for level in (0, 9):
+        folder = tmp_path / f"v{level}"
+        write_frame_folder(folder, solid_frames(6, start=level))
+        write_manifest(tmp_path / f"m{level}.jsonl", [{"video_id": "v", "frames": f"v{level}"}])
+        run_job(str(tmp_path / f"m{level}.jsonl"), tmp_path / f"out{level}", "--window", "3",
+                "--frame_encoding", "png")
+        _cli(str(tmp_path / f"out{level}"), "--preview", "2", "--out", str(tmp_path / f"{level}.png"))
+        images.append(np.asarray(Image.open(tmp_path / f"{level}.png")))
+    assert images[0].shape == images[1].shape and not np.array_equal(images[0], images[1])
+
+
+def test_latent_preview_heatmaps_and_decoder(latent_dataset, tmp_path):
+    heat = tmp_path / "heat.png"
+    assert _cli(latent_dataset, "--preview", "4", "--out", str(heat)).returncode == 0
+    assert Image.open(heat).size[1] >= 4 * 96
+    decoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8 * 8 * 3,
+                                activation="sigmoid"), keras.layers.Reshape((8, 8, 3))])
+    decoder.save(tmp_path / "dec.keras")
+    sheet = tmp_path / "sheet.png"
+    result = _cli(latent_dataset, "--preview", "2", "--out", str(sheet), "--decoder",
+                  str(tmp_path / "dec.keras"))
+    assert result.returncode == 0, result.stderr[-500:]
+    assert Image.open(sheet).size[1] == 2 * (72 + 14 + 4) + 4
+
+
+def test_stats(pixel_dataset):
+    result = _cli(pixel_dataset, "--stats", "--all")
+    assert result.returncode == 0, result.stderr[-500:]
+    out = result.stdout.split("statistics of")[1]
+    assert out.startswith(" 6 train windows")
+    mask_mean = float(out.split("\n  mask")[1].split()[0])
+    assert abs(mask_mean - 29 / 30) < 1e-4               # one missing frame of 30
+    assert "masked frames: 3.33%" in out and "label histogram:" in out
+    labels_max = float(out.split("\n  labels")[1].split()[3])
+    assert labels_max == 27.0
+
+
+def test_a_directory_without_dataset_json_is_refused(tmp_path):
+    result = _cli(str(tmp_path))
+    assert result.returncode == 2 and "not a finished dataset" in result.stderr
