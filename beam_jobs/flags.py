@@ -88,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace a finished dataset in --output_dir (default: refuse; the "
                          "leftovers of an unfinished run are always cleared)")
     io.add_argument("--all_cores", action="store_true",
-                    help="run locally on every core: --direct_num_workers <cores> "
-                         "--direct_running_mode multi_processing, unless given")
+                    help="run locally on every core: --direct_num_workers <cores>, and "
+                         "--direct_running_mode multi_processing for latents or "
+                         "multi_threading for pixel inputs, unless given")
     io.add_argument("--progress_interval", type=_positive_float, default=10.0,
                     help="seconds between progress lines of each worker (default: "
                          "%(default)s)")

@@ -184,7 +184,9 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
         source = (_latent_source if args.input_kind == "latents" else _pixel_source)(args)
     except BadRecord as e:
         refuse(f"--input: {e}")
-    options = _pipeline_options(pipeline_args, args.all_cores)
+    options = _pipeline_options(pipeline_args, args.all_cores,
+                                "multi_processing" if args.input_kind == "latents"
+                                else "multi_threading")
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, args, source, options.view_as(DirectOptions).direct_num_workers)
     started = time.monotonic()
@@ -204,8 +206,16 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
     return result
 
 
-def _pipeline_options(pipeline_args: list[str], all_cores: bool) -> PipelineOptions:
-    """Beam's options; FnApiRunner when no runner is named, every core with --all_cores."""
+def _pipeline_options(pipeline_args: list[str], all_cores: bool,
+                      running_mode: str) -> PipelineOptions:
+    """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
+    per core in `running_mode`, unless the flags say otherwise.
+
+    Pixel inputs use threads: Pillow, PyAV and TensorFlow release the GIL while they
+    decode, resize, encode and run the model, and threads share one process (no second
+    start-up, memory:// paths work). Latent inputs are numpy and protobuf work in Python,
+    which needs processes.
+    """
     options = PipelineOptions(pipeline_args)
     standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
     if standard.runner is None:
@@ -213,7 +223,7 @@ def _pipeline_options(pipeline_args: list[str], all_cores: bool) -> PipelineOpti
     if all_cores and "--direct_num_workers" not in " ".join(pipeline_args):
         direct.direct_num_workers = os.cpu_count() or 1
     if all_cores and "--direct_running_mode" not in " ".join(pipeline_args):
-        direct.direct_running_mode = "multi_processing"
+        direct.direct_running_mode = running_mode
     return options
 
 
