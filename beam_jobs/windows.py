@@ -1,13 +1,11 @@
 """Window planning: where fixed-length windows start in a sequence of T frames.
 
-Pure numpy, no Beam and no TensorFlow, so the rules are easy to test on their own.
+Pure Python, no Beam and no TensorFlow, so the rules are easy to test on their own.
 """
 from __future__ import annotations
 
 import collections
 from typing import Iterable, Iterator, Literal, TypeVar
-
-import numpy as np
 
 T = TypeVar("T")
 

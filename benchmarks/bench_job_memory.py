@@ -57,10 +57,10 @@ def tree_rss(process: psutil.Process) -> tuple[int, int]:
 
 
 def run_job(input_glob: str, output_dir: str, job_flags: list[str], log_path: str) -> dict:
-    """Run the job once; its wall time, peak tree RSS and RSS timeline [(s, MB, procs)]."""
+    """Run the job once (--overwrite and `job_flags`); its wall time, peak tree RSS, RSS
+    timeline [(s, MB, procs)] and windows written."""
     command = [sys.executable, "-m", "beam_jobs.make_shards", "--input", input_glob,
-               "--output_dir", output_dir, "--window", "100", "--stride", "50",
-               "--overwrite", *job_flags]
+               "--output_dir", output_dir, "--overwrite", *job_flags]
     timeline = []
     with open(log_path, "w") as log:
         start = time.perf_counter()
@@ -77,8 +77,10 @@ def run_job(input_glob: str, output_dir: str, job_flags: list[str], log_path: st
         with open(log_path) as log:
             tail = "".join(log.readlines()[-20:])
         raise RuntimeError(f"job exited with {job.returncode}: {' '.join(command)}\n{tail}")
+    with open(os.path.join(output_dir, "dataset.json")) as f:
+        windows = sum(s["windows"] for s in json.load(f)["splits"].values())
     return {"wall_s": wall, "peak_mb": max((mb for _, mb, _ in timeline), default=0.0),
-            "timeline": timeline}
+            "windows": windows, "timeline": timeline}
 
 
 def bench_scale(work_dir: str, scale: int, videos: int, repeats: int,
@@ -88,7 +90,8 @@ def bench_scale(work_dir: str, scale: int, videos: int, repeats: int,
     runs = []
     for r in range(repeats):
         result = run_job(os.path.join(input_dir, "*.tfrecord"),
-                         os.path.join(work_dir, f"shards-{scale}x"), job_flags,
+                         os.path.join(work_dir, f"shards-{scale}x"),
+                         ["--window", "100", "--stride", "50", *job_flags],
                          os.path.join(work_dir, f"job-{scale}x-{r}.log"))
         print(f"{scale}x run {r + 1}: peak {result['peak_mb']:7.0f} MB, "
               f"wall {result['wall_s']:6.1f} s", flush=True)

@@ -35,7 +35,6 @@ def pixel_dataset(tmp_path_factory):
     for v in range(3):
         write_frame_folder(directory / f"v{v}", solid_frames(10, start=v))
     os.remove(directory / "v1" / "frame_4.png")
-    paths = {v: sorted(os.listdir(directory / f"v{v}")) for v in range(3)}
     write_manifest(directory / "m.jsonl", [
         {"video_id": f"v{v}", "frames": [f"v{v}/frame_{i}.png" for i in range(10)],
          "labels": [float(i * (v + 1)) for i in range(10)]} for v in range(3)])

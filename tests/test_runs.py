@@ -7,7 +7,6 @@ import sys
 import tarfile
 import time
 
-import numpy as np
 import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 

@@ -1,5 +1,4 @@
 """The shuffled shard writer as a Beam transform, on Beam's TestPipeline."""
-import os
 
 import apache_beam as beam
 import numpy as np
@@ -9,7 +8,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.examples import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS
-from beam_jobs.shard_writer import BucketFile, WriteShuffledShards, WrittenShard, plan_shards
+from beam_jobs.shard_writer import BucketFile, WriteShuffledShards, plan_shards
 from beam_jobs.latents import LatentVideo
 from readers import spec as spec_lib
 
