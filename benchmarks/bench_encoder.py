@@ -27,8 +27,8 @@ import statistics
 import sys
 import tempfile
 
-from bench_pixels_job import frame_paths, run_tree
-from pixel_sample import write_frame_manifest
+from pixel_sample import frame_paths, write_frame_manifest
+from process_tree import run_tree
 
 FRAME_SIZE = (135, 240)
 TARGET = 0.8

@@ -41,22 +41,18 @@ import argparse
 import io
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import psutil
-
-from pixel_sample import frame_bytes, write_frame_manifest
+from pixel_sample import frame_bytes, frame_paths, write_frame_manifest
+from process_tree import MB, QUIET_PERCENT, run_tree, wait_for_quiet
 
 WINDOW, STRIDE = 16, 8
 FRAME_SIZE = (270, 480)
 JPEG_QUALITY = 90
 NUM_SHARDS = 4
-SAMPLE_EVERY_S = 0.2
 TARGETS = {"job_1w/loop": 0.8, "job_2w/loop": 1.5}
 JOB_FLAGS = ["--window", str(WINDOW), "--stride", str(STRIDE),
              "--frame_size", f"{FRAME_SIZE[0]}x{FRAME_SIZE[1]}", "--frame_encoding", "jpeg",
@@ -67,11 +63,8 @@ CONTENDERS = {   # the job's contenders: their flags besides JOB_FLAGS
     "job_2t": ["--direct_num_workers", "2", "--direct_running_mode", "multi_threading"],
 }
 STORY_FRAMES = 193 * 161   # the second user story's dataset
-QUIET_PERCENT = 25
 NOISY_SHARE = 0.15     # others' CPU seconds per wall second above which a run is redone
 MIN_MARGINAL_S = 5.0   # full run minus start-up run; less: too small to split
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MB = 2**20
 
 
 # --- the plain loop (runs in its own process under --loop_only) ---------------------
@@ -97,12 +90,6 @@ def resized_jpeg(path: str) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=JPEG_QUALITY)
     return buffer.getvalue()
-
-
-def frame_paths(folder: str) -> list[str]:
-    names = [n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg"))]
-    return [os.path.join(folder, n) for n in
-            sorted(names, key=lambda n: int(re.findall(r"\d+", n)[-1]))]
 
 
 def plain_loop(manifest: str, output: str) -> dict:
@@ -144,77 +131,6 @@ def loop_main(manifest: str, output: str) -> None:
 
 
 # --- the benchmark ------------------------------------------------------------------
-
-def _role(process: psutil.Process, root_pid: int) -> str:
-    if process.pid == root_pid:
-        return "main"
-    try:
-        cmdline = " ".join(process.cmdline())
-    except psutil.Error:
-        return "?"
-    return "worker" if "sdk_worker_main" in cmdline or "worker_pool_main" in cmdline else "child"
-
-
-def _busy_cpu_s() -> float:
-    """CPU seconds all processes of the machine have used, all cores together."""
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
-
-
-def wait_for_quiet(max_wait_s: float) -> float:
-    """Wait (up to max_wait_s) until other processes use under QUIET_PERCENT of the
-    machine for one second; return the seconds waited."""
-    start = time.perf_counter()
-    while (psutil.cpu_percent(interval=1.0) > QUIET_PERCENT
-           and time.perf_counter() - start < max_wait_s):
-        pass
-    return time.perf_counter() - start
-
-
-def run_tree(command: list[str], log_path: str) -> dict:
-    """Run `command`; its wall time, peak tree RSS, CPU seconds per process, the CPU
-    seconds other processes of the machine used meanwhile, a timeline and stdout."""
-    cpu: dict[int, dict] = {}
-    timeline = []   # (s, CPU s of the main process, CPU s of all others in the tree, procs)
-    peak = 0
-    with open(log_path, "w") as log:
-        start, busy_start, own_start = time.perf_counter(), _busy_cpu_s(), time.process_time()
-        job = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        root = psutil.Process(job.pid)
-        while job.poll() is None:
-            try:
-                members = [root] + root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                members = []
-            rss = 0
-            for p in members:
-                try:
-                    times = p.cpu_times()
-                    rss += p.memory_info().rss
-                except psutil.Error:
-                    continue
-                row = cpu.setdefault(p.pid, {"role": _role(p, job.pid)})
-                row["cpu_s"] = round(times.user + times.system, 2)
-            peak = max(peak, rss)
-            main_cpu = cpu.get(job.pid, {}).get("cpu_s", 0.0)
-            timeline.append((round(time.perf_counter() - start, 2), main_cpu,
-                             round(sum(r.get("cpu_s", 0.0) for r in cpu.values()) - main_cpu, 2),
-                             len(members)))
-            time.sleep(SAMPLE_EVERY_S)
-        wall = time.perf_counter() - start
-        busy = _busy_cpu_s() - busy_start - (time.process_time() - own_start)
-    with open(log_path) as log:
-        output = log.read()
-    if job.returncode:
-        tail = "\n".join(output.splitlines()[-20:])
-        raise RuntimeError(f"exited with {job.returncode}: {' '.join(command)}\n{tail}")
-    procs = sorted((r for r in cpu.values() if "cpu_s" in r),
-                   key=lambda r: (r["role"] != "main", -r["cpu_s"]))
-    tree_cpu = sum(r["cpu_s"] for r in procs)
-    return {"wall_s": wall, "peak_mb": round(peak / MB, 1), "procs": procs,
-            "cpu_s": round(tree_cpu, 1), "others_cpu_s": round(max(0.0, busy - tree_cpu), 1),
-            "timeline": timeline, "output": output}
-
 
 def run_contender(name: str, manifest: str, work_dir: str, tag: str) -> dict:
     out = os.path.join(work_dir, f"out-{name}")

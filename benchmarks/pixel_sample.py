@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -54,6 +55,12 @@ def frame_image(video: int, t: int, base: np.ndarray, noise: list[np.ndarray]) -
         draw.ellipse([cx - r, cy - r, cx + r, cy + r],
                      fill=((k * 40) % 256, 255 - k * 30, (k * 90 + video) % 256))
     return image
+
+
+def frame_paths(folder: str) -> list[str]:
+    names = [n for n in os.listdir(folder) if n.lower().endswith((".jpg", ".jpeg"))]
+    return [os.path.join(folder, n) for n in
+            sorted(names, key=lambda n: int(re.findall(r"\d+", n)[-1]))]
 
 
 def write_frame_manifest(directory: str, videos: int, frames: int) -> str:
