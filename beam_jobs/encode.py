@@ -8,16 +8,18 @@ in order. Here the encoder runs inside the frame stream of one video, in batches
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
+import shutil
 import tempfile
 from typing import Callable, Iterator
 
 import fsspec
 import numpy as np
 
-from beam_jobs.video import BadRecord, Frame
+from beam_jobs.sources.base import BadRecord, Frame, check_finite
 
 LATENT_DTYPES = ("float32", "float16")
 
@@ -42,29 +44,40 @@ class EncoderSpec:
                 "sha256": checksum(self.path)}
 
 
-def _local_copy(path: str) -> str:
-    """The model at `path` as a local path (gs:// and other schemes are copied first)."""
+@contextlib.contextmanager
+def _local_copy(path: str) -> Iterator[str]:
+    """The model at `path` as a local path; gs://, memory:// and other schemes are
+    copied to a temp directory, removed again once the model is loaded."""
     if "://" not in path or path.startswith("file://"):
-        return path.removeprefix("file://")
+        yield path.removeprefix("file://")
+        return
     fs, remote = fsspec.core.url_to_fs(path)
-    local = os.path.join(tempfile.mkdtemp(prefix="encoder-"), os.path.basename(remote.rstrip("/")))
-    fs.get(remote, local, recursive=fs.isdir(remote))
-    return local
+    directory = tempfile.mkdtemp(prefix="encoder-")
+    try:
+        local = os.path.join(directory, os.path.basename(remote.rstrip("/")))
+        fs.get(remote, local, recursive=fs.isdir(remote))
+        yield local
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def load_encoder(path: str) -> Callable[[np.ndarray], np.ndarray]:
     """A function float32 [B, H, W, C] -> latents [B, ...] from a .keras file or a
-    SavedModel directory (called through its serving signature)."""
+    SavedModel directory (called through its serving signature).
+
+    A .keras file loads in Keras' safe mode (no arbitrary code); a SavedModel runs the
+    graph it carries, which can read and write files: load only models you trust.
+    """
     import tensorflow as tf
 
     try:
-        local = _local_copy(path)
-        if local.endswith(".keras"):
-            import keras
-            model = keras.saving.load_model(local, compile=False)
-            return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
-        loaded = tf.saved_model.load(local)
-        signature = loaded.signatures["serving_default"]
+        with _local_copy(path) as local:
+            if local.endswith(".keras"):
+                import keras
+                model = keras.saving.load_model(local, compile=False, safe_mode=True)
+                return lambda x: keras.ops.convert_to_numpy(model(x, training=False))
+            loaded = tf.saved_model.load(local)
+            signature = loaded.signatures["serving_default"]
     except Exception as e:
         raise EncoderError(f"cannot load {path}: {type(e).__name__}: {e}") from None
     (input_name,) = signature.structured_input_signature[1]
@@ -110,11 +123,11 @@ def checksum(path: str) -> str:
 
 
 def encode_frames(frames: Iterator[Frame], encode: Callable[[np.ndarray], np.ndarray],
-                  spec: EncoderSpec) -> Iterator[Frame]:
+                  spec: EncoderSpec, allow_nonfinite: bool = False) -> Iterator[Frame]:
     """Frames of pixels -> frames of latents, in order, encoded `batch_size` at a time.
 
     Masked frames are not fed to the model: their latent is zeros. A model that fails on
-    a batch fails the video.
+    a batch, or gives NaN or Inf (unless `allow_nonfinite`), fails the video.
     """
     zeros = np.zeros(spec.latent_shape, spec.latent_dtype)
     pending: list[Frame] = []
@@ -130,6 +143,8 @@ def encode_frames(frames: Iterator[Frame], encode: Callable[[np.ndarray], np.nda
                 raise BadRecord(f"the encoder failed: {type(e).__name__}: {e}") from None
             if out.shape != (len(batch), *spec.latent_shape):
                 raise BadRecord(f"the encoder gave {list(out.shape)} for {len(batch)} frames")
+            if not allow_nonfinite:
+                check_finite(out, "the encoder's latents")
             latents = iter(out.astype(spec.latent_dtype))
         for frame in pending:
             yield frame._replace(data=next(latents) if frame.valid else zeros)

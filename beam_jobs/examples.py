@@ -6,6 +6,7 @@ video turns out unusable. Latent sequences and decoded pixel videos both fit.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
@@ -14,11 +15,33 @@ from apache_beam.utils import shared
 
 from beam_jobs import keys, progress, windows
 from beam_jobs.encode import EncoderSpec, encode_frames, load_encoder
-from beam_jobs.video import FAILURES, BadRecord, Frame, failure
+from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
 from readers import spec as spec_lib
 
 VIDEO_COUNTS = "video_counts"
 BAD_FRAMES = "bad_frames"
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    """Where windows start, which split a video goes to, and where a window sorts."""
+    length: int
+    stride: int
+    tail: str
+    splits: Mapping[str, float]
+    seed: int = 0
+
+    def starts(self, num_frames: int) -> list[int]:
+        return windows.window_starts(num_frames, self.length, self.stride, self.tail)
+
+    def key(self, video_id: str, start: int) -> int:
+        return keys.window_key(self.seed, video_id, start)
+
+    def split_of(self, video) -> str:
+        return video.split or keys.assign_split(self.seed, video.video_id, self.splits)
+
+    def to_json(self) -> dict:
+        return {"length": self.length, "stride": self.stride, "tail": self.tail}
 
 
 class KeyedExample(NamedTuple):
@@ -28,10 +51,21 @@ class KeyedExample(NamedTuple):
 
 
 class VideoCount(NamedTuple):
+    """What one video gave; duplicate ids are found by grouping these."""
     split: str
     windows: int      # 0: the video was too short for one window
     bad_frames: int = 0
     frames: int = 0
+    video_id: str = ""
+    source: str = ""
+    record_index: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressConfig:
+    total_videos: Optional[int] = None
+    workers: int = 1
+    interval: float = 10.0
 
 
 class CutWindows(beam.DoFn):
@@ -43,23 +77,23 @@ class CutWindows(beam.DoFn):
     leave half its windows in the dataset.
     """
 
-    def __init__(self, features: list[spec_lib.FeatureSpec], length: int, stride: int,
-                 tail: str, splits: Mapping[str, float], seed: int,
+    def __init__(self, features: list[spec_lib.FeatureSpec], config: WindowConfig,
                  pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
-                 total_videos: Optional[int] = None, workers: int = 1,
-                 progress_interval: float = 10.0):
+                 progress_config: ProgressConfig = ProgressConfig(),
+                 allow_nonfinite: bool = False):
         self._features = features
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in spec_lib.IMAGE_ENCODINGS
-        self._length, self._stride, self._tail = length, stride, tail
-        self._splits, self._seed, self._pad_frame = dict(splits), seed, pad_frame
+        self._config, self._pad_frame = config, pad_frame
         self._encoder, self._shared_model = encoder, shared.Shared()
-        self._progress_args = (total_videos, workers, progress_interval)
+        self._progress_config = progress_config
+        self._allow_nonfinite = allow_nonfinite
         self._counters = {name: progress.counter(name) for name in
                           ("videos_too_short", "windows", "frames", "bad_frames")}
 
     def setup(self):
-        self._progress = progress.Progress(*self._progress_args)
+        c = self._progress_config
+        self._progress = progress.Progress(c.total_videos, c.workers, c.interval)
         if self._encoder:  # once per worker process, whatever the number of DoFn copies
             path = self._encoder.path
             self._encode = self._shared_model.acquire(lambda: load_encoder(path), tag=path)
@@ -69,7 +103,7 @@ class CutWindows(beam.DoFn):
 
     def process(self, video):
         self._progress.start()
-        split = video.split or keys.assign_split(self._seed, video.video_id, self._splits)
+        split = self._config.split_of(video)
         try:
             examples, frames, bad_frames = self._cut(video, split)
         except BadRecord as e:
@@ -82,41 +116,43 @@ class CutWindows(beam.DoFn):
         for name, value in (("videos_too_short", not examples), ("windows", len(examples)),
                             ("frames", frames), ("bad_frames", len(bad_frames))):
             self._counters[name].inc(int(value))
-        if bad_frames:
+        for index, frame in bad_frames:
             yield beam.pvalue.TaggedOutput(BAD_FRAMES, {
-                "video_id": video.video_id, "source": video.source,
-                "bad_frames": len(bad_frames), "first": bad_frames[:5]})
+                "video_id": video.video_id, "source": video.source, "frame": index,
+                "where": frame.where, "reason": frame.reason})
         yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(
-            split, len(examples), len(bad_frames), frames))
+            split, len(examples), len(bad_frames), frames, video.video_id, video.source,
+            video.record_index))
 
-    def _cut(self, video, split: str) -> tuple[list[KeyedExample], int, list[int]]:
-        """All the video's examples, its frame count, and the indices of its bad frames."""
+    def _cut(self, video, split: str) -> tuple[list[KeyedExample], int, list]:
+        """All the video's examples, its frame count, and its bad frames (index, Frame)."""
         count, bad = 0, []
 
         def counted(frames):
             nonlocal count
             for count, frame in enumerate(frames, start=1):
                 if not frame.valid:
-                    bad.append(count - 1)
+                    bad.append((count - 1, frame))
                 yield frame
 
         frames = counted(video.frames())
         if self._encoder:
-            frames = encode_frames(frames, self._encode, self._encoder)
+            frames = encode_frames(frames, self._encode, self._encoder,
+                                   self._allow_nonfinite)
         video_id = video.video_id.encode("utf-8")
         examples = []
-        for start, window in windows.stream_windows(frames, self._length, self._stride,
-                                                    self._tail):
+        config = self._config
+        for start, window in windows.stream_windows(frames, config.length, config.stride,
+                                                    config.tail):
             values = self._window_values(window)
             values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
-            examples.append(KeyedExample(
-                split, keys.window_key(self._seed, video.video_id, start),
-                spec_lib.encode_example(self._features, values)))
+            examples.append(KeyedExample(split, config.key(video.video_id, start),
+                                         spec_lib.encode_example(self._features, values)))
         return examples, count, bad
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""
-        pad = self._length - len(frames)
+        pad = self._config.length - len(frames)
         data = [f.data for f in frames]
         pad_frame = np.zeros_like(data[0]) if self._pad_frame is None else self._pad_frame
         data += [pad_frame] * pad
@@ -126,3 +162,21 @@ class CutWindows(beam.DoFn):
             zero = np.zeros_like(frames[0].label)
             values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
         return values
+
+
+def duplicate_ids(grouped: tuple[str, Any]) -> list[VideoCount]:
+    """(video id, its VideoCounts) -> all of them when the id came more than once."""
+    _, counts = grouped
+    counts = list(counts)
+    return counts if len(counts) > 1 else []
+
+
+def dropped_keys(duplicates: list[VideoCount], config: WindowConfig
+                 ) -> dict[str, frozenset[int]]:
+    """Per split, the keys of the windows of duplicated videos: they are cut like any
+    video's (so the shuffle holds them), and left out when the shards are written."""
+    keys_by_split: dict[str, set[int]] = {}
+    for count in duplicates:
+        keys_by_split.setdefault(count.split, set()).update(
+            config.key(count.video_id, start) for start in config.starts(count.frames))
+    return {split: frozenset(k) for split, k in keys_by_split.items()}

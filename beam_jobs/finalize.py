@@ -1,19 +1,32 @@
 """The job's last step: failures.jsonl, the failure threshold, then dataset.json."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
-from typing import Iterable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import progress
-from beam_jobs.examples import VideoCount
-from beam_jobs.output_dir import delete_tree
+from beam_jobs import progress, storage
+from beam_jobs.examples import VideoCount, WindowConfig
+from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
+from beam_jobs.sources.base import failure
 from readers import spec as spec_lib
 
 COMMITTED = "datasets_committed"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    """What dataset.json says besides the counts, and when the run fails instead."""
+    features: tuple[spec_lib.FeatureSpec, ...]
+    windows: WindowConfig
+    compression: str
+    max_failure_fraction: float
+    flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    encoder: Optional[Mapping[str, Any]] = None
 
 
 class CountVideos(beam.CombineFn):
@@ -24,11 +37,7 @@ class CountVideos(beam.CombineFn):
         return {}
 
     def add_input(self, acc, count: VideoCount):
-        row = acc.setdefault(count.split, _empty_counts())
-        row["videos" if count.windows else "skipped_short"] += 1
-        row["windows"] += count.windows
-        row["bad_frames"] += count.bad_frames
-        row["frames"] += count.frames
+        _add(acc, count, +1)
         return acc
 
     def merge_accumulators(self, accumulators):
@@ -44,61 +53,88 @@ class CountVideos(beam.CombineFn):
         return acc
 
 
+def _add(acc: dict, count: VideoCount, sign: int) -> None:
+    row = acc.setdefault(count.split, _empty_counts())
+    row["videos" if count.windows else "skipped_short"] += sign
+    row["windows"] += sign * count.windows
+    row["bad_frames"] += sign * count.bad_frames
+    row["frames"] += sign * count.frames
+
+
 def _empty_counts() -> dict:
     return {"videos": 0, "windows": 0, "skipped_short": 0, "frames": 0, "bad_frames": 0}
 
 
-def _write_jsonl(path: str, rows: list[dict]) -> None:
-    _write_text(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
+def _jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
 
 
-def _write_text(path: str, text: str) -> None:
-    with FileSystems.create(path) as f:
-        f.write(text.encode("utf-8"))
+def duplicate_failures(duplicates: list[VideoCount]) -> list[dict]:
+    """One failure row per occurrence of a video id that came more than once."""
+    by_id = collections.defaultdict(list)
+    for count in duplicates:
+        by_id[count.video_id].append(count)
+    rows = []
+    for video_id, counts in by_id.items():
+        where = "; ".join(f"{c.source}" + ("" if c.record_index is None else
+                                           f" #{c.record_index}") for c in counts[:4])
+        for c in counts:
+            rows.append(failure(c.source, c.record_index, video_id,
+                                f"the video id appears {len(counts)} times ({where}): "
+                                "no copy is used"))
+    return rows
 
 
 def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]],
-             failures: list[dict], bad_frames: list[dict], *, output_dir: str, temp_dir: str,
-             features: Iterable[spec_lib.FeatureSpec], window: Mapping, compression: str,
-             splits: Iterable[str], flags: Mapping, max_failure_fraction: float,
-             encoder: Optional[Mapping] = None) -> None:
+             failures: list[dict], bad_frames: list[dict], duplicates: list[VideoCount],
+             *, run: RunDir, config: DatasetConfig) -> None:
     """Write failures.jsonl and bad_frames.jsonl, then dataset.json when the failure
-    fraction allows it.
+    fraction allows it and this run still holds the directory's lease.
 
     Over the threshold, the shards are removed again: a directory without dataset.json
-    holds no dataset, whatever else lies in it.
+    holds no dataset, whatever else lies in it. The run folder stays, so that the next
+    run knows failures.jsonl is the job's.
     """
-    failures = sorted(failures, key=lambda f: (f["source"], f["record_index"] or 0,
-                                               f["video_id"] or ""))
-    _write_jsonl(FileSystems.join(output_dir, spec_lib.FAILURES_JSONL), failures)
+    counts = {split: dict(row) for split, row in counts.items()}
+    for count in duplicates:
+        _add(counts, count, -1)
+    failures = sorted(failures + duplicate_failures(duplicates), key=lambda f: (
+        f["source"], f["record_index"] if f["record_index"] is not None else -1,
+        f["video_id"] or ""))
+    sidecars = {spec_lib.FAILURES_JSONL: failures}
     if bad_frames:
-        _write_jsonl(FileSystems.join(output_dir, spec_lib.BAD_FRAMES_JSONL),
-                     sorted(bad_frames, key=lambda row: row["video_id"]))
+        sidecars[spec_lib.BAD_FRAMES_JSONL] = sorted(
+            bad_frames, key=lambda row: (row["video_id"], row["source"], row["frame"]))
+    for name, rows in sidecars.items():
+        storage.write_bytes(run.output(name), _jsonl(rows))
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
+    failed = sum(row.get("records", 1) for row in failures)
     progress.counter("videos_ok").inc(good)
-    progress.counter("videos_failed").inc(len(failures))
+    progress.counter("videos_failed").inc(failed)
     shards = sorted(written)
-    if failures and len(failures) / (len(failures) + good) > max_failure_fraction:
-        if shards:
-            FileSystems.delete([FileSystems.join(output_dir, s.file) for s in shards])
-        delete_tree(temp_dir)
+    if failed and failed / (failed + good) > config.max_failure_fraction:
+        storage.delete_files([run.output(s.file) for s in shards], run.output_dir)
+        run.delete_temp()
         return
     empty = _empty_counts()
-    for split in splits:
+    for split in config.windows.splits:
         in_shards = sum(s.examples for s in shards if s.split == split)
         if in_shards != counts.get(split, empty)["windows"]:
             raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
                                f"{counts.get(split, empty)['windows']} windows cut")
+    if not run.holds_lease():
+        raise RuntimeError(f"another run took the lease on {run.output_dir}; this run "
+                           "does not commit its dataset")
     dataset = spec_lib.DatasetSpec(
-        window=dict(window), features=tuple(features), compression=compression,
-        failures=len(failures), flags=dict(flags), encoder=encoder,
+        window=config.windows.to_json(), features=tuple(config.features),
+        compression=config.compression, failures=failed, flags=dict(config.flags),
+        encoder=config.encoder, run_id=run.run_id,
+        files=tuple(sorted([s.file for s in shards] + list(sidecars))),
         splits={split: spec_lib.SplitInfo(
                     **counts.get(split, empty),
                     shards=tuple(spec_lib.Shard(s.file, s.examples)
                                  for s in shards if s.split == split))
-                for split in splits})
-    temp_json = FileSystems.join(temp_dir, spec_lib.DATASET_JSON)
-    _write_text(temp_json, dataset.to_json())
-    FileSystems.rename([temp_json], [FileSystems.join(output_dir, spec_lib.DATASET_JSON)])
-    delete_tree(temp_dir)
+                for split in config.windows.splits})
+    storage.write_bytes(run.output(spec_lib.DATASET_JSON), dataset.to_json().encode("utf-8"))
+    run.delete_run_folder()
     progress.counter(COMMITTED).inc()

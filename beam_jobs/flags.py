@@ -3,13 +3,14 @@ is imported (whose import logs lines of its own), so that a mistake ends in one 
 from __future__ import annotations
 
 import argparse
-from typing import Optional
+import math
+import os
+from typing import Callable, Optional
 
-import fsspec
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
-from beam_jobs import keys, output_dir, windows
+from beam_jobs import keys, paths, windows
+from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
 from readers import spec as spec_lib
 
 PROG = "python -m beam_jobs.make_shards"
@@ -18,32 +19,25 @@ VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpe
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+def number(kind: type, low: float, high: float, *, low_open: bool = False
+           ) -> Callable[[str], float]:
+    """An argparse type: an int or a finite float in [low, high] ((low, high] when
+    `low_open`), with a message that says which."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if (value <= low if low_open else value < low) or value > high:
+            bracket = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"must be in {bracket}{low:g}, {high:g}], got {text}")
+        return value
 
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
-    return value
-
-
-def _quality(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be in [1, 100], got {value}")
-    return value
+    parse.__name__ = "integer" if kind is int else "number"
+    return parse
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -51,15 +45,16 @@ def _shape(text: str) -> tuple[int, ...]:
         dims = tuple(int(d) for d in text.replace("x", ",").split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected dims like 200 or 16,16,4, got {text!r}")
-    if not dims or min(dims) <= 0:
-        raise argparse.ArgumentTypeError(f"dims must be > 0, got {text!r}")
+    if not dims or min(dims) <= 0 or max(dims) > 1_000_000:
+        raise argparse.ArgumentTypeError(f"dims must be in [1, 1000000], got {text!r}")
     return dims
 
 
 def _frame_size(text: str) -> tuple[int, int]:
     dims = _shape(text)
-    if len(dims) != 2:
-        raise argparse.ArgumentTypeError(f"expected HxW like 270x480, got {text!r}")
+    if len(dims) != 2 or max(dims) > 16384:
+        raise argparse.ArgumentTypeError(f"expected HxW like 270x480 (at most 16384 each), "
+                                         f"got {text!r}")
     return dims
 
 
@@ -68,6 +63,11 @@ def _splits(text: str) -> dict[str, float]:
         return keys.parse_splits(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
+
+
+_splits.__name__ = "splits"
+_shape.__name__ = "shape"
+_frame_size.__name__ = "size"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,9 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--input", required=True,
                     help="a glob of TFRecord files of latent sequences, one video a record "
                          "(.gz read as gzip); a manifest (.jsonl or .csv) of frame folders "
-                         "and video files; or a glob of video files (id: the file stem). "
-                         "Local, gs:// or any scheme Beam's FileSystems reads")
-    io.add_argument("--output_dir", required=True, help="where the shards and dataset.json go")
+                         "and video files; or a glob of video files (id: the path relative "
+                         "to the glob's fixed directory, without suffix). Local, gs:// or "
+                         "any scheme Beam's FileSystems reads")
+    io.add_argument("--output_dir", required=True,
+                    help="where the shards and dataset.json go (local or gs://)")
     io.add_argument("--overwrite", action="store_true",
                     help="replace a finished dataset in --output_dir (default: refuse; the "
                          "leftovers of an unfinished run are always cleared)")
@@ -91,9 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run locally on every core: --direct_num_workers <cores>, and "
                          "--direct_running_mode multi_processing for latents or "
                          "multi_threading for pixel inputs, unless given")
-    io.add_argument("--progress_interval", type=_positive_float, default=10.0,
-                    help="seconds between progress lines of each worker (default: "
-                         "%(default)s)")
+    io.add_argument("--progress_interval", type=number(float, 0, 86400, low_open=True),
+                    default=10.0, help="seconds between progress lines of each worker "
+                                       "(default: %(default)s)")
+    io.add_argument("--allow_nonfinite", action="store_true",
+                    help="keep latents, labels and metadata holding NaN or Inf (default: "
+                         "such a video is a failure)")
     fmt = p.add_argument_group("latent input")
     fmt.add_argument("--sequence_feature", default="frames",
                      help="bytes feature with tf.io.serialize_tensor of float [T, ...], or a "
@@ -101,44 +106,52 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--sequence_shape", type=_shape, default=None,
                      help="dims of one frame of a FloatList sequence, e.g. 200 or 16,16,4")
     fmt.add_argument("--metadata_feature", default="recipe",
-                     help="FloatList of fixed length attached to every window; absent in "
-                          "the first record: no metadata (default: %(default)s)")
+                     help="FloatList of fixed length attached to every window; the dataset "
+                          "has metadata when any of the first 100 records has it, and then "
+                          "a record without it fails; '' for none (default: %(default)s)")
     fmt.add_argument("--id_feature", default=None,
-                     help="bytes feature with the video id (default: '{file name}:{record index}')")
+                     help="bytes feature with the video id (default: '{file path relative "
+                          "to the glob's fixed directory}:{record index}')")
     pix = p.add_argument_group("pixel input (manifests and video files)")
     pix.add_argument("--frame_size", type=_frame_size, default=None,
                      help="resize every frame to HxW (Lanczos); without it all frames of the "
                           "dataset must have one size")
     pix.add_argument("--channels", type=int, choices=(3, 1), default=3,
                      help="3 for RGB, 1 for grayscale (default: %(default)s)")
-    pix.add_argument("--fps", type=_positive_float, default=None,
+    pix.add_argument("--fps", type=number(float, 0, 1000, low_open=True), default=None,
                      help="resample video files to this frame rate (default: every frame)")
-    pix.add_argument("--max_frames", type=_positive_int, default=None,
+    pix.add_argument("--max_frames", type=number(int, 1, 10**9), default=None,
                      help="use at most this many frames of a video")
     pix.add_argument("--frame_encoding", choices=FRAME_ENCODINGS, default="jpeg",
                      help="how frames are stored: raw uint8, or one png or jpeg per frame "
                           "(default: %(default)s)")
-    pix.add_argument("--jpeg_quality", type=_quality, default=90,
+    pix.add_argument("--jpeg_quality", type=number(int, 1, 100), default=90,
                      help="JPEG quality of re-encoded frames (default: %(default)s)")
     pix.add_argument("--on_bad_frame", choices=("mask", "fail"), default="mask",
                      help="a missing or undecodable frame: zeros with mask 0 and label 0, or "
                           "fail the video (default: %(default)s)")
+    pix.add_argument("--max_frame_bytes", type=number(int, 1, 2**40),
+                     default=DEFAULT_MAX_FRAME_BYTES,
+                     help="a frame file larger than this is a bad frame, not read (default: "
+                          "%(default)s, 256 MiB)")
     enc = p.add_argument_group("frame encoder (pixel input)")
     enc.add_argument("--encoder", default=None,
                      help="a Keras .keras file or a TensorFlow SavedModel directory (local or "
                           "gs://) mapping frames [B, H, W, C] to latents [B, ...]: windows "
                           "then hold latents instead of pixels")
-    enc.add_argument("--encoder_input_scale", type=float, default=1 / 255,
+    enc.add_argument("--encoder_input_scale", type=number(float, 0, 1e6, low_open=True),
+                     default=1 / 255,
                      help="uint8 pixels are multiplied by this into the model's float32 "
                           "input (default: 1/255, i.e. [0, 1])")
-    enc.add_argument("--encoder_batch_size", type=_positive_int, default=32,
+    enc.add_argument("--encoder_batch_size", type=number(int, 1, 65536), default=32,
                      help="frames per model call (default: %(default)s)")
     enc.add_argument("--latent_dtype", choices=("float32", "float16"), default="float32",
                      help="how latents are stored; float16 halves the storage "
                           "(default: %(default)s)")
     win = p.add_argument_group("windows")
-    win.add_argument("--window", type=_positive_int, required=True, help="frames per window L")
-    win.add_argument("--stride", type=_positive_int, default=None,
+    win.add_argument("--window", type=number(int, 1, 1_000_000), required=True,
+                     help="frames per window L")
+    win.add_argument("--stride", type=number(int, 1, 1_000_000), default=None,
                      help="frames between window starts S (default: L, no overlap)")
     win.add_argument("--tail", choices=windows.TAIL_POLICIES, default="align_end",
                      help="the end of a sequence: align_end adds one last full window ending "
@@ -148,18 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--splits", type=_splits, default="train=1.0",
                      help="name=fraction,... ; a video goes to one split by a hash of "
                           "(seed, video id) (default: %(default)s)")
-    out.add_argument("--num_shards", type=_positive_int, default=None,
+    out.add_argument("--num_shards", type=number(int, 1, spec_lib.MAX_SHARDS), default=None,
                      help="shards per split (default: from --shard_size_mb)")
-    out.add_argument("--shard_size_mb", type=_positive_float, default=200.0,
+    out.add_argument("--shard_size_mb", type=number(float, 0.001, 1e6), default=200.0,
                      help="target shard size when --num_shards is absent (default: %(default)s)")
-    out.add_argument("--seed", type=int, default=0,
+    out.add_argument("--seed", type=number(int, 0, 2**63 - 1), default=0,
                      help="seed of the split assignment and the shuffle (default: %(default)s)")
     out.add_argument("--compression", choices=spec_lib.COMPRESSIONS, default="none",
                      help="shard compression (default: %(default)s)")
-    out.add_argument("--max_failure_fraction", type=_fraction, default=0.05,
+    out.add_argument("--max_failure_fraction", type=number(float, 0, 1), default=0.05,
                      help="fail the job when failed / all videos exceeds this "
                           "(default: %(default)s)")
-    out.add_argument("--shuffle_bucket_mb", type=_positive_float, default=64.0,
+    out.add_argument("--shuffle_bucket_mb", type=number(float, 0.001, 1e6), default=64.0,
                      help="memory one worker holds to shuffle: its spill buffer, and about "
                           "the size of one sorted bucket (default: %(default)s)")
     return p
@@ -173,17 +186,27 @@ def _input_kind(pattern: str, files: list[str]) -> str:
     return "latents"
 
 
+def _pattern(text: str) -> str:
+    """A local input glob made absolute (so ids and checks see one spelling)."""
+    if paths.has_scheme(text):
+        return text
+    return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
+
+
 def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, list[str]]:
-    """(the job's flags, checked, with `input_files` and `input_kind` added; Beam's)."""
+    """(the job's flags, checked, with `input_files`, `input_kind`, `input_root` added,
+    and `output_dir` normalized; Beam's)."""
     parser = build_parser()
     args, pipeline_args = parser.parse_known_args(argv)
     if args.stride is None:
         args.stride = args.window
+    try:
+        args.output_dir = paths.normalize(args.output_dir)
+    except ValueError as e:
+        parser.error(f"--output_dir {e}")
+    args.input = _pattern(args.input)
     if args.input.lower().endswith(MANIFEST_SUFFIXES):
-        # A manifest is opened with fsspec like the paths in it (memory:// too).
-        if not fsspec.core.url_to_fs(args.input)[0].exists(args.input):
-            parser.error(f"--input: no manifest at {args.input!r}")
-        args.input_files = [(args.input, 0)]
+        args.input_files = [(args.input, _manifest_size(parser, args.input))]
     else:
         try:
             matches = FileSystems.match([args.input])[0].metadata_list
@@ -192,17 +215,29 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, li
         args.input_files = sorted((m.path, m.size_in_bytes) for m in matches)
         if not args.input_files:
             parser.error(f"--input: no file matches {args.input!r}")
+    args.input_root = paths.common_root([args.input])
     args.input_kind = _input_kind(args.input, [path for path, _ in args.input_files])
     if args.encoder and args.input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
-    # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
-    # output directory, which may be gs:// on a machine without credentials or network.
-    if not PipelineOptions(pipeline_args).view_as(TestOptions).dry_run:
-        problem = output_dir.prepare_output_dir(args.output_dir, args.overwrite)
-        if problem:
-            parser.error(problem)
     return args, pipeline_args
+
+
+def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
+    """A manifest is opened with fsspec like the paths in it (memory:// too); it must be
+    a regular file."""
+    import fsspec
+
+    try:
+        fs, local = fsspec.core.url_to_fs(path)
+        info = fs.info(local)
+    except FileNotFoundError:
+        parser.error(f"--input: no manifest at {path!r}")
+    except Exception as e:
+        parser.error(f"--input: cannot open {path!r}: {type(e).__name__}: {e}")
+    if info.get("type") != "file":
+        parser.error(f"--input: {path!r} is not a regular file")
+    return int(info.get("size") or 0)
 
 
 def refuse(message: str) -> None:

@@ -21,12 +21,11 @@ from typing import Any, Callable, Optional
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
                                                   StandardOptions, TestOptions)
 
-from beam_jobs import output_dir
+from beam_jobs import output_dir, storage
 from beam_jobs.flags import PROG, parse_args, refuse
 from readers import spec as spec_lib
 
@@ -50,16 +49,18 @@ class Source:
 
 
 def _latent_source(args: argparse.Namespace) -> Source:
-    from beam_jobs.latents import FAILURES, LatentFormat, ReadLatentRecords, probe_latent_format
+    from beam_jobs.sources.base import FAILURES
+    from beam_jobs.sources.latents import LatentFormat, ReadLatentRecords, probe_latent_format
 
-    fmt = probe_latent_format([path for path, _ in args.input_files], LatentFormat(
-        args.sequence_feature, args.metadata_feature, args.id_feature, args.sequence_shape))
+    fmt = probe_latent_format(args.input_files, LatentFormat(
+        args.sequence_feature, args.metadata_feature, args.id_feature, args.sequence_shape,
+        root=args.input_root, allow_nonfinite=args.allow_nonfinite))
     window = spec_lib.FeatureSpec.for_array("window", (args.window, *fmt.frame_shape),
                                             fmt.dtype)
 
     def read(pipeline):
         videos = (pipeline
-                  | "ListInputs" >> beam.Create([path for path, _ in args.input_files])
+                  | "ListInputs" >> beam.Create(args.input_files)
                   | "ReadLatents" >> beam.ParDo(ReadLatentRecords(fmt)).with_outputs(
                       FAILURES, main="videos"))
         return videos.videos, videos[FAILURES]
@@ -71,21 +72,26 @@ def _latent_source(args: argparse.Namespace) -> Source:
 
 
 def _pixel_source(args: argparse.Namespace) -> Source:
-    from beam_jobs.manifest import read_manifest
-    from beam_jobs.media import FrameCodec
-    from beam_jobs.pixels import PixelFormat, PixelVideo, probe_pixel_format, video_file_entries
+    from beam_jobs.sources.manifest import ManifestError, read_manifest
+    from beam_jobs.sources.media import FrameCodec
+    from beam_jobs.sources.pixels import (PixelFormat, PixelVideo, probe_pixel_format,
+                                          video_file_entries)
 
     if args.input_kind == "manifest":
-        entries, manifest_failures = read_manifest(args.input, args.splits)
+        try:
+            entries, manifest_failures = read_manifest(args.input, args.splits)
+        except ManifestError as e:
+            refuse(f"--input: {e}")
     else:
-        entries, manifest_failures = video_file_entries([p for p, _ in args.input_files]), []
+        entries = video_file_entries([p for p, _ in args.input_files], args.input_root)
+        manifest_failures = []
     # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
     encoding = "raw" if args.encoder else args.frame_encoding
     codec = FrameCodec(args.frame_size or (0, 0), args.channels, encoding,
                        args.jpeg_quality, resize=args.frame_size is not None)
-    fmt = probe_pixel_format(entries, PixelFormat(codec, fps=args.fps,
-                                                  max_frames=args.max_frames,
-                                                  on_bad_frame=args.on_bad_frame))
+    fmt = probe_pixel_format(entries, PixelFormat(
+        codec, fps=args.fps, max_frames=args.max_frames, on_bad_frame=args.on_bad_frame,
+        max_frame_bytes=args.max_frame_bytes, allow_nonfinite=args.allow_nonfinite))
     encoder = _probe_encoder(args, fmt.codec.frame_shape) if args.encoder else None
     if encoder:
         window = spec_lib.FeatureSpec.for_array(
@@ -127,45 +133,53 @@ def _num_buckets(output_bytes: float, bucket_mb: float) -> int:
 
 
 def _job_flags(args: argparse.Namespace) -> dict:
-    flags = {k: v for k, v in vars(args).items() if k not in ("input_files", "input_kind")}
+    flags = {k: v for k, v in vars(args).items()
+             if k not in ("input_files", "input_kind", "input_root")}
     for name in ("sequence_shape", "frame_size"):
         flags[name] = list(flags[name]) if flags[name] else None
     return flags
 
 
 def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
-                   workers: int = 1) -> None:
-    from beam_jobs.examples import BAD_FRAMES, VIDEO_COUNTS, CutWindows
-    from beam_jobs.finalize import CountVideos, finalize
-    from beam_jobs.shard_writer import WriteShuffledShards
-    from beam_jobs.video import FAILURES
+                   run: output_dir.RunDir, workers: int = 1) -> None:
+    from beam_jobs.examples import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
+                                    WindowConfig, dropped_keys, duplicate_ids)
+    from beam_jobs.finalize import CountVideos, DatasetConfig, finalize
+    from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
+    from beam_jobs.sources.base import FAILURES
 
-    temp_dir = FileSystems.join(args.output_dir, output_dir.TEMP_DIR)
+    windows = WindowConfig(args.window, args.stride, args.tail, dict(args.splits), args.seed)
     videos, read_failures = source.read(pipeline)
     cut = videos | "CutWindows" >> beam.ParDo(CutWindows(
-        source.features, args.window, args.stride, args.tail, args.splits, args.seed,
-        source.pad_frame, source.encoder, source.total_videos, workers,
-        args.progress_interval)).with_outputs(
-        VIDEO_COUNTS, FAILURES, BAD_FRAMES, main="examples")
-    written = cut.examples | "WriteShards" >> WriteShuffledShards(
-        args.output_dir, temp_dir, args.splits, args.compression, args.num_shards,
-        int(args.shard_size_mb * 2**20),
+        source.features, windows, source.pad_frame, source.encoder,
+        ProgressConfig(source.total_videos, workers, args.progress_interval),
+        args.allow_nonfinite)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
+                                            main="examples")
+    duplicates = (cut[VIDEO_COUNTS]
+                  | "KeyById" >> beam.Map(lambda count: (count.video_id, count))
+                  | "GroupById" >> beam.GroupByKey()
+                  | "Duplicates" >> beam.FlatMap(duplicate_ids)
+                  | "GatherDuplicates" >> beam.combiners.ToList())
+    dropped = duplicates | "DroppedKeys" >> beam.Map(dropped_keys, windows)
+    written = cut.examples | "WriteShards" >> WriteShuffledShards(run, ShardConfig(
+        tuple(args.splits), args.compression, args.num_shards,
+        max(1, int(args.shard_size_mb * 2**20)),
         _num_buckets(source.output_bytes, args.shuffle_bucket_mb),
-        spill_bytes=int(args.shuffle_bucket_mb * 2**20))
+        spill_bytes=max(1, int(args.shuffle_bucket_mb * 2**20))),
+        beam.pvalue.AsSingleton(dropped))
     counts = cut[VIDEO_COUNTS] | "CountVideos" >> beam.CombineGlobally(CountVideos())
     failures = ((read_failures, cut[FAILURES]) | "AllFailures" >> beam.Flatten()
                 | "GatherFailures" >> beam.combiners.ToList())
     bad_frames = cut[BAD_FRAMES] | "GatherBadFrames" >> beam.combiners.ToList()
+    config = DatasetConfig(
+        tuple(source.features), windows, args.compression, args.max_failure_fraction,
+        _job_flags(args), source.encoder.to_json() if source.encoder else None)
     (written
      | "GatherShards" >> beam.combiners.ToList()
      | "Finalize" >> beam.Map(
          finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failures),
-         beam.pvalue.AsSingleton(bad_frames),
-         output_dir=args.output_dir, temp_dir=temp_dir, features=source.features,
-         window={"length": args.window, "stride": args.stride, "tail": args.tail},
-         compression=args.compression, splits=list(args.splits), flags=_job_flags(args),
-         encoder=source.encoder.to_json() if source.encoder else None,
-         max_failure_fraction=args.max_failure_fraction))
+         beam.pvalue.AsSingleton(bad_frames), beam.pvalue.AsSingleton(duplicates),
+         run=run, config=config))
 
 
 def _counter(result, name: str) -> int:
@@ -176,9 +190,32 @@ def _counter(result, name: str) -> int:
 def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
     """Run the job; SystemExit with a one-line message for bad flags or too many failures."""
     args, pipeline_args = parse_args(argv)
+    options = PipelineOptions(pipeline_args)
+    # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
+    # output directory, which may be gs:// on a machine without credentials or network.
+    dry_run = options.view_as(TestOptions).dry_run
+    if dry_run:
+        return _run(args, pipeline_args, output_dir.RunDir(args.output_dir, "dry-run", ""),
+                    dry_run)
+    try:
+        claim = output_dir.prepare(args.output_dir, args.overwrite,
+                                   [p for p, _ in args.input_files], [args.input])
+    except output_dir.OutputDirError as e:
+        refuse(str(e))
+    try:
+        return _run(args, pipeline_args, claim.run, dry_run)
+    except BaseException:
+        output_dir.abandon(claim.run)  # a run that stops leaves only what proves itself
+        raise
+    finally:
+        output_dir.release(claim)
+
+
+def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir.RunDir,
+         dry_run: bool) -> beam.runners.runner.PipelineResult:
     # TensorFlow comes in with these, after the flags are known to be good.
     from beam_jobs.finalize import COMMITTED
-    from beam_jobs.video import BadRecord
+    from beam_jobs.sources.base import BadRecord
 
     try:
         source = (_latent_source if args.input_kind == "latents" else _pixel_source)(args)
@@ -188,11 +225,12 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
                                 "multi_processing" if args.input_kind == "latents"
                                 else "multi_threading")
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, args, source, options.view_as(DirectOptions).direct_num_workers)
+    build_pipeline(pipeline, args, source, run_dir,
+                   options.view_as(DirectOptions).direct_num_workers)
     started = time.monotonic()
     result = pipeline.run()
     result.wait_until_finish()
-    if options.view_as(TestOptions).dry_run:
+    if dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
     if not _counter(result, COMMITTED):
@@ -200,8 +238,7 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
         sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "
                  f"({failed / max(1, failed + ok):.1%}), more than --max_failure_fraction "
                  f"{args.max_failure_fraction}; see "
-                 f"{FileSystems.join(args.output_dir, spec_lib.FAILURES_JSONL)}. "
-                 "No dataset.json was written.")
+                 f"{run_dir.output(spec_lib.FAILURES_JSONL)}. No dataset.json was written.")
     _log_summary(args.output_dir, time.monotonic() - started)
     return result
 
@@ -228,13 +265,13 @@ def _pipeline_options(pipeline_args: list[str], all_cores: bool,
 
 
 def _log_summary(directory: str, elapsed: float) -> None:
+    from beam_jobs import paths
     from beam_jobs.progress import summary_table
 
-    path = FileSystems.join(directory, spec_lib.DATASET_JSON)
-    with FileSystems.open(path) as f:
-        dataset = spec_lib.DatasetSpec.from_json(f.read().decode("utf-8"), source=path)
-    shards = FileSystems.match([FileSystems.join(directory, "*.tfrecord*")])[0].metadata_list
-    sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in shards}
+    path = paths.join(directory, spec_lib.DATASET_JSON)
+    dataset = spec_lib.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
+                                             source=path)
+    sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
     _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))
 
 

@@ -1,63 +1,301 @@
-"""What may sit in an output directory, and clearing a previous run's dataset from it."""
+"""The output directory: what a run may write there, and what it may delete.
+
+The job deletes only files it can prove it wrote. The proof is on disk:
+
+    OUT/dataset.json                 the committed dataset; it lists its files and run id
+    OUT/_make_shards/lease.json      the lease of the run writing now (beam_jobs.lease)
+    OUT/_make_shards/runs/RUN/       one folder per run, written before any data:
+        run.json                     run id, start, where its temp data lives, sidecars
+        shards.json                  the shard files it will write (before it writes them)
+        tmp/                         its temp data (unless on local disk elsewhere)
+
+A file is the job's when dataset.json or a run's lists name it; anything else in the
+directory (a file named like a shard included, and every symbolic link) is foreign, and
+a directory holding foreign files is refused, never cleared. Before a run starts, the
+leftovers of earlier runs are removed: a killed run's listed files and temp data, and
+the temp data of a run killed after it committed.
+"""
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import json
+import os
+import tempfile
+import uuid
+from typing import Iterable, NamedTuple, Optional
 
-from apache_beam.io.filesystems import FileSystems
+from beam_jobs import lease, paths, storage
+from readers import spec as spec_lib
 
-from readers.spec import BAD_FRAMES_JSONL, DATASET_JSON, FAILURES_JSONL, is_shard_name
-
-TEMP_DIR = "_make_shards_tmp"
-
-
-def is_job_output(name: str) -> bool:
-    return (name in (DATASET_JSON, FAILURES_JSONL, BAD_FRAMES_JSONL, TEMP_DIR)
-            or is_shard_name(name))
-
-
-def delete_tree(path: str) -> None:
-    """Delete a directory and all under it, on any filesystem (GCS has no directories)."""
-    files = [m.path for m in FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
+STATE_DIR = "_make_shards"
+RUNS = "runs"
+LEASE_FILE = "lease.json"
+RUN_JSON = "run.json"
+SHARDS_JSON = "shards.json"
+TEMP = "tmp"
+SIDECARS = (spec_lib.FAILURES_JSONL, spec_lib.BAD_FRAMES_JSONL)
+_TEMP_MARKER = "make_shards_run.json"
 
 
-def _entries(output_dir: str) -> dict[str, str]:
-    """name -> path of what lies directly in `output_dir` (empty if it does not exist)."""
-    pattern = FileSystems.join(output_dir, "**")
+class OutputDirError(ValueError):
+    """The directory cannot take this run; the message says why, in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Where one run writes: picklable, handed to the pipeline's steps."""
+    output_dir: str
+    run_id: str
+    temp_dir: str      # the run's temp data: under its run folder, or a local directory
+
+    @property
+    def state_dir(self) -> str:
+        return paths.join(self.output_dir, STATE_DIR)
+
+    @property
+    def run_path(self) -> str:
+        return paths.join(self.state_dir, RUNS, self.run_id)
+
+    @property
+    def lease_path(self) -> str:
+        return paths.join(self.state_dir, LEASE_FILE)
+
+    def output(self, name: str) -> str:
+        return paths.join(self.output_dir, name)
+
+    def record_shards(self, names: Iterable[str]) -> None:
+        """List the shard files this run is about to write (so a rerun may clear them)."""
+        storage.write_bytes(paths.join(self.run_path, SHARDS_JSON),
+                            json.dumps(sorted(names)).encode("utf-8"))
+
+    def delete_temp(self) -> None:
+        if paths.is_inside(self.temp_dir, self.run_path):
+            storage.delete_tree(self.temp_dir, self.output_dir)
+        else:
+            _delete_local_temp(self.temp_dir, self.run_id)
+
+    def delete_run_folder(self) -> None:
+        self.delete_temp()
+        storage.delete_tree(self.run_path, self.output_dir)
+
+    def holds_lease(self) -> bool:
+        holder = lease.holder(self.lease_path)
+        return holder is not None and holder.run_id == self.run_id
+
+
+def _delete_local_temp(temp_dir: str, run_id: str) -> None:
+    """A local temp directory outside the output directory, if it is provably this run's."""
+    marker = os.path.join(temp_dir, _TEMP_MARKER)
     try:
-        matched = FileSystems.match([pattern])[0].metadata_list
-    except Exception:  # a missing directory is an empty one
-        return {}
-    prefix = output_dir.rstrip("/") + "/"
-    return {m.path[len(prefix):].split("/")[0]: prefix + m.path[len(prefix):].split("/")[0]
-            for m in matched if m.path.startswith(prefix)}
+        with open(marker) as f:
+            if json.load(f).get("run_id") != run_id:
+                return
+    except (OSError, ValueError):
+        return
+    if not os.path.islink(temp_dir):
+        storage.delete_tree(temp_dir, os.path.dirname(temp_dir))
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool) -> Optional[str]:
-    """Make `output_dir` ready for a new dataset; return why it cannot be, or None.
+@dataclasses.dataclass
+class _PastRun:
+    run_id: str
+    temp_dir: Optional[str]
+    files: set[str]
 
-    An empty or missing directory is ready. The leftovers of a run that did not finish
-    (this job's files, no dataset.json) are cleared, so that the same command simply runs
-    again. A finished dataset is replaced only with `overwrite` (dataset.json first, so
-    that a crash half-way leaves a visibly unfinished directory). A directory holding
-    anything else is never touched.
-    """
-    entries = _entries(output_dir)
-    if not entries:
+
+def _read_json(path: str):
+    try:
+        return json.loads(storage.read_bytes(path).decode("utf-8"))
+    except FileNotFoundError:
         return None
-    foreign = sorted(name for name in entries if not is_job_output(name))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _past_runs(out: str, foreign: list[str]) -> list[_PastRun]:
+    """The run folders in OUT/_make_shards/runs; anything unexpected goes to `foreign`."""
+    state = paths.join(out, STATE_DIR)
+    runs_dir = paths.join(state, RUNS)
+    for name, entry in storage.list_dir(state).items():
+        if not ((name == RUNS and entry.kind == "dir") or
+                (name.startswith(LEASE_FILE) and entry.kind == "file")):
+            foreign.append(f"{STATE_DIR}/{name}")
+    runs = []
+    for name, entry in storage.list_dir(runs_dir).items():
+        run_json = _read_json(paths.join(runs_dir, name, RUN_JSON)) if entry.kind == "dir" else None
+        if not isinstance(run_json, dict) or run_json.get("run_id") != name:
+            foreign.append(f"{STATE_DIR}/{RUNS}/{name}")
+            continue
+        shards = _read_json(paths.join(runs_dir, name, SHARDS_JSON)) or []
+        runs.append(_PastRun(name, run_json.get("temp_dir"),
+                             _job_files(run_json.get("sidecars", [])) | _job_files(shards)))
+    return runs
+
+
+def _job_files(names) -> set[str]:
+    """The names in a list that can be the job's files: shard names and sidecars, never
+    a path (a hand-edited list must not reach outside the directory)."""
+    if not isinstance(names, list):
+        return set()
+    return {n for n in names if isinstance(n, str) and (
+        spec_lib.is_shard_name(n) or n in SIDECARS)}
+
+
+def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:
+    """(run id, files) of the committed dataset in `out`, if any."""
+    if spec_lib.DATASET_JSON not in entries:
+        return None, set()
+    meta = _read_json(paths.join(out, spec_lib.DATASET_JSON))
+    if not isinstance(meta, dict) or "splits" not in meta:
+        raise OutputDirError(f"--output_dir: {out} holds a {spec_lib.DATASET_JSON} this job "
+                             "cannot read; choose an empty or new directory")
+    files = _job_files(meta.get("files", []))
+    if not files:  # written before datasets listed their files
+        files = _job_files([s.get("file") for split in meta["splits"].values()
+                            for s in split.get("shards", [])] + list(SIDECARS))
+    return meta.get("run_id"), files
+
+
+def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) -> None:
+    """Refuse an output directory that holds an input file or that an input glob covers."""
+    for path in input_files:
+        if paths.is_inside(paths.normalize(path), out):
+            raise OutputDirError(f"--output_dir: {out} holds the input file {path}; "
+                                 "write the dataset somewhere else")
+    probes = [paths.join(out, n) for n in (spec_lib.DATASET_JSON, spec_lib.FAILURES_JSONL,
+                                           spec_lib.shard_name("train", 0, 1, "none"),
+                                           spec_lib.shard_name("train", 0, 1, "gzip"))]
+    probes.append(paths.join(out, STATE_DIR, RUNS, "r", TEMP, "s", "b.rec"))
+    for pattern in patterns:
+        regex = paths.glob_regex(pattern)
+        if any(regex.match(p) for p in probes):
+            raise OutputDirError(f"--output_dir: the input glob {pattern} covers {out}; a "
+                                 "second run would read the job's own output as input")
+
+
+class Claim(NamedTuple):
+    """A run's hold on its output directory, from `prepare` until `release`."""
+    run: RunDir
+    lease: lease.Lease
+    created: bool          # the directory did not exist before
+
+
+def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
+            patterns: Iterable[str] = (), local_temp: Optional[str] = None) -> Claim:
+    """Take the directory for a new run: its lease, cleared leftovers, a run folder.
+
+    `out` is normalized (paths.normalize). `local_temp`: a local directory under which
+    the run keeps its temp data, when it must not go into `out` (a local run writing to
+    gs://). Raises OutputDirError with a one-line reason. A directory holding foreign
+    files is refused before anything is written to it.
+    """
+    if not storage.supported(out):
+        raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
+    found = storage.kind(out)
+    if found not in ("missing", "dir"):
+        raise OutputDirError(f"--output_dir: {out} is a {'file' if found == 'file' else found}"
+                             ", not a directory")
+    check_inputs(out, input_files, patterns)
+    _inventory(out)
+    storage.make_dirs(out)
+    created = found == "missing"
+    run_id = uuid.uuid4().hex[:12]
+    run = RunDir(out, run_id, "")
+    try:
+        held = lease.Lease(run.lease_path, run_id).acquire()
+    except lease.LeaseHeld as e:
+        raise OutputDirError(f"--output_dir: {out} is being written by {e}; wait for it to "
+                             "finish or choose another directory") from None
+    try:
+        _clear(out, overwrite)
+        temp = paths.join(run.run_path, TEMP)
+        if local_temp is not None:
+            temp = os.path.join(local_temp, f"make_shards-{run_id}")
+            os.makedirs(temp)
+            with open(os.path.join(temp, _TEMP_MARKER), "w") as f:
+                json.dump({"run_id": run_id, "output_dir": out}, f)
+        run = dataclasses.replace(run, temp_dir=temp)
+        storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
+            {"run_id": run_id, "temp_dir": temp, "sidecars": list(SIDECARS)}).encode("utf-8"))
+    except BaseException:
+        release(Claim(run, held, created))
+        raise
+    return Claim(run, held, created)
+
+
+def abandon(run: RunDir) -> None:
+    """Clear what a run that stopped half-way wrote: its listed shards and temp data,
+    and its folder unless a sidecar it wrote (failures.jsonl) needs it as proof."""
+    listed = _read_json(paths.join(run.run_path, SHARDS_JSON)) or []
+    storage.delete_files([run.output(name) for name in listed], run.output_dir)
+    if any(storage.kind(run.output(name)) == "file" for name in SIDECARS):
+        run.delete_temp()
+    else:
+        run.delete_run_folder()
+
+
+def release(claim: Claim) -> None:
+    """Give the lease back; remove the state folder when nothing is left in it, and the
+    directory too when this run created it and left nothing there."""
+    claim.lease.release()
+    run = claim.run
+    storage.remove_empty_dirs([paths.join(run.state_dir, RUNS), run.state_dir],
+                              run.output_dir)
+    if claim.created and not storage.list_dir(run.output_dir):
+        storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
+
+
+class _Inventory(NamedTuple):
+    entries: dict
+    runs: list
+    committed_run: Optional[str]
+    committed: set
+
+
+def _inventory(out: str) -> _Inventory:
+    """What lies in `out`, by whose it is; OutputDirError when anything is foreign."""
+    entries = storage.list_dir(out)
+    foreign: list[str] = []
+    state = entries.get(STATE_DIR)
+    runs = _past_runs(out, foreign) if state is not None and state.kind == "dir" else []
+    committed_run, committed = _committed(out, entries)
+    ours = committed | {spec_lib.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
+    for name, entry in sorted(entries.items()):
+        expected_kind = "dir" if name == STATE_DIR else "file"
+        if name not in ours or entry.kind != expected_kind:
+            foreign.append(name)
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        return (f"--output_dir: {output_dir} holds files this job did not write ({shown}); "
-                "choose an empty or new directory")
-    if DATASET_JSON in entries and not overwrite:
-        return (f"--output_dir: {output_dir} already holds a dataset; pass --overwrite to "
-                "replace it")
-    if DATASET_JSON in entries:
-        FileSystems.delete([entries.pop(DATASET_JSON)])
-    for path in sorted(entries.values()):
-        delete_tree(path) if path.endswith(TEMP_DIR) else FileSystems.delete([path])
-    return None
+        raise OutputDirError(f"--output_dir: {out} holds files this job did not write "
+                             f"({shown}); choose an empty or new directory")
+    return _Inventory(entries, runs, committed_run, committed)
+
+
+def _clear(out: str, overwrite: bool) -> None:
+    """Remove earlier runs' leftovers; remove a committed dataset only with `overwrite`."""
+    entries, runs, committed_run, committed = _inventory(out)
+    for past in runs:
+        leftovers = [] if past.run_id == committed_run else sorted(
+            paths.join(out, name) for name in past.files - committed if name in entries)
+        storage.delete_files(leftovers, out)
+        if past.temp_dir:
+            if paths.is_inside(past.temp_dir, out):
+                storage.delete_tree(past.temp_dir, out)
+            elif os.path.isdir(past.temp_dir):
+                _delete_local_temp(past.temp_dir, past.run_id)
+        storage.delete_tree(paths.join(out, STATE_DIR, RUNS, past.run_id), out)
+    if spec_lib.DATASET_JSON in entries:
+        if not overwrite:
+            raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
+                                 "--overwrite to replace it")
+        # dataset.json first: a crash half-way leaves a visibly unfinished directory.
+        storage.delete_files([paths.join(out, spec_lib.DATASET_JSON)], out)
+        storage.delete_files(sorted(paths.join(out, n) for n in committed if n in entries), out)
+
+
+def local_temp_base(temp_location: Optional[str]) -> str:
+    """Where a local run keeps temp data when the output is remote: --temp_location when
+    it is a local path, else the system's temp directory."""
+    if temp_location and not paths.has_scheme(temp_location):
+        return paths.normalize(temp_location)
+    return tempfile.gettempdir()

@@ -17,9 +17,10 @@ are byte-identical whatever the runner, the bundling and the number of workers.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import uuid
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -29,7 +30,8 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs.examples import KeyedExample
-from beam_jobs.tfrecord_files import read_tfrecords, write_tfrecord
+from beam_jobs.output_dir import RunDir
+from beam_jobs.tfrecords import Lost, read_frame, write_tfrecord
 from readers import spec as spec_lib
 
 _KEY_BYTES = 8
@@ -49,6 +51,18 @@ class ShardTask(NamedTuple):
     index: int
     num_shards: int
     segments: tuple[tuple[tuple[str, ...], int, int], ...]  # (bucket's files, lo, hi)
+    dropped: frozenset = frozenset()                         # keys not to write
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardConfig:
+    """How a run's examples become shards."""
+    splits: tuple[str, ...]
+    compression: str = "none"
+    num_shards: Optional[int] = None     # per split; None: one per `shard_bytes`
+    shard_bytes: int = 200 << 20
+    num_buckets: int = 1                 # temp buckets per split, each sorted in memory
+    spill_bytes: int = 64 << 20          # what one worker buffers before it spills
 
 
 class WrittenShard(NamedTuple):
@@ -97,26 +111,33 @@ class _SpillToBuckets(beam.DoFn):
 
 def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
                    shard_bytes: int) -> int:
-    """--num_shards, or enough shards of about `shard_bytes`; never more than windows."""
+    """--num_shards, or enough shards of about `shard_bytes`; never more than windows,
+    nor than shard names can number."""
     wanted = num_shards if num_shards else math.ceil(nbytes / shard_bytes)
-    return max(1, min(wanted, windows))
+    return max(1, min(wanted, windows, spec_lib.MAX_SHARDS))
 
 
-def plan_shards(bucket_files: list[BucketFile], splits: Iterable[str],
-                num_shards: Optional[int], shard_bytes: int) -> Iterable[ShardTask]:
-    """Cut each split's key order into shards whose counts differ by at most one."""
+def plan_shards(bucket_files: list[BucketFile], config: ShardConfig,
+                dropped: Mapping[str, frozenset]) -> Iterable[ShardTask]:
+    """Cut each split's key order into shards whose counts differ by at most one.
+
+    `dropped`: per split, the keys of windows that must not be written (the windows of
+    videos whose id came more than once), left out of the ranks.
+    """
     by_split: dict[str, dict[int, list[BucketFile]]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
     for bf in bucket_files:
         by_split[bf.split][bf.bucket].append(bf)
-    for split in splits:
+    for split in config.splits:
+        drop = dropped.get(split, frozenset())
+        dropped_in = collections.Counter(bucket_of(k, config.num_buckets) for k in drop)
         buckets = sorted(by_split[split].items())
-        counts = [sum(bf.count for bf in files) for _, files in buckets]
+        counts = [sum(bf.count for bf in files) - dropped_in[b] for b, files in buckets]
         total = sum(counts)
         if not total:
             continue
         nbytes = sum(bf.nbytes for _, files in buckets for bf in files)
-        n = num_shards_for(total, nbytes, num_shards, shard_bytes)
+        n = num_shards_for(total, nbytes, config.num_shards, config.shard_bytes)
         starts = [0]
         for count in counts:
             starts.append(starts[-1] + count)
@@ -126,17 +147,31 @@ def plan_shards(bucket_files: list[BucketFile], splits: Iterable[str],
                 (tuple(sorted(bf.path for bf in files)), max(lo - first, 0), min(hi - first, count))
                 for (_, files), first, count in zip(buckets, starts, counts)
                 if first < hi and first + count > lo)
-            yield ShardTask(split, i, n, segments)
+            overlapping = {b for (b, _), first, count in zip(buckets, starts, counts)
+                           if first < hi and first + count > lo}
+            yield ShardTask(split, i, n, segments, frozenset(
+                k for k in drop if bucket_of(k, config.num_buckets) in overlapping))
 
 
-def _sorted_bucket(files: Iterable[str]) -> list[bytes]:
-    """All records of one bucket, in key order (ties by example bytes)."""
+def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
+                        ) -> list[ShardTask]:
+    """List the shards in the run folder before any is written, so that a rerun after a
+    kill can tell them from foreign files."""
+    run.record_shards(spec_lib.shard_name(t.split, t.index, t.num_shards, compression)
+                      for t in tasks)
+    return tasks
+
+
+def _sorted_bucket(files: Iterable[str], dropped: frozenset) -> list[bytes]:
+    """All records of one bucket in key order (ties by example bytes), but the dropped."""
     records = []
     for path in files:
-        for _, record in read_tfrecords(path):
-            if isinstance(record, ValueError):
-                raise record  # a temp file of this run is broken: fail, let the runner retry
-            records.append(record)
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            while (record := read_frame(f)) is not None:
+                if isinstance(record, Lost):  # a temp file of this run: let the runner retry
+                    raise OSError(f"{path}: {record.reason}")
+                if int.from_bytes(record[:_KEY_BYTES], "big") not in dropped:
+                    records.append(record)
     records.sort()
     return records
 
@@ -153,36 +188,34 @@ class _WriteShard(beam.DoFn):
         count = 0
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for files, lo, hi in task.segments:
-                for record in _sorted_bucket(files)[lo:hi]:
+                for record in _sorted_bucket(files, task.dropped)[lo:hi]:
                     write_tfrecord(f, record[_KEY_BYTES:])
                     count += 1
         yield WrittenShard(task.split, task.index, name, count)
 
 
 class WriteShuffledShards(beam.PTransform):
-    """PCollection[KeyedExample] -> PCollection[WrittenShard], written to `output_dir`.
+    """PCollection[KeyedExample] -> PCollection[WrittenShard], written to the run's
+    output directory.
 
-    Each split gets `num_shards` shards, or, when None, one per `shard_bytes` of
-    examples; `num_buckets` sets the temp buckets per split (each is sorted in memory).
+    `dropped` is a singleton side input: per split, the keys of windows to leave out.
     """
 
-    def __init__(self, output_dir: str, temp_dir: str, splits: Iterable[str],
-                 compression: str, num_shards: Optional[int], shard_bytes: int,
-                 num_buckets: int, spill_bytes: int = 64 << 20):
+    def __init__(self, run: RunDir, config: ShardConfig, dropped):
         super().__init__()
-        self._output_dir, self._temp_dir = output_dir, temp_dir
-        self._splits, self._compression = list(splits), compression
-        self._num_shards, self._shard_bytes = num_shards, shard_bytes
-        self._num_buckets, self._spill_bytes = num_buckets, spill_bytes
+        self._run, self._config, self._dropped = run, config, dropped
 
     def expand(self, examples):
+        config = self._config
         return (
             examples
             | "SpillToBuckets" >> beam.ParDo(
-                _SpillToBuckets(self._temp_dir, self._num_buckets, self._spill_bytes))
+                _SpillToBuckets(self._run.temp_dir, config.num_buckets, config.spill_bytes))
             | "GatherBucketFiles" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.FlatMap(plan_shards, self._splits, self._num_shards,
-                                           self._shard_bytes)
+            | "PlanShards" >> beam.Map(lambda files, dropped: list(
+                plan_shards(files, config, dropped)), self._dropped)
+            | "RecordShardNames" >> beam.Map(_record_shard_names, self._run, config.compression)
+            | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(
-                _WriteShard(self._output_dir, self._compression)))
+                _WriteShard(self._run.output_dir, config.compression)))

@@ -20,6 +20,7 @@ from readers import spec as spec_lib
 SHUFFLE_BUFFER_BYTES = 16 << 20
 MAX_SHUFFLE_BUFFER = 1024
 MAX_CYCLE_LENGTH = 16
+_CHECK_CHUNK = 64   # records per count check of a shard
 
 
 def load_spec(path: str) -> spec_lib.DatasetSpec:
@@ -74,7 +75,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         at least batch_size, at most 1024).
       cycle_length: shards read at once (default: min(16, shards)).
       float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: uint8 as stored).
-      keep_float16: float16 latents stay float16 (default: cast to float32).
+      keep_float16: float16 and bfloat16 latents stay as stored (default: cast to
+        float32).
       structure: a nested tuple of feature names, e.g. `(("window", "mask"), "labels")`:
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
@@ -87,7 +89,9 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     if features is None and structure is not None:
         features = tf.nest.flatten(structure)
     selected = _select_features(spec, features)
-    files = [os.path.join(path, shard.file) for shard in spec.splits[split].shards]
+    shards = spec.splits[split].shards
+    files = [os.path.join(path, shard.file) for shard in shards]
+    counts = [shard.examples for shard in shards]
     if not files:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
 
@@ -98,22 +102,23 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                 f"split {split!r} of {path} has {len(files)} shards, fewer than the "
                 f"{pipelines} input pipelines; rerun the job with --num_shards >= {pipelines}")
         files = files[input_context.input_pipeline_id::pipelines]
+        counts = counts[input_context.input_pipeline_id::pipelines]
         batch_size = input_context.get_per_replica_batch_size(batch_size)
 
     deterministic = not shuffle or seed is not None
     compression = spec_lib.tf_compression_type(spec.compression)
-    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-        ds = ds.interleave(
-            lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
-            cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)), block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    ds = ds.interleave(
+        lambda f, n: checked_records(f, n, compression),
+        cycle_length=(cycle_length or min(MAX_CYCLE_LENGTH, len(files))) if shuffle else 1,
+        block_length=1, num_parallel_calls=tf.data.AUTOTUNE if shuffle else None,
+        deterministic=deterministic)
+    if shuffle:
         buffer = shuffle_buffer or max(batch_size, min(
             MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // _example_bytes(spec.features)))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    else:
-        ds = tf.data.TFRecordDataset(ds, compression_type=compression)
     if repeat:  # after the shuffles: clean epochs, each in a new order
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
@@ -126,14 +131,40 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             values = {name: tf.cast(v, tf.float32) / 255.0 if v.dtype == tf.uint8 else v
                       for name, v in values.items()}
         if not keep_float16:
-            values = {name: tf.cast(v, tf.float32) if v.dtype == tf.float16 else v
-                      for name, v in values.items()}
+            values = {name: tf.cast(v, tf.float32) if v.dtype in (tf.float16, tf.bfloat16)
+                      else v for name, v in values.items()}
         if structure is None:
             return values
         return tf.nest.map_structure(lambda name: values[name], structure)
 
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def checked_records(file: tf.Tensor, expected: tf.Tensor, compression: str) -> tf.data.Dataset:
+    """The records of one shard; an error naming the shard when it is corrupt, short or
+    long.
+
+    TensorFlow's own error for a flipped byte says only "corrupted record at 1173132".
+    Here the shard's records are read until an error (`ignore_errors`), in chunks, and a
+    last empty chunk checks that exactly dataset.json's count came through. The check
+    runs once per chunk of records, not per record.
+    """
+    records = tf.data.TFRecordDataset(file, compression_type=compression).ignore_errors()
+    end = tf.data.Dataset.from_tensors(tf.zeros([0], tf.string))
+
+    def check(count, chunk):
+        size = tf.shape(chunk, out_type=tf.int64)[0]
+        whole = tf.logical_or(size > 0, tf.equal(count, expected))
+        assertion = tf.debugging.Assert(whole, [
+            "shard", file, "is corrupt or truncated: it gave", count,
+            "records where dataset.json lists", expected,
+            "(run python -m readers.inspect DIR --verify)"])
+        with tf.control_dependencies([assertion]):
+            return count + size, tf.identity(chunk)
+
+    return (records.batch(_CHECK_CHUNK).concatenate(end)
+            .scan(tf.constant(0, tf.int64), check).unbatch())
 
 
 def _select_features(spec: spec_lib.DatasetSpec,

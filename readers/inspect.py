@@ -124,12 +124,14 @@ def _numeric(values: np.ndarray) -> bool:
 
 def stats(path: str, dataset: spec_lib.DatasetSpec, split: str, sample: Optional[int],
           seed: int) -> str:
-    """Mean, std, min, max per numeric feature over `sample` windows (None: all), a label
-    histogram, and the fraction of masked frames."""
+    """Mean, std, min, max per numeric feature over `sample` windows (None: all), with
+    the NaN and Inf values counted (and left out of the others), a label histogram, and
+    the fraction of masked frames."""
     from readers.dataset import make_dataset
 
     ds = make_dataset(path, split, batch_size=64, seed=seed, drop_remainder=False)
-    totals: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0.0, np.inf, -np.inf])
+    totals: dict[str, list] = collections.defaultdict(
+        lambda: [0, 0.0, 0.0, np.inf, -np.inf, 0, 0])
     labels, seen = [], 0
     for batch in ds:
         for name, tensor in batch.items():
@@ -138,25 +140,32 @@ def stats(path: str, dataset: spec_lib.DatasetSpec, split: str, sample: Optional
                 continue
             values = values[:None if sample is None else sample - seen].astype(np.float64)
             t = totals[name]
-            t[0] += values.size
-            t[1] += values.sum()
-            t[2] += np.square(values).sum()
-            t[3], t[4] = min(t[3], values.min()), max(t[4], values.max())
+            t[5] += int(np.isnan(values).sum())
+            t[6] += int(np.isinf(values).sum())
+            values = values[np.isfinite(values)]
+            if values.size:
+                t[0] += values.size
+                t[1] += values.sum()
+                t[2] += np.square(values).sum()
+                t[3], t[4] = min(t[3], values.min()), max(t[4], values.max())
             if name == "labels":
                 labels.append(values.reshape(-1))
         seen += len(next(iter(batch.values())))
         if sample is not None and seen >= sample:
             break
-    lines = [f"statistics of {min(seen, sample or seen)} {split} windows:",
-             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s}"]
-    for name, (n, total, squares, low, high) in totals.items():
-        mean = total / n
-        std = np.sqrt(max(0.0, squares / n - mean ** 2))
-        lines.append(f"  {name:10s} {mean:12.5g} {std:12.5g} {low:12.5g} {high:12.5g}")
-    if "mask" in totals:
+    lines = [f"statistics of {min(seen, sample or seen)} {split} windows (NaN and Inf "
+             "counted apart):",
+             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s} "
+             f"{'NaN':>8s} {'Inf':>8s}"]
+    for name, (n, total, squares, low, high, nans, infs) in totals.items():
+        mean = total / n if n else float("nan")
+        std = np.sqrt(max(0.0, squares / n - mean ** 2)) if n else float("nan")
+        lines.append(f"  {name:10s} {mean:12.5g} {std:12.5g} {low:12.5g} {high:12.5g} "
+                     f"{nans:8d} {infs:8d}")
+    if "mask" in totals and totals["mask"][0]:
         n, total = totals["mask"][:2]
         lines.append(f"masked frames: {1 - total / n:.2%}")
-    if labels:
+    if labels and sum(map(len, labels)):
         counts, edges = np.histogram(np.concatenate(labels), bins=10)
         lines.append("label histogram:")
         for count, low, high in zip(counts, edges, edges[1:]):
@@ -189,6 +198,19 @@ def preview(path: str, dataset: spec_lib.DatasetSpec, split: str, count: int, se
     return pictures.heatmaps(windows, masks, metadata, captions)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+_positive.__name__ = "integer"
+
+
 def main(argv: Optional[Iterable[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m readers.inspect",
                                      description=__doc__.split("\n\n")[0])
@@ -197,24 +219,30 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         "(default: the first split)")
     parser.add_argument("--verify", action="store_true",
                         help="read every record of every shard and check it against the spec")
-    parser.add_argument("--preview", type=int, metavar="N", help="draw N random windows")
+    parser.add_argument("--preview", type=_positive, metavar="N", help="draw N random windows")
     parser.add_argument("--out", default="preview.png", help="the preview's PNG file")
     parser.add_argument("--decoder", help="a Keras model decoding latents to frames in [0, 1]")
     parser.add_argument("--stats", action="store_true", help="per-feature statistics")
     parser.add_argument("--all", action="store_true", help="--stats over all windows")
-    parser.add_argument("--sample", type=int, default=1000, help="--stats sample size")
+    parser.add_argument("--sample", type=_positive, default=1000, help="--stats sample size")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from readers.dataset import load_spec
 
     try:
         dataset = load_spec(args.path)
-    except (FileNotFoundError, ValueError) as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+        parser.exit(2, f"{parser.prog}: error: {args.path}: cannot read its dataset.json: "
+                       f"{type(e).__name__}: {e}\n")
+    if not dataset.splits:
+        parser.exit(2, f"{parser.prog}: error: {args.path}: dataset.json lists no splits\n")
     split = args.split or next(iter(dataset.splits))
     if split not in dataset.splits:
         parser.error(f"--split: {split!r} is not one of {sorted(dataset.splits)}")
     print(summary(args.path, dataset))
+    if (args.stats or args.preview) and not dataset.splits[split].windows:
+        parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "
+                       f"{'preview' if args.preview else 'describe'}\n")
     if args.stats:
         print(stats(args.path, dataset, split, None if args.all else args.sample, args.seed))
     if args.preview:

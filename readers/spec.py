@@ -39,6 +39,7 @@ _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 
 
 COMPRESSIONS = tuple(_SUFFIX)
+MAX_SHARDS = 99_999   # shard names number them in five digits
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
 
@@ -214,6 +215,8 @@ class DatasetSpec:
     flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     encoder: Optional[Mapping[str, Any]] = None   # path, shapes, checksum of the model
     format_version: int = FORMAT_VERSION
+    run_id: Optional[str] = None                   # the run that wrote it
+    files: tuple[str, ...] = ()                    # every file of the dataset but this one
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -235,6 +238,8 @@ class DatasetSpec:
                               "shards": [dataclasses.asdict(sh) for sh in s.shards]}
                        for name, s in self.splits.items()},
             "flags": dict(self.flags),
+            "run_id": self.run_id,
+            "files": list(self.files),
         }, indent=2, sort_keys=False) + "\n"
 
     @classmethod
@@ -253,4 +258,5 @@ class DatasetSpec:
                    compression=d["compression"], splits=splits,
                    failures=d.get("failures", 0), flags=d.get("flags", {}),
                    encoder=d.get("encoder"),
-                   format_version=version)
+                   format_version=version, run_id=d.get("run_id"),
+                   files=tuple(d.get("files", ())))

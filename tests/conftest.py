@@ -52,7 +52,24 @@ def write_videos(directory: str, videos, files: int = 2, **kwargs) -> list[str]:
 
 
 def run_job(input_glob: str, output_dir: str, *extra: str) -> None:
-    make_shards.run(["--input", input_glob, "--output_dir", str(output_dir), *extra])
+    """Run the job; a dataset it commits must pass `readers.inspect --verify`."""
+    try:
+        make_shards.run(["--input", input_glob, "--output_dir", str(output_dir), *extra])
+    finally:
+        if "--dry_run=True" not in extra:
+            assert_verified(output_dir)
+
+
+def assert_verified(output_dir) -> None:
+    """When `output_dir` holds a dataset, every record of it checks out."""
+    if str(output_dir).startswith("gs://") or not os.path.exists(
+            os.path.join(output_dir, "dataset.json")):
+        return
+    from readers import inspect
+    import readers
+
+    problems = inspect.verify(str(output_dir), readers.load_spec(str(output_dir)))
+    assert not problems, problems[:5]
 
 
 def read_dataset_json(output_dir) -> dict:
@@ -122,11 +139,12 @@ def write_frame_folder(directory, frames, fmt: str = "png", name: str = "frame_{
     return paths
 
 
-def write_video(path, frames, codec: str = "libx264", rate: int = 10) -> str:
+def write_video(path, frames, codec: str = "libx264", rate: int = 10,
+                options: Optional[dict] = None) -> str:
     import av
 
     h, w = frames[0].shape[:2]
-    with av.open(str(path), "w") as container:
+    with av.open(str(path), "w", options=options or {}) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         for frame in frames:

@@ -17,7 +17,8 @@ def latents(tmp_path, rng):
 
 
 def _same_files(a, b) -> None:
-    """Same shards and failures byte for byte; same dataset.json but for the flags."""
+    """Same shards and failures byte for byte; same dataset.json but for the flags and
+    the run id."""
     names = sorted(os.listdir(a))
     assert names == sorted(os.listdir(b))
     data = [n for n in names if n != "dataset.json"]
@@ -25,7 +26,8 @@ def _same_files(a, b) -> None:
     match, mismatch, errors = filecmp.cmpfiles(a, b, data, shallow=False)
     assert not mismatch and not errors, mismatch
     meta_a, meta_b = read_dataset_json(a), read_dataset_json(b)
-    meta_a.pop("flags"), meta_b.pop("flags")
+    for meta in (meta_a, meta_b):
+        meta.pop("flags"), meta.pop("run_id")
     assert meta_a == meta_b
 
 

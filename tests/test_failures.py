@@ -36,7 +36,8 @@ def test_bad_records_are_reported_and_counted(tmp_path, rng):
     rows = _failures(tmp_path / "out")
     assert [(os.path.basename(r["source"]), r["record_index"]) for r in rows] == [
         ("a.tfrecord", 10), ("a.tfrecord", 11), ("b.tfrecord", 0), ("b.tfrecord", 1)]
-    assert all(set(r) == {"source", "record_index", "video_id", "reason"} for r in rows)
+    assert all(set(r) == {"source", "record_index", "video_id", "reason", "records"}
+               and r["records"] == 1 for r in rows)
     reasons = [r["reason"] for r in rows]
     assert "not a tf.train.Example" in reasons[0]
     assert "3 values, expected 4" in reasons[1]
@@ -59,7 +60,8 @@ def test_a_truncated_file_reports_where_it_broke(tmp_path, rng):
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "10",
             "--max_failure_fraction", "0.1")
     (row,) = _failures(tmp_path / "out")
-    assert row["record_index"] == 5 and "corrupt TFRecord" in row["reason"]
+    assert row["record_index"] == 5 and "the file ends inside a record" in row["reason"]
+    assert row["records"] == 1 and "cannot be read" in row["reason"]
     assert read_dataset_json(tmp_path / "out")["failures"] == 1
 
 
@@ -70,8 +72,12 @@ def test_too_many_failures_stop_the_job_without_a_dataset(tmp_path, rng, capsys)
         run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "10")
     message = str(exit_info.value.code)
     assert "4 of 12 videos failed (33.3%)" in message and "--max_failure_fraction" in message
-    assert sorted(os.listdir(tmp_path / "out")) == ["failures.jsonl"]
+    # the run folder stays, as proof that failures.jsonl is the job's
+    assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards", "failures.jsonl"]
     assert len(_failures(tmp_path / "out")) == 4
+    (run,) = os.listdir(tmp_path / "out" / "_make_shards" / "runs")
+    assert sorted(os.listdir(tmp_path / "out" / "_make_shards" / "runs" / run)) == [
+        "run.json", "shards.json"]
 
 
 def _cli(*args, cwd=None):
@@ -110,8 +116,7 @@ def test_input_and_output_problems_are_refused_before_any_work(tmp_path, small_i
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--input: no file matches" in result.stderr.strip().splitlines()[-1]
 
-    (tmp_path / "used").mkdir()
-    (tmp_path / "used" / "dataset.json").write_text("{}")
+    run_job(small_input, tmp_path / "used", "--window", "5")
     result = _cli("--input", small_input, "--output_dir", str(tmp_path / "used"), "--window", "5")
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "--output_dir" in last and "--overwrite" in last

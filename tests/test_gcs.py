@@ -2,45 +2,33 @@
 
 TensorFlow's own gs:// cannot reach an emulator, so the reader is tested on a local copy.
 """
+import json
 import os
-import socket
 
 import fsspec
 import keras
 import numpy as np
 import pytest
 
-from conftest import (latent_example, read_dataset_json, read_examples, run_job, solid_frames,
+import gcs_emulator
+from beam_jobs import lease, make_shards
+from conftest import (assert_verified, latent_example, read_dataset_json, read_examples, run_job, solid_frames,
                       write_frame_folder)
 
 
 @pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
+def gcs():
     """A bucket `bkt` on an in-memory emulator; gcsfs and Beam's gs:// both point at it."""
-    from gcp_storage_emulator.server import create_server
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="bkt")
-    server.start()
-    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
-           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
-    try:
+    with gcs_emulator.running("bkt"):
         yield fsspec.filesystem("gs", skip_instance_cache=True)
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def _download(fs, remote: str, local) -> None:
+    """A local copy of a dataset on gs://, verified as every dataset a test builds."""
     os.makedirs(local, exist_ok=True)
-    for path in fs.ls(remote):
+    for path in fs.ls(remote, refresh=True):
         fs.get(path, os.path.join(str(local), path.rsplit("/", 1)[-1]))
+    assert_verified(local)
 
 
 def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
@@ -97,3 +85,31 @@ def _tfrecord(records) -> bytes:
         data = f.read()
     os.remove(path)
     return data
+
+
+def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
+    frames = np.arange(60, dtype=np.float32).reshape(20, 3)
+    gcs.pipe("bkt/safe/in/a.tfrecord", _tfrecord([latent_example(frames, [1, 2])]))
+    argv = ["--input", "gs://bkt/safe/in/*.tfrecord", "--window", "5"]
+
+    def refused(out, *extra) -> str:
+        with pytest.raises(SystemExit):
+            make_shards.run([*argv, "--output_dir", out, *extra])
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    gcs.pipe("bkt/safe/foreign/notes.txt", b"mine")
+    assert "did not write (notes.txt)" in refused("gs://bkt/safe/foreign")
+    assert gcs.cat("bkt/safe/foreign/notes.txt") == b"mine"
+
+    held = lease.Lease("gs://bkt/safe/out/_make_shards/lease.json", "other").acquire()
+    try:  # another live run holds the lease: create-if-absent refuses this one
+        assert "is being written by run other" in refused("gs://bkt//safe/out/")
+    finally:
+        held.release()
+    run_job("gs://bkt/safe/in/*.tfrecord", "gs://bkt//safe/out/", "--window", "5")
+    assert "already holds a dataset" in refused("gs://bkt/safe/out")
+    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/safe/out", refresh=True))
+    assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00001.tfrecord"]
+    _download(gcs, "bkt/safe/out", tmp_path / "copy")
+    meta = json.loads(gcs.cat("bkt/safe/out/dataset.json"))
+    assert meta["files"] == ["failures.jsonl", "train-00000-of-00001.tfrecord"]

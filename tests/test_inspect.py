@@ -55,7 +55,7 @@ def test_summary_shows_splits_features_and_failure_reasons(latent_dataset):
     assert "windows: length 8, stride 4, tail align_end" in out
     assert "window     [8, 6]" in out and "float32" in out
     assert out.count("\ntrain ") == 1 and "\nval " in out
-    assert "failures: 1, most common reasons:" in out and "corrupt TFRecord" in out
+    assert "failures: 1, most common reasons:" in out and "cannot be read" in out
 
 
 def test_verify_passes_a_sound_dataset(latent_dataset):

@@ -106,8 +106,11 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     meta = read_dataset_json(tmp_path / "out")
     assert meta["splits"]["train"]["bad_frames"] == 2
     rows = [json.loads(l) for l in open(tmp_path / "out" / "bad_frames.jsonl")]
-    assert rows == [{"video_id": "v", "source": str(tmp_path / "m.jsonl"), "bad_frames": 2,
-                     "first": [2, 4]}]
+    assert [(r["video_id"], r["frame"], os.path.basename(r["where"])) for r in rows] == [
+        ("v", 2, "frame_2.png"), ("v", 4, "gone.png")]
+    assert rows[0]["reason"] == "not an image file Pillow can decode"
+    assert "No such file" in rows[1]["reason"]
+    assert all(r["source"] == str(tmp_path / "m.jsonl") for r in rows)
 
     with pytest.raises(SystemExit):
         run_job(str(tmp_path / "m.jsonl"), tmp_path / "fail", "--window", "7",

@@ -11,7 +11,7 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_jobs import make_shards
-from conftest import random_videos, read_dataset_json, run_job, write_videos
+from conftest import assert_verified, random_videos, read_dataset_json, run_job, write_videos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,11 +81,11 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     command = _job(latents, out, "--shuffle_bucket_mb", "0.2")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
-    temp = out / "_make_shards_tmp"
+    runs = out / "_make_shards" / "runs"
 
     def reached() -> bool:
         if kill_when == "spilled":
-            return temp.exists() and any(files for _, _, files in os.walk(temp))
+            return any(f.endswith(".rec") for _, _, files in os.walk(runs) for f in files)
         return out.exists() and any(n.endswith(".tfrecord") for n in os.listdir(out))
 
     deadline = time.monotonic() + 120
@@ -95,10 +95,12 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not (out / "dataset.json").exists()
+    assert (out / "_make_shards" / "lease.json").exists()  # stale: its process is gone
 
     subprocess.run(command, check=True, capture_output=True)
     subprocess.run(_job(latents, tmp_path / "clean", "--shuffle_bucket_mb", "0.2"), check=True,
                    capture_output=True)
+    assert_verified(out)
     _same_shards(out, tmp_path / "clean")
     assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "clean"))
     assert read_dataset_json(out)["splits"] == read_dataset_json(tmp_path / "clean")["splits"]
@@ -108,6 +110,7 @@ def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
     result = subprocess.run(_job(latents, tmp_path / "out", "--progress_interval", "0.001"),
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert_verified(tmp_path / "out")
     progress = [l for l in result.stderr.splitlines() if "beam_jobs.progress" in l]
     assert len(progress) >= 5 and "windows" in progress[-1] and "frames/s" in progress[-1]
     assert any(": 10 videos," in line for line in progress)  # latents: no total known

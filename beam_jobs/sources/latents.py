@@ -2,13 +2,13 @@
 
 Latent sequences come from TFRecord files of `tf.train.Example`s, one video a record:
 the sequence is a `tf.io.serialize_tensor` of a float tensor [T, ...] in a bytes feature
-(the first user story's format), or a FloatList with the trailing dims given separately.
+(the first user story's format; float16, bfloat16, float32 and float64 are kept), or a
+FloatList with the trailing dims given separately.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Iterator, NamedTuple, Optional
 
 import apache_beam as beam
@@ -17,8 +17,11 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 from tensorflow.core.framework import tensor_pb2
 
-from beam_jobs.tfrecord_files import read_tfrecords
-from beam_jobs.video import FAILURES, BadRecord, Frame, failure
+from beam_jobs import paths
+from beam_jobs.sources.base import FAILURES, BadRecord, Frame, check_finite, failure
+from beam_jobs.tfrecords import Lost, read_records
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 class LatentVideo(NamedTuple):
@@ -38,12 +41,15 @@ class LatentVideo(NamedTuple):
 class LatentFormat:
     """How to read latent records, and what every video of the dataset must look like."""
     sequence_feature: str = "frames"
-    metadata_feature: str = "recipe"
+    metadata_feature: str = "recipe"                   # "": no metadata
     id_feature: Optional[str] = None
     sequence_shape: Optional[tuple[int, ...]] = None   # trailing dims of a FloatList sequence
+    root: str = ""                                     # ids are file paths relative to it
+    allow_nonfinite: bool = False
     frame_shape: Optional[tuple[int, ...]] = None      # fixed by the probe
     dtype: Optional[str] = None                        # fixed by the probe
     metadata_length: Optional[int] = None              # fixed by the probe; 0: none
+    record_bytes: int = 0                              # a typical record, from the probe
 
     def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
         """Parse one record; raise BadRecord with the reason when it does not fit."""
@@ -56,17 +62,24 @@ class LatentFormat:
         try:
             frames = self._frames(features)
             metadata = self._metadata(features)
+            if not self.allow_nonfinite:
+                check_finite(frames, "latents")
+                if metadata is not None:
+                    check_finite(metadata, "metadata")
         except BadRecord as e:
             raise BadRecord(str(e), video_id) from None
         return LatentVideo(video_id, frames, metadata, source, index)
 
     def _video_id(self, features, source: str, index: int) -> str:
         if self.id_feature is None:
-            return f"{os.path.basename(source)}:{index}"
+            return f"{paths.default_id(source, self.root, strip_suffix=False)}:{index}"
         values = _values(features, self.id_feature, "bytes_list")
         if len(values) != 1:
             raise BadRecord(f"id feature {self.id_feature!r} holds {len(values)} values, not 1")
-        return values[0].decode("utf-8", errors="replace")
+        try:
+            return values[0].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRecord(f"id feature {self.id_feature!r} is not UTF-8 text") from None
 
     def _frames(self, features) -> np.ndarray:
         name = self.sequence_feature
@@ -94,7 +107,7 @@ class LatentFormat:
             frames = frames.reshape(-1, *self.sequence_shape)
         else:
             raise BadRecord(f"sequence feature {name!r} holds {kind or 'nothing'}, not float latents")
-        if frames.dtype.kind != "f":
+        if frames.dtype.name not in FLOAT_DTYPES:
             raise BadRecord(f"sequence {name!r} is {frames.dtype}, not a float tensor")
         if frames.ndim < 1:
             raise BadRecord(f"sequence {name!r} is a scalar, not a sequence [T, ...]")
@@ -111,21 +124,22 @@ class LatentFormat:
 
     def _metadata(self, features) -> Optional[np.ndarray]:
         name = self.metadata_feature
+        if not name:
+            return None
+        if self.metadata_length == 0:
+            if name in features:
+                raise BadRecord(f"has metadata {name!r}, but the dataset has none (none of "
+                                "the first records had it)")
+            return None
         if name not in features:
             if self.metadata_length:
-                raise BadRecord(f"no metadata feature {name!r}")
+                raise BadRecord(f"no metadata feature {name!r} (other records have it)")
             return None
         values = np.asarray(_values(features, name, "float_list"), dtype=np.float32)
         if self.metadata_length is not None and values.size != self.metadata_length:
             raise BadRecord(f"metadata {name!r} has {values.size} values, expected "
                             f"{self.metadata_length}")
         return values
-
-    def fixed_by(self, video: LatentVideo) -> "LatentFormat":
-        """This format, with shapes and dtype pinned to those of `video`."""
-        return dataclasses.replace(
-            self, frame_shape=tuple(video.sequence.shape[1:]), dtype=video.sequence.dtype.name,
-            metadata_length=0 if video.metadata is None else int(video.metadata.size))
 
 
 def _values(features, name: str, kind: str):
@@ -135,40 +149,59 @@ def _values(features, name: str, kind: str):
     return getattr(features[name], kind).value
 
 
-def probe_latent_format(paths: list[str], fmt: LatentFormat,
+def probe_latent_format(files: list[tuple[str, int]], fmt: LatentFormat,
                         max_records: int = 100) -> LatentFormat:
-    """Pin the frame shape, dtype and metadata length to the first readable record.
+    """Pin the frame shape and dtype to the first readable record, and decide from the
+    first `max_records` records whether the dataset has metadata: it has when any of
+    them has the metadata feature (its length is that of the first), and then a record
+    without it is a failure.
 
-    Raises BadRecord naming the last reason when none of the first `max_records`
-    records of the inputs can be read.
+    Raises BadRecord naming the last reason when none of them can be read.
     """
-    reason, seen = "no records", 0
-    for path in paths:
-        for index, record in read_tfrecords(path):
-            if isinstance(record, ValueError):
-                reason = f"{path}: {record}"
-                break
+    reason, seen, first, metadata_length = "no records", 0, None, 0
+    for path, size in files:
+        for index, record in read_records(path, size):
+            if isinstance(record, Lost):
+                reason = f"{path}: {record.reason}"
+                if record.framing:
+                    break
+                continue
+            seen += 1
             try:
-                return fmt.fixed_by(fmt.parse(record, path, index))
+                video = fmt.parse(record, path, index)
             except BadRecord as e:
                 reason = f"{path} record {index}: {e}"
-            seen += 1
+            else:
+                if first is None:
+                    first = dataclasses.replace(
+                        fmt, frame_shape=tuple(video.sequence.shape[1:]),
+                        dtype=video.sequence.dtype.name, record_bytes=len(record))
+                if video.metadata is not None and not metadata_length:
+                    metadata_length = int(video.metadata.size)
             if seen >= max_records:
-                raise BadRecord(f"none of the first {seen} records can be read; last: {reason}")
-    raise BadRecord(f"no readable record in the input ({reason})")
+                break
+        if seen >= max_records:
+            break
+    if first is None:
+        raise BadRecord(f"none of the first {seen} records can be read; last: {reason}"
+                        if seen else f"no readable record in the input ({reason})")
+    return dataclasses.replace(first, metadata_length=metadata_length)
 
 
 class ReadLatentRecords(beam.DoFn):
-    """A TFRecord file path -> a `LatentVideo` per record; failures to 'failures'."""
+    """A (path, size) of a TFRecord file -> a `LatentVideo` per record; failures to
+    'failures', one row per bad record and one for a lost rest of a file."""
 
     def __init__(self, fmt: LatentFormat):
         self._fmt = fmt
 
-    def process(self, path: str):
-        for index, record in read_tfrecords(path):
-            if isinstance(record, ValueError):
-                yield beam.pvalue.TaggedOutput(FAILURES, failure(path, index, None, str(record)))
-                return
+    def process(self, file: tuple[str, int]):
+        path, size = file
+        for index, record in read_records(path, size, self._fmt.record_bytes):
+            if isinstance(record, Lost):
+                yield beam.pvalue.TaggedOutput(FAILURES, failure(
+                    path, index, None, record.reason, record.records))
+                continue
             try:
                 yield self._fmt.parse(record, path, index)
             except BadRecord as e:

@@ -1,0 +1,128 @@
+"""One run at a time in an output directory: a lease, taken by create-if-absent.
+
+The lease is a small JSON object in the directory's state folder naming its run, host
+and process, renewed by a heartbeat thread in the launcher. A second run finds it and
+is refused with a line naming the holder. A lease is stale, and taken over, when its
+process is gone from this host (a run killed with -9) or when it was not renewed for
+`LEASE_SECONDS` (a launcher on another machine that died). Taking over and renewing are
+compare-and-swap operations (GCS generation preconditions on gs://), so of two runs
+racing for a stale lease one wins; and a run whose lease was taken over knows it,
+because its next renewal fails: `finalize` checks the holder before it commits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Optional
+
+from beam_jobs import storage
+
+LEASE_SECONDS = 120.0
+HEARTBEAT_SECONDS = 20.0
+_LOG = logging.getLogger("beam_jobs.lease")
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    run_id: str
+    host: str
+    pid: int
+    started: float
+    expires: float
+
+    def describe(self) -> str:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+        return f"run {self.run_id} (pid {self.pid} on {self.host}, started {started})"
+
+    def stale(self, now: float) -> bool:
+        if self.host == socket.gethostname() and not _alive(self.pid):
+            return True
+        return now > self.expires
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LeaseHeld(Exception):
+    """Another live run holds the directory's lease."""
+
+
+def _parse(data: bytes) -> Optional[Holder]:
+    try:
+        return Holder(**json.loads(data.decode("utf-8")))
+    except (ValueError, TypeError):
+        return None
+
+
+def holder(path: str) -> Optional[Holder]:
+    """Who holds the lease at `path` now, if anyone."""
+    current = storage.read_with_token(path)
+    return None if current is None else _parse(current[0])
+
+
+class Lease:
+    """The lease at `path` held by `run_id`, renewed in the background until released."""
+
+    def __init__(self, path: str, run_id: str):
+        self.path, self.run_id = path, run_id
+        self._token: Optional[str] = None
+        self._started = time.time()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.lost = False
+
+    def _content(self) -> bytes:
+        return json.dumps(dataclasses.asdict(Holder(
+            self.run_id, socket.gethostname(), os.getpid(), self._started,
+            time.time() + LEASE_SECONDS))).encode("utf-8")
+
+    def acquire(self) -> "Lease":
+        """Take the lease, or raise LeaseHeld naming the live run that has it."""
+        for _ in range(5):
+            self._token = storage.create_exclusive(self.path, self._content())
+            if self._token is not None:
+                self._thread = threading.Thread(target=self._heartbeat, daemon=True,
+                                                name="make_shards-lease")
+                self._thread.start()
+                return self
+            current = storage.read_with_token(self.path)
+            if current is None:
+                continue  # released meanwhile: try again
+            data, token = current
+            other = _parse(data)
+            if other is not None and not other.stale(time.time()):
+                raise LeaseHeld(other.describe())
+            _LOG.warning("taking over the stale lease of %s",
+                         other.describe() if other else "an unreadable lease")
+            storage.delete_if(self.path, token)
+        raise LeaseHeld("another run keeps taking the lease")
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            token = storage.replace_if(self.path, self._content(), self._token)
+            if token is None:
+                self.lost = True
+                _LOG.error("lost the lease on %s to another run; this run will not "
+                           "commit its dataset", os.path.dirname(self.path))
+                return
+            self._token = token
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._token is not None and not self.lost:
+            storage.delete_if(self.path, self._token)
+        self._token = None

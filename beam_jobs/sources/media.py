@@ -1,0 +1,205 @@
+"""Frames from images (Pillow) and video files (PyAV): converted, resized, checked, stored.
+
+Every path is opened through fsspec, so local, gs://, s3:// and memory:// paths work
+alike. What is never silently changed:
+
+- 16-bit images (Pillow modes I;16*) are scaled to 8 bits by their bit depth, not
+  clipped; 32-bit integer and float images fail the frame (their range is unknown).
+- Alpha is dropped without compositing (RGBA -> RGB, LA -> L); palette images are
+  expanded through their palette.
+- A video that decodes fewer frames than its container declares fails (a file cut short).
+- A path that is not a regular file (a FIFO, a device) or that is larger than
+  --max_frame_bytes is not read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import stat
+from typing import Any, Iterator, Optional
+
+import av
+import fsspec
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from beam_jobs import paths
+from beam_jobs.sources.base import BadRecord
+
+JPEG_MAGIC = b"\xff\xd8"
+PNG_COMPRESS_LEVEL = 1  # zlib level 1: most of level 6's size at a fraction of its time
+DEFAULT_MAX_FRAME_BYTES = 256 << 20  # an 8K 16-bit RGB TIFF is 200 MB
+_DEEP_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
+# A video may decode a frame or two fewer than its container declares (edit lists).
+_SHORTFALL_FRAMES, _SHORTFALL_FRACTION = 2, 0.02
+
+
+class BadFrame(ValueError):
+    """One frame that cannot be used; masked, or failing its video with --on_bad_frame fail."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameCodec:
+    """How one decoded image becomes a stored frame of the dataset.
+
+    `size` (H, W) is the frame size of the dataset: images of another size are resized
+    to it when `resize` is set (--frame_size), else the video fails.
+    """
+    size: tuple[int, int]
+    channels: int = 3
+    encoding: str = "jpeg"
+    jpeg_quality: int = 90
+    resize: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "RGB" if self.channels == 3 else "L"
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        return (*self.size, self.channels)
+
+    def store_bytes(self, data: bytes) -> Any:
+        """An encoded image file -> the stored frame; BadFrame for undecodable bytes.
+
+        A JPEG already of the dataset's size and mode is kept as it is when the dataset
+        stores JPEG (decoded once to check it, never re-encoded).
+        """
+        try:
+            image = Image.open(io.BytesIO(data))
+            image.load()
+        except UnidentifiedImageError:
+            raise BadFrame("not an image file Pillow can decode") from None
+        except Exception as e:  # Pillow raises many kinds
+            raise BadFrame(f"cannot decode the image: {type(e).__name__}: {e}") from None
+        if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
+                and image.size == self.size[::-1]):
+            return data
+        return self.store(image)
+
+    def store(self, image: Image.Image) -> Any:
+        """A Pillow image -> raw uint8 [H, W, C] or encoded bytes, per the encoding."""
+        image = to_mode(image, self.mode)
+        if image.size != self.size[::-1]:
+            if not self.resize:
+                raise BadRecord(f"a frame is {image.height}x{image.width}, the dataset's frames "
+                                f"are {self.size[0]}x{self.size[1]}; pass --frame_size HxW "
+                                "to resize")
+            image = image.resize(self.size[::-1], Image.Resampling.LANCZOS)
+        if self.encoding == "raw":
+            return np.asarray(image, dtype=np.uint8).reshape(self.frame_shape)
+        buffer = io.BytesIO()
+        if self.encoding == "png":
+            image.save(buffer, "PNG", compress_level=PNG_COMPRESS_LEVEL)
+        else:
+            image.save(buffer, "JPEG", quality=self.jpeg_quality)
+        return buffer.getvalue()
+
+    def padding(self) -> Any:
+        """The stored form of an all-zero frame (missing frames and padding)."""
+        return self.store(Image.new(self.mode, self.size[::-1]))
+
+
+def to_mode(image: Image.Image, mode: str) -> Image.Image:
+    """`image` in mode RGB or L; 16-bit images scaled to 8 bits by their depth."""
+    if image.mode in _DEEP_MODES:
+        deep = np.asarray(image).astype(np.uint32)
+        image = Image.fromarray(((deep * 255 + 32767) // 65535).astype(np.uint8), "L")
+    elif image.mode in ("I", "F"):
+        raise BadFrame(f"a {'32-bit integer' if image.mode == 'I' else 'float'} image: its "
+                       "value range is unknown; convert it to 8 or 16 bits")
+    return image if image.mode == mode else image.convert(mode)
+
+
+def read_bytes(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; BadFrame otherwise."""
+    if not paths.has_scheme(path):
+        local = path.removeprefix("file://")
+        try:
+            st = os.stat(local)
+        except OSError as e:
+            raise BadFrame(f"cannot read {path}: {e.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise BadFrame(f"{path} is not a regular file")
+        if st.st_size > max_bytes:
+            raise BadFrame(f"{path} is {st.st_size:,} bytes, over --max_frame_bytes {max_bytes:,}")
+    try:
+        with fsspec.open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except (OSError, ValueError) as e:
+        raise BadFrame(f"cannot read {path}: {type(e).__name__}: {e}") from None
+    if len(data) > max_bytes:
+        raise BadFrame(f"{path} is over --max_frame_bytes {max_bytes:,}")
+    return data
+
+
+def open_image(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Image.Image:
+    """A decoded image, for looking at its size."""
+    image = Image.open(io.BytesIO(read_bytes(path, max_bytes)))
+    image.load()
+    return image
+
+
+def _check_video_file(path: str) -> None:
+    if paths.has_scheme(path):
+        return
+    try:
+        st = os.stat(path.removeprefix("file://"))
+    except OSError as e:
+        raise BadRecord(f"cannot read video {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadRecord(f"video {path} is not a regular file")
+
+
+def video_images(path: str, fps: Optional[float] = None
+                 ) -> Iterator[tuple[Image.Image, float]]:
+    """(RGB image, time in seconds from the first frame) of each frame of a video file,
+    resampled to `fps` when given: for each time k / fps, the first frame at or after it
+    (frames are dropped to lower the rate, repeated to raise it).
+
+    Raises BadRecord when the file cannot be decoded, or when it decodes fewer frames
+    than its container declares (a file cut short).
+    """
+    _check_video_file(path)
+    try:
+        with fsspec.open(path, "rb") as f, av.open(f) as container:
+            if not container.streams.video:
+                raise BadRecord(f"{path} has no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            rate = float(stream.average_rate or stream.guessed_rate or 25)
+            declared = declared_frames(container, stream, rate)
+            first, next_time, decoded = None, 0.0, 0
+            for index, frame in enumerate(container.decode(stream)):
+                decoded += 1
+                time = frame.time if frame.time is not None else index / rate
+                first = time if first is None else first
+                time -= first
+                if fps is None:
+                    yield frame.to_image(), time
+                    continue
+                image = None
+                while next_time <= time + 1e-6:
+                    image = image or frame.to_image()
+                    yield image, next_time
+                    next_time += 1.0 / fps
+            if declared and decoded < declared - max(_SHORTFALL_FRAMES,
+                                                     _SHORTFALL_FRACTION * declared):
+                raise BadRecord(f"decoded {decoded} of the {declared} frames that {path} "
+                                "declares: the file is cut short or damaged")
+    except BadRecord:  # a ValueError too, already saying what is wrong
+        raise
+    except (av.FFmpegError, OSError, ValueError) as e:
+        raise BadRecord(f"cannot decode video {path}: {e}") from None
+
+
+def declared_frames(container, stream, rate: float) -> int:
+    """The frame count a container declares: its frame count, else duration x rate."""
+    if stream.frames:
+        return int(stream.frames)
+    if stream.duration and stream.time_base:
+        return round(float(stream.duration * stream.time_base) * rate)
+    if container.duration:
+        return round(container.duration / av.time_base * rate)
+    return 0

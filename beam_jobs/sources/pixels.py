@@ -1,0 +1,175 @@
+"""Pixel videos: frame folders and video files, decoded one frame at a time."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from beam_jobs import paths
+from beam_jobs.sources import media
+from beam_jobs.sources.base import BadRecord, Frame, check_finite
+from beam_jobs.sources.manifest import VideoEntry, expand_frames, load_labels
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelFormat:
+    """What every pixel video of the dataset must look like, and how to decode it."""
+    codec: media.FrameCodec
+    label_shape: Optional[tuple[int, ...]] = None   # () or (C,); None: no labels
+    label_names: Optional[tuple[str, ...]] = None   # a labels CSV's header
+    metadata_length: int = 0
+    fps: Optional[float] = None
+    max_frames: Optional[int] = None
+    on_bad_frame: str = "mask"                      # or "fail"
+    max_frame_bytes: int = media.DEFAULT_MAX_FRAME_BYTES
+    allow_nonfinite: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelVideo:
+    """A manifest entry to be decoded; a video for `examples.CutWindows`."""
+    entry: VideoEntry
+    fmt: PixelFormat
+
+    @property
+    def video_id(self) -> str:
+        return self.entry.video_id
+
+    @property
+    def source(self) -> str:
+        return self.entry.source
+
+    @property
+    def record_index(self) -> Optional[int]:
+        return self.entry.record_index
+
+    @property
+    def split(self) -> Optional[str]:
+        return self.entry.split
+
+    @property
+    def metadata(self) -> Optional[np.ndarray]:
+        if not self.fmt.metadata_length:
+            return None
+        return np.asarray(self.entry.metadata, dtype=np.float32)
+
+    def frames(self) -> Iterator[Frame]:
+        """Stored frames with their labels; raises BadRecord when the video is unusable."""
+        fmt = self.fmt
+        labels = self._labels()
+        metadata = self.entry.metadata or ()
+        if len(metadata) != fmt.metadata_length:
+            raise BadRecord(f"metadata has {len(metadata)} values, expected "
+                            f"{fmt.metadata_length}" + (" (other rows have metadata)"
+                                                        if not metadata else ""))
+        if metadata and not fmt.allow_nonfinite:
+            check_finite(np.asarray(metadata, np.float32), "metadata")
+        zero_label = None if labels is None else np.zeros(fmt.label_shape, np.float32)
+        pad = None
+        count = readable = 0
+        for count, (stored, where, reason) in enumerate(self._stored_frames(), start=1):
+            if labels is not None and count > len(labels):
+                raise BadRecord(f"{len(labels)} labels, but the video has more frames")
+            if stored is None:
+                pad = fmt.codec.padding() if pad is None else pad
+                yield Frame(pad, False, zero_label, where, reason)
+            else:
+                readable += 1
+                yield Frame(stored, True, None if labels is None else labels[count - 1], where)
+            if count == fmt.max_frames:
+                break
+        if labels is not None and count < len(labels) and count != fmt.max_frames:
+            raise BadRecord(f"{len(labels)} labels for {count} frames")
+        if not readable:
+            raise BadRecord("no readable frame" if count else "no frames")
+
+    def _labels(self) -> Optional[np.ndarray]:
+        if self.fmt.label_shape is None:
+            return None
+        if self.entry.labels is None:
+            raise BadRecord("no labels (other rows of the manifest have labels)")
+        labels = load_labels(self.entry.labels).values
+        if labels.shape[1:] != self.fmt.label_shape:
+            raise BadRecord(f"labels are {_per_frame(labels.shape[1:])} per frame, the "
+                            f"dataset's are {_per_frame(self.fmt.label_shape)}")
+        if not self.fmt.allow_nonfinite:
+            check_finite(labels, "labels")
+        return labels
+
+    def _stored_frames(self) -> Iterator[tuple[Any, Any, Optional[str]]]:
+        """(stored frame or None, where, reason) for each frame: None for a missing or
+        unreadable image, with the reason; `where` is its path, or its time in seconds."""
+        codec = self.fmt.codec
+        if self.entry.video:
+            for image, time in media.video_images(self.entry.video, self.fmt.fps):
+                yield codec.store(image), round(time, 6), None
+            return
+        for path in expand_frames(self.entry.frames):
+            try:
+                stored = codec.store_bytes(media.read_bytes(path, self.fmt.max_frame_bytes))
+            except media.BadFrame as e:
+                if self.fmt.on_bad_frame == "fail":
+                    raise BadRecord(f"frame {path}: {e}") from None
+                yield None, path, str(e)
+                continue
+            yield stored, path, None
+
+
+def _per_frame(shape: tuple[int, ...]) -> str:
+    return f"{shape[0]} values" if shape else "one number"
+
+
+def video_file_entries(files: list[str], root: str) -> list[VideoEntry]:
+    """Video files as entries: the id is the path relative to `root`, without suffix."""
+    return [VideoEntry(paths.default_id(p, root, strip_suffix=True), p, None, None, p, None,
+                       None, None) for p in files]
+
+
+def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
+                       max_entries: int = 20) -> PixelFormat:
+    """Fix the dataset's schema from what the entries declare: labels when any entry
+    has labels (their shape and names from the first that loads), metadata of the
+    length of the first entry that has metadata; and the frame size (unless resizing)
+    from the first of `max_entries` entries with a readable frame. Raises BadRecord with
+    the last reason when none of them has a readable frame."""
+    label_shape = label_names = None
+    if any(e.labels is not None for e in entries):
+        for entry in (e for e in entries if e.labels is not None):
+            try:
+                labels = load_labels(entry.labels)
+            except BadRecord:
+                continue
+            label_shape, label_names = labels.values.shape[1:], labels.names
+            break
+        else:
+            label_shape = ()  # no labels load: every video fails, saying why
+    metadata_length = next((len(e.metadata) for e in entries if e.metadata), 0)
+    fmt = dataclasses.replace(fmt, label_shape=label_shape, label_names=label_names,
+                              metadata_length=metadata_length)
+    reason = "no videos"
+    for entry in entries[:max_entries]:
+        try:
+            image = _first_image(entry, fmt.max_frame_bytes)
+        except (BadRecord, media.BadFrame) as e:
+            reason = f"{entry.video_id}: {e}"
+            continue
+        if fmt.codec.resize:
+            return fmt
+        return dataclasses.replace(fmt, codec=dataclasses.replace(
+            fmt.codec, size=(image.height, image.width)))
+    raise BadRecord(f"none of the first {min(len(entries), max_entries)} videos has a "
+                    f"readable frame; last: {reason}")
+
+
+def _first_image(entry: VideoEntry, max_bytes: int):
+    if entry.video:
+        for image, _ in media.video_images(entry.video):
+            return image
+        raise BadRecord("no frames")
+    for path in expand_frames(entry.frames):
+        try:
+            return media.open_image(path, max_bytes)
+        except Exception:  # noqa: BLE001 - Pillow raises many kinds; try the next frame
+            continue
+    raise BadRecord("no readable frame")

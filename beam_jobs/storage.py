@@ -1,0 +1,311 @@
+"""Literal-path file operations for the output directory, on local disk and on GCS.
+
+Why not Beam's FileSystems here: its `match` and `delete` treat a path as a glob (so
+`out[1]` names other files), its local delete follows symbolic links in the path, and
+it has no create-if-absent. The job's data still goes through FileSystems; the few
+operations that decide what may be deleted, and the lease on a directory, go here:
+
+- names are names: nothing is globbed;
+- a symbolic link is never followed for deleting, and nothing outside the tree given
+  is deleted;
+- `create_exclusive`, `replace_if` and `delete_if` compare and swap (GCS object
+  generation preconditions; on local disk an exclusive create and a checked replace);
+- GCS deletes go 100 to a batch request.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import uuid
+from typing import Iterable, NamedTuple, Optional
+
+from beam_jobs import paths
+
+GCS_BATCH = 100   # operations per GCS batch request, the service's limit
+
+
+class Entry(NamedTuple):
+    name: str
+    kind: str    # "file", "dir", "link" or "other" (a FIFO, a device, a socket)
+    size: int = 0
+
+
+def _is_gcs(path: str) -> bool:
+    return path.startswith("gs://")
+
+
+def supported(path: str) -> bool:
+    return _is_gcs(path) or not paths.has_scheme(path)
+
+
+# --- GCS ----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _client():
+    from google.cloud import storage
+
+    return storage.Client()
+
+
+def _blob(path: str):
+    bucket, _, name = path[len("gs://"):].partition("/")
+    return _client().bucket(bucket).blob(name)
+
+
+def _gcs_list(path: str) -> dict[str, Entry]:
+    bucket, _, prefix = path[len("gs://"):].partition("/")
+    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    blobs = _client().list_blobs(bucket, prefix=prefix, delimiter="/")
+    entries = {b.name[len(prefix):]: Entry(b.name[len(prefix):], "file", b.size or 0)
+               for b in blobs if b.name != prefix}
+    for sub in blobs.prefixes:
+        name = sub[len(prefix):].rstrip("/")
+        entries[name] = Entry(name, "dir")
+    return entries
+
+
+def _gcs_delete(paths_: list[str]) -> int:
+    """Delete objects in batch requests; return how many batch requests were sent."""
+    from google.api_core import exceptions
+
+    requests = 0
+    for i in range(0, len(paths_), GCS_BATCH):
+        with _client().batch(raise_exception=False):
+            for path in paths_[i:i + GCS_BATCH]:
+                try:
+                    _blob(path).delete()
+                except exceptions.NotFound:
+                    pass
+        requests += 1
+    return requests
+
+
+def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:
+    """Every object under the prefix `path/` (listed 1,000 to a request)."""
+    bucket, _, prefix = path[len("gs://"):].partition("/")
+    prefix = prefix.rstrip("/") + "/"
+    return [f"gs://{bucket}/{b.name}"
+            for b in _client().list_blobs(bucket, prefix=prefix, max_results=limit)]
+
+
+# --- both ---------------------------------------------------------------------------
+
+def list_dir(path: str) -> dict[str, Entry]:
+    """The entries directly in directory `path` by name; {} when it does not exist."""
+    if _is_gcs(path):
+        return _gcs_list(path)
+    try:
+        with os.scandir(path) as it:
+            return {e.name: Entry(e.name, _local_kind(e), _local_size(e)) for e in it}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+
+
+def _local_kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return "link"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+def _local_size(entry: os.DirEntry) -> int:
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+
+
+def kind(path: str) -> str:
+    """"missing", "file", "dir", "link" or "other" (never following a link)."""
+    if _is_gcs(path):
+        if _blob(path).exists():
+            return "file"
+        return "dir" if _gcs_walk(path, limit=1) else "missing"
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def read_bytes(path: str) -> bytes:
+    if _is_gcs(path):
+        from google.api_core import exceptions
+        try:
+            return _blob(path).download_as_bytes()
+        except exceptions.NotFound:
+            raise FileNotFoundError(path) from None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a small file whole (readers see the old or the new content, never half)."""
+    if _is_gcs(path):
+        _blob(path).upload_from_string(data)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(temp, "wb") as f:
+        f.write(data)
+    os.replace(temp, path)
+
+
+def make_dirs(path: str) -> None:
+    if not _is_gcs(path):
+        os.makedirs(path, exist_ok=True)
+
+
+# --- compare and swap, for the lease ------------------------------------------------
+
+def create_exclusive(path: str, data: bytes) -> Optional[str]:
+    """Create `path` holding `data` unless it exists; its token, or None if it existed."""
+    if _is_gcs(path):
+        from google.api_core import exceptions
+        blob = _blob(path)
+        try:
+            blob.upload_from_string(data, if_generation_match=0)
+        except exceptions.PreconditionFailed:
+            return None
+        return str(blob.generation)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return _local_token(path)
+
+
+def _local_token(path: str) -> str:
+    st = os.stat(path)
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
+
+def read_with_token(path: str) -> Optional[tuple[bytes, str]]:
+    """(content, token) of `path`, or None when it does not exist."""
+    if _is_gcs(path):
+        from google.api_core import exceptions
+        bucket, _, name = path[len("gs://"):].partition("/")
+        for _ in range(5):  # the object may change between its metadata and its data
+            blob = _client().bucket(bucket).get_blob(name)
+            if blob is None:
+                return None
+            generation = blob.generation
+            try:
+                return blob.download_as_bytes(if_generation_match=generation), str(generation)
+            except (exceptions.PreconditionFailed, exceptions.NotFound):
+                continue
+        raise OSError(f"{path} keeps changing")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return data, _local_token(path)
+    except FileNotFoundError:
+        return None
+
+
+def replace_if(path: str, data: bytes, token: str) -> Optional[str]:
+    """Replace `path` with `data` if it is still at `token`; the new token, or None."""
+    if _is_gcs(path):
+        from google.api_core import exceptions
+        blob = _blob(path)
+        try:
+            blob.upload_from_string(data, if_generation_match=int(token))
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return None
+        return str(blob.generation)
+    current = read_with_token(path)
+    if current is None or current[1] != token:
+        return None
+    write_bytes(path, data)
+    return _local_token(path)
+
+
+def delete_if(path: str, token: str) -> bool:
+    """Delete `path` if it is still at `token`."""
+    if _is_gcs(path):
+        from google.api_core import exceptions
+        try:
+            _blob(path).delete(if_generation_match=int(token))
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return False
+        return True
+    current = read_with_token(path)
+    if current is None or current[1] != token:
+        return False
+    # Move it aside first: of two runs deleting the same stale lease, one wins.
+    aside = f"{path}.{uuid.uuid4().hex}.stale"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    os.remove(aside)
+    return True
+
+
+# --- deleting ----------------------------------------------------------------------
+
+def _check_inside(path: str, root: str) -> None:
+    """Refuse to delete outside `root`, or through a symbolic link below it."""
+    normal = path if _is_gcs(path) else os.path.normpath(path)
+    if not paths.is_inside(normal, root) or normal == root or "/../" in f"{path}/":
+        raise ValueError(f"refusing to delete {path}: not inside {root}")
+    if _is_gcs(path):
+        return
+    current = root
+    for part in os.path.relpath(path, root).split(os.sep)[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            raise ValueError(f"refusing to delete {path}: {current} is not a directory")
+
+
+def delete_files(paths_: Iterable[str], root: str) -> int:
+    """Delete these files (literal names; links themselves, never their targets);
+    missing ones are skipped. Returns the GCS batch requests sent (0 locally)."""
+    paths_ = list(paths_)
+    for path in paths_:
+        _check_inside(path, root)
+    if paths_ and _is_gcs(paths_[0]):
+        return _gcs_delete(paths_)
+    for path in paths_:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+def delete_tree(path: str, root: str) -> int:
+    """Delete directory `path` and everything under it, which must lie inside `root`.
+    On GCS: list the prefix, delete in batches (one request per 100 objects). Locally:
+    never through a link (the directory must be a real one; links inside are unlinked,
+    not followed). Returns the GCS requests sent for deleting."""
+    _check_inside(path, root)
+    if _is_gcs(path):
+        return _gcs_delete(_gcs_walk(path))
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+    return 0
+
+
+def remove_empty_dirs(dirs: Iterable[str], root: str) -> None:
+    """Remove these local directories, deepest first, where empty (GCS has no folders)."""
+    for path in dirs:
+        if _is_gcs(path):
+            continue
+        _check_inside(path, root)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass

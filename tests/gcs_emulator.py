@@ -1,0 +1,151 @@
+"""A GCS emulator on 127.0.0.1 for tests and benchmarks: gcp-storage-emulator, plus two
+things real GCS does that it does not.
+
+- Generation preconditions: `ifGenerationMatch` on uploads and deletes (0: the object
+  must not exist), answered 412 as GCS does. The job's lease relies on them.
+- A count of the requests served, by kind (create, upload, read, metadata, list,
+  delete, batch; and objects_deleted, each object deleted alone or inside a batch
+  request), so that tests and
+  benchmarks can count what the job costs as data grows.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import socket
+import threading
+from http import HTTPStatus
+from typing import Iterator
+
+from gcp_storage_emulator import server as emulator
+from gcp_storage_emulator.exceptions import NotFound
+from gcp_storage_emulator.handlers import objects
+
+_counts: collections.Counter = collections.Counter()
+_lock = threading.Lock()
+
+
+def _count(kind: str, n: int = 1) -> None:
+    with _lock:
+        _counts[kind] += n
+
+
+def _kind(method: str, path: str, query: str) -> str:
+    if path.startswith("/batch"):
+        return "batch"
+    if "/upload/" in path:
+        return "upload" if method == "PUT" or "upload_id" in query else "create"
+    if method == "DELETE":
+        return "delete"
+    if method == "GET":
+        if path.endswith("/o"):
+            return "list"
+        return "read" if "alt=media" in query else "metadata"
+    return method.lower()
+
+
+def _counting(method: str, original):
+    def handle(self):
+        path, _, query = self.path.partition("?")
+        _count(_kind(method, path, query))
+        return original(self)
+    return handle
+
+
+def _generation(storage, bucket: str, name: str):
+    try:
+        return str(storage.get_file_obj(bucket, name).get("generation"))
+    except NotFound:
+        return None
+
+
+def _precondition(handler, name_of):
+    """Answer 412 when ifGenerationMatch does not hold, else run `handler`."""
+    def checked(request, response, storage, *args, **kwargs):
+        wanted = request.query.get("ifGenerationMatch")
+        if wanted:
+            current = _generation(storage, request.params["bucket_name"], name_of(request))
+            if (wanted[0] == "0" and current is not None) or (
+                    wanted[0] != "0" and current != wanted[0]):
+                response.status = HTTPStatus.PRECONDITION_FAILED
+                response.json({"error": {"code": 412, "message": "conditionNotMet"}})
+                return None
+        return handler(request, response, storage, *args, **kwargs)
+    return checked
+
+
+def _upload_name(request) -> str:
+    if "name" in request.query:
+        return request.query["name"][0]
+    data = request.data or {}
+    meta = data.get("meta") if isinstance(data, dict) else None
+    return (meta or data).get("name", "")
+
+
+def _install() -> None:
+    if getattr(emulator, "_vws_installed", False):
+        return
+    delete_one = objects._delete
+
+    def counted_delete(*args, **kwargs):
+        _count("objects_deleted")  # each object, whether alone or inside a batch request
+        return delete_one(*args, **kwargs)
+
+    objects._delete = counted_delete
+    replacements = {
+        objects.insert: _precondition(objects.insert, _upload_name),
+        objects.delete: _precondition(objects.delete, lambda r: r.params["object_id"]),
+    }
+    for _, handlers in emulator.HANDLERS:
+        for method, handler in list(handlers.items()):
+            if handler in replacements:
+                handlers[method] = replacements[handler]
+    objects.insert = replacements[objects.insert]
+    for method in ("GET", "POST", "PUT", "DELETE", "PATCH"):
+        name = f"do_{method}"
+        setattr(emulator.RequestHandler, name,
+                _counting(method, getattr(emulator.RequestHandler, name)))
+    emulator._vws_installed = True
+
+
+def counts() -> dict[str, int]:
+    with _lock:
+        return dict(_counts)
+
+
+def reset_counts() -> None:
+    with _lock:
+        _counts.clear()
+
+
+ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon"}
+
+
+@contextlib.contextmanager
+def running(bucket: str = "bkt") -> Iterator[str]:
+    """Serve an in-memory emulator with bucket `bucket`; gcsfs, google-cloud-storage and
+    Beam's gs:// all point at it while the context lasts. Yields its address."""
+    import fsspec
+    from beam_jobs import storage
+
+    _install()
+    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
+    srv.start()
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", **ENV}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
+    storage._client.cache_clear()
+    try:
+        yield env["STORAGE_EMULATOR_HOST"]
+    finally:
+        srv.stop()
+        storage._client.cache_clear()
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

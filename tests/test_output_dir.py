@@ -1,0 +1,186 @@
+"""The output directory: the job touches only files it can prove it wrote, one run at a
+time writes there, and the leftovers of killed runs go away."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from beam_jobs import make_shards
+from conftest import assert_verified, random_videos, read_dataset_json, run_job, write_videos
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("in")
+    write_videos(str(directory), random_videos(np.random.default_rng(0), 4), files=2)
+    return str(directory / "*.tfrecord")
+
+
+def _refused(capsys, *argv) -> str:
+    """Run the job in-process, expecting a one-line refusal; return that line."""
+    with pytest.raises(SystemExit) as exit_info:
+        make_shards.run(list(argv))
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("python -m beam_jobs.make_shards: error:")
+    return last
+
+
+def _job(input_glob, out, *extra):
+    return ["--input", input_glob, "--output_dir", str(out), "--window", "5", *extra]
+
+
+def _tree(directory) -> dict:
+    """Every file under `directory` and its bytes."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+    return out
+
+
+def test_a_file_named_like_a_shard_is_foreign_and_never_deleted(tmp_path, small_input, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(small_input.replace("*", "lat-0"), out / "lat-00000-of-00002.tfrecord")
+    before = _tree(out)
+    for extra in ([], ["--overwrite"]):
+        line = _refused(capsys, *_job(small_input, out, *extra))
+        assert "did not write (lat-00000-of-00002.tfrecord)" in line
+        assert _tree(out) == before
+
+
+def test_an_output_dir_holding_an_input_or_under_its_glob_is_refused(tmp_path, capsys):
+    data = tmp_path / "data"
+    write_videos(str(data), random_videos(np.random.default_rng(1), 3), files=1)
+    before = _tree(data)
+    line = _refused(capsys, *_job(str(data / "*.tfrecord"), data))
+    assert "holds the input file" in line
+    line = _refused(capsys, *_job(str(data / "**"), data / "out"))
+    assert "the input glob" in line and "covers" in line
+    assert _tree(data) == before and not (data / "out").exists()
+    run_job(str(data / "*.tfrecord"), data / "shards", "--window", "5")  # not covered
+    assert (data / "shards" / "dataset.json").exists()
+
+
+@pytest.mark.parametrize("spelling", ["plain", "trailing slash", "doubled slashes",
+                                      "relative", "glob characters", "symlink"])
+def test_every_spelling_of_the_output_dir_gets_the_same_protection(
+        tmp_path, small_input, capsys, monkeypatch, spelling):
+    name = "o[1]*t?" if spelling == "glob characters" else "out"
+    real = tmp_path / name
+    arg = {"plain": str(real), "trailing slash": f"{real}/",
+           "doubled slashes": str(real).replace("/", "//") + "//", "relative": f"./{name}/",
+           "glob characters": str(real), "symlink": str(tmp_path / "link")}[spelling]
+    monkeypatch.chdir(tmp_path)
+    if spelling == "symlink":
+        real.mkdir()
+        os.symlink(real, tmp_path / "link")
+    run_job(small_input, arg, "--window", "5")
+    assert (real / "dataset.json").exists()
+    first = read_dataset_json(real)["run_id"]
+    assert "already holds a dataset" in _refused(capsys, *_job(small_input, arg))
+    run_job(small_input, arg, "--window", "6", "--overwrite")
+    assert read_dataset_json(real)["run_id"] != first
+    assert sorted(os.listdir(real)) == ["dataset.json", "failures.jsonl",
+                                        "train-00000-of-00001.tfrecord"]
+    (real / "notes.txt").write_text("mine")
+    assert "did not write (notes.txt)" in _refused(capsys, *_job(small_input, arg, "--overwrite"))
+    assert (real / "notes.txt").read_text() == "mine" and (real / "dataset.json").exists()
+
+
+def test_an_empty_output_dir_or_a_file_is_refused(tmp_path, small_input, capsys):
+    assert "--output_dir is empty" in _refused(capsys, *_job(small_input, ""))
+    (tmp_path / "file").write_text("x")
+    assert "is a file, not a directory" in _refused(capsys, *_job(small_input, tmp_path / "file"))
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_symbolic_links_are_never_followed(tmp_path, small_input, capsys):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "_make_shards")      # the job's state folder, as a link
+    assert "did not write (_make_shards)" in _refused(capsys, *_job(small_input, out))
+    os.unlink(out / "_make_shards")
+
+    run_job(small_input, out, "--window", "5")
+    shard = read_dataset_json(out)["splits"]["train"]["shards"][0]["file"]
+    os.unlink(out / shard)
+    os.symlink(victim / "precious.txt", out / shard)  # a listed shard, now a link
+    assert f"did not write ({shard})" in _refused(capsys, *_job(small_input, out, "--overwrite"))
+    assert (victim / "precious.txt").read_text() == "keep me"
+
+
+def test_names_in_job_files_never_reach_outside(tmp_path, small_input, capsys):
+    (tmp_path / "victim.txt").write_text("keep me")
+    out = tmp_path / "out"
+    run_job(small_input, out, "--window", "5")
+    meta = read_dataset_json(out)
+    meta["files"].append("../victim.txt")
+    (out / "dataset.json").write_text(json.dumps(meta))
+    run_job(small_input, out, "--window", "5", "--overwrite")
+    assert (tmp_path / "victim.txt").read_text() == "keep me"
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_leftovers_of_a_run_killed_after_it_committed_are_removed(tmp_path, small_input, capsys):
+    out = tmp_path / "out"
+    run_job(small_input, out, "--window", "5")
+    before = _tree(out)
+    run_id = read_dataset_json(out)["run_id"]
+    # What a kill between the commit and the cleanup leaves: the run folder with its
+    # temp data, and the lease of a process that is gone.
+    folder = out / "_make_shards" / "runs" / run_id
+    (folder / "tmp" / "train" / "00000").mkdir(parents=True)
+    (folder / "tmp" / "train" / "00000" / "x.rec").write_bytes(b"spilled")
+    (folder / "run.json").write_text(json.dumps(
+        {"run_id": run_id, "temp_dir": str(folder / "tmp"), "sidecars": ["failures.jsonl"]}))
+    (folder / "shards.json").write_text(json.dumps(["train-00000-of-00001.tfrecord"]))
+    (out / "_make_shards" / "lease.json").write_text(json.dumps(
+        {"run_id": run_id, "host": os.uname().nodename, "pid": _dead_pid(),
+         "started": time.time(), "expires": time.time() + 3600}))
+    assert "already holds a dataset" in _refused(capsys, *_job(small_input, out))
+    assert _tree(out) == before   # the leftovers are gone, the dataset is whole
+    assert_verified(out)
+
+
+def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 40, lengths=(300, 400), dim=64),
+                 files=8)
+    out = tmp_path / "out"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
+         "--output_dir", str(out), "--window", "8", "--stride", "4", "--num_shards", "3",
+         "--shuffle_bucket_mb", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "_make_shards" / "lease.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = subprocess.run(
+        [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
+         "--output_dir", str(out), "--window", "5", "--overwrite"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert first.poll() is None, "the first run ended before the second started"
+    assert second.returncode == 2
+    last = second.stderr.strip().splitlines()[-1]
+    assert "is being written by run" in last and f"pid {first.pid}" in last
+    assert first.wait() == 0, first.stderr.read()[-2000:]
+    assert read_dataset_json(out)["window"]["length"] == 8
+    assert_verified(out)
+    assert sorted(os.listdir(out)) == ["dataset.json", "failures.jsonl"] + [
+        f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
