@@ -3,6 +3,7 @@ is imported (whose import logs lines of its own), so that a mistake ends in one 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 from typing import Callable, Optional
@@ -72,18 +73,19 @@ _frame_size.__name__ = "size"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG,
+        prog=PROG, allow_abbrev=False,
         description="Cut long videos (latent sequences, frame folders, video files) into "
                     "fixed-length windows, written as globally shuffled TFRecord shards.",
         epilog="Any other flag is a Beam pipeline option (--runner, --direct_num_workers, "
                "--direct_running_mode, --project, ...).")
     io = p.add_argument_group("input and output")
-    io.add_argument("--input", required=True,
-                    help="a glob of TFRecord files of latent sequences, one video a record "
-                         "(.gz read as gzip); a manifest (.jsonl or .csv) of frame folders "
-                         "and video files; or a glob of video files (id: the path relative "
-                         "to the glob's fixed directory, without suffix). Local, gs:// or "
-                         "any scheme Beam's FileSystems reads")
+    io.add_argument("--input", required=True, nargs="+", action="extend", metavar="PATH",
+                    help="one or more globs or paths (a shell-expanded glob works; the flag "
+                         "may be repeated): TFRecord files of latent sequences, one video a "
+                         "record (.gz read as gzip); manifests (.jsonl or .csv) of frame "
+                         "folders and video files; or video files (id: the path relative "
+                         "to the inputs' common fixed directory, without suffix). Local, "
+                         "gs:// or any scheme Beam's FileSystems reads")
     io.add_argument("--output_dir", required=True,
                     help="where the shards and dataset.json go (local or gs://)")
     io.add_argument("--overwrite", action="store_true",
@@ -172,9 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--max_failure_fraction", type=number(float, 0, 1), default=0.05,
                      help="fail the job when failed / all videos exceeds this "
                           "(default: %(default)s)")
-    out.add_argument("--shuffle_bucket_mb", type=number(float, 0.001, 1e6), default=64.0,
-                     help="memory one worker holds to shuffle: its spill buffer, and about "
-                          "the size of one sorted bucket (default: %(default)s)")
+    out.add_argument("--shuffle", choices=("auto", "spill", "group"), default="auto",
+                     help="how windows are shuffled into shards: spill (sorted runs on "
+                          "disk; for local runners, whose GroupByKey is held in memory) or "
+                          "group (one GroupByKey on the runner's shuffle; for Dataflow and "
+                          "other distributed runners); auto picks spill for FnApiRunner, "
+                          "DirectRunner and Prism, group for any other (default: "
+                          "%(default)s)")
+    out.add_argument("--shuffle_bucket_mb", type=number(float, 0.001, 1e6), default=128.0,
+                     help="size of one shuffle bucket: what one task sorts in memory "
+                          "(default: %(default)s)")
+    out.add_argument("--spill_buffer_mb", type=number(float, 0.001, 1e6), default=32.0,
+                     help="spill mode: what one worker buffers before it writes a sorted "
+                          "run (default: %(default)s)")
     return p
 
 
@@ -193,30 +205,94 @@ def _pattern(text: str) -> str:
     return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
 
 
+def _resolve_inputs(parser: argparse.ArgumentParser, patterns: list[str]
+                    ) -> tuple[list[tuple[str, int]], str]:
+    """The files of every --input pattern, sorted, and their one input kind."""
+    files, kinds = [], set()
+    for pattern in patterns:
+        if pattern.lower().endswith(MANIFEST_SUFFIXES):
+            matched = [(pattern, _manifest_size(parser, pattern))]
+        else:
+            try:
+                found = FileSystems.match([pattern])[0].metadata_list
+            except Exception as e:
+                parser.error(f"--input: cannot list {pattern!r}: {e}")
+            matched = sorted((m.path, m.size_in_bytes) for m in found)
+            if not matched:
+                parser.error(f"--input: no file matches {pattern!r}")
+        kinds.add(_input_kind(pattern, [path for path, _ in matched]))
+        files += matched
+    if len(kinds) > 1:
+        parser.error(f"--input: the inputs mix {' and '.join(sorted(kinds))}; give one kind")
+    duplicates = sorted({p for p, _ in files if sum(q == p for q, _ in files) > 1})
+    if duplicates:
+        parser.error(f"--input: {duplicates[0]} is matched twice")
+    return sorted(files), kinds.pop()
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+    """Every option of Beam's PipelineOptions subclasses, as Beam itself parses them."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in PipelineOptions.__subclasses__():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def _flag_names(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for action in parser._actions for o in action.option_strings
+            if o.startswith("--")]
+
+
+def _pipeline_args(parser: argparse.ArgumentParser, rest: list[str]) -> list[str]:
+    """The arguments that are Beam pipeline options; anything else ends the job with a
+    line that names it (and the nearest real flag)."""
+    beam = _beam_parser()
+    _, unknown = beam.parse_known_args(rest)
+    if unknown:
+        first = unknown[0]
+        if first.startswith("-"):
+            name = first.split("=", 1)[0]
+            near = difflib.get_close_matches(name, _flag_names(parser) + _flag_names(beam),
+                                             n=1, cutoff=0.6)
+            parser.error(f"{name}: unknown flag" + (f" (did you mean {near[0]}?)" if near
+                                                    else ""))
+        parser.error(f"unexpected argument {first!r}: every value belongs to a flag "
+                     "(several inputs go after one --input)")
+    return rest
+
+
+def runner_name(pipeline_args: list[str]) -> str:
+    """The class name of the runner the options ask for (FnApiRunner when none);
+    exit 2 with one line for a runner Beam does not know."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners.runner import create_runner
+
+    name = PipelineOptions(pipeline_args).view_as(StandardOptions).runner or "FnApiRunner"
+    try:
+        return type(create_runner(name)).__name__
+    except (ValueError, ImportError, AttributeError) as e:
+        build_parser().error(f"--runner: {name!r} is not a Beam runner (e.g. DirectRunner, "
+                             f"DataflowRunner, FlinkRunner, SparkRunner, PrismRunner): "
+                             f"{str(e).splitlines()[0][:120]}")
+
+
 def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, list[str]]:
     """(the job's flags, checked, with `input_files`, `input_kind`, `input_root` added,
-    and `output_dir` normalized; Beam's)."""
+    and `output_dir` normalized; Beam's pipeline options, checked to be real ones)."""
     parser = build_parser()
-    args, pipeline_args = parser.parse_known_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    pipeline_args = _pipeline_args(parser, rest)
     if args.stride is None:
         args.stride = args.window
     try:
         args.output_dir = paths.normalize(args.output_dir)
     except ValueError as e:
         parser.error(f"--output_dir {e}")
-    args.input = _pattern(args.input)
-    if args.input.lower().endswith(MANIFEST_SUFFIXES):
-        args.input_files = [(args.input, _manifest_size(parser, args.input))]
-    else:
-        try:
-            matches = FileSystems.match([args.input])[0].metadata_list
-        except Exception as e:
-            parser.error(f"--input: cannot list {args.input!r}: {e}")
-        args.input_files = sorted((m.path, m.size_in_bytes) for m in matches)
-        if not args.input_files:
-            parser.error(f"--input: no file matches {args.input!r}")
-    args.input_root = paths.common_root([args.input])
-    args.input_kind = _input_kind(args.input, [path for path, _ in args.input_files])
+    args.input = [_pattern(p) for p in args.input]
+    args.input_files, args.input_kind = _resolve_inputs(parser, args.input)
+    args.input_root = paths.common_root(args.input)
     if args.encoder and args.input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")

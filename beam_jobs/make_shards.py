@@ -19,22 +19,32 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-import apache_beam as beam
+_STARTED = time.monotonic()  # the command's start: the summary's elapsed time counts from it
+
+try:
+    import apache_beam as beam
+except ModuleNotFoundError as e:  # `pip install .` is the reader alone
+    if e.name != "apache_beam":
+        raise
+    _MISSING = ("the job needs Apache Beam, which is not installed: install with "
+                "pip install -e '.[beam]'")
+    if __name__ == "__main__":
+        sys.exit(f"python -m beam_jobs.make_shards: error: {_MISSING}")
+    raise ModuleNotFoundError(_MISSING, name="apache_beam") from None
 import numpy as np
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
-                                                  StandardOptions, TestOptions)
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,
+                                                  PipelineOptions, StandardOptions,
+                                                  TestOptions)
 
-from beam_jobs import output_dir, storage
-from beam_jobs.flags import PROG, parse_args, refuse
+from beam_jobs import output_dir, paths, storage
+from beam_jobs.flags import PROG, parse_args, refuse, runner_name
 from readers import spec as spec_lib
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
-MAX_BUCKETS = 4096
-# Output per video, for sizing the shuffle buckets of pixel inputs, whose size is not
-# known before decoding; an over-estimate only makes more, smaller buckets.
-_FRAMES_PER_VIDEO_GUESS = 1000
-_BYTES_PER_PIXEL = {"png": 0.6, "jpeg": 0.15}   # of raw, roughly
+# Runners that run in this process or on this machine: their GroupByKey is held in memory.
+LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
+                 "switchingdirectrunner", "prismrunner")
 
 
 @dataclasses.dataclass
@@ -74,14 +84,18 @@ def _latent_source(args: argparse.Namespace) -> Source:
 def _pixel_source(args: argparse.Namespace) -> Source:
     from beam_jobs.sources.manifest import ManifestError, read_manifest
     from beam_jobs.sources.media import FrameCodec
-    from beam_jobs.sources.pixels import (PixelFormat, PixelVideo, probe_pixel_format,
-                                          video_file_entries)
+    from beam_jobs.sources.pixels import (PixelFormat, PixelVideo, estimate_frames,
+                                          probe_pixel_format, video_file_entries)
 
     if args.input_kind == "manifest":
-        try:
-            entries, manifest_failures = read_manifest(args.input, args.splits)
-        except ManifestError as e:
-            refuse(f"--input: {e}")
+        entries, manifest_failures = [], []
+        for path, _ in args.input_files:
+            try:
+                more, failures = read_manifest(path, args.splits)
+            except ManifestError as e:
+                refuse(f"--input: {e}")
+            entries += more
+            manifest_failures += failures
     else:
         entries = video_file_entries([p for p, _ in args.input_files], args.input_root)
         manifest_failures = []
@@ -107,9 +121,9 @@ def _pixel_source(args: argparse.Namespace) -> Source:
         failures = pipeline | "ManifestFailures" >> beam.Create(manifest_failures)
         return videos, failures
 
-    frame_bytes = (math.prod(window.shape[1:]) * np.dtype(window.dtype).itemsize
-                   * _BYTES_PER_PIXEL.get(window.encoding, 1.0))
-    frames = len(entries) * (args.max_frames or _FRAMES_PER_VIDEO_GUESS)
+    frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
+                   if encoder else fmt.stored_frame_bytes)
+    frames = estimate_frames(entries, fmt)
     return Source(spec_lib.window_features(window, fmt.metadata_length, fmt.label_shape),
                   read, frames * frame_bytes * max(1.0, args.window / args.stride),
                   pad_frame=pad_frame, encoder=encoder, total_videos=len(entries))
@@ -128,13 +142,24 @@ def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
 
 
 def _num_buckets(output_bytes: float, bucket_mb: float) -> int:
-    """Buckets per split so that one sorted bucket is about `bucket_mb`."""
-    return max(1, min(MAX_BUCKETS, math.ceil(1.1 * output_bytes / (bucket_mb * 2**20))))
+    """Buckets per split so that one sorted bucket is about `bucket_mb` (no cap: the
+    bucket count grows with the data, a bucket's size does not)."""
+    return max(1, math.ceil(1.1 * output_bytes / (bucket_mb * 2**20)))
+
+
+def shuffle_mode(requested: str, runner: str) -> str:
+    """--shuffle auto: spill on local runners (their GroupByKey is held in memory), group
+    on any other (a distributed shuffle; per-bundle spills would be millions of files).
+    `runner` is the runner's class name (flags.runner_name)."""
+    if requested != "auto":
+        return requested
+    return "spill" if runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS else "group"
 
 
 def _job_flags(args: argparse.Namespace) -> dict:
     flags = {k: v for k, v in vars(args).items()
-             if k not in ("input_files", "input_kind", "input_root")}
+             if k not in ("input_files", "input_kind", "input_root", "shuffle_mode")}
+    flags["shuffle"] = args.shuffle_mode
     for name in ("sequence_shape", "frame_size"):
         flags[name] = list(flags[name]) if flags[name] else None
     return flags
@@ -165,7 +190,7 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
         tuple(args.splits), args.compression, args.num_shards,
         max(1, int(args.shard_size_mb * 2**20)),
         _num_buckets(source.output_bytes, args.shuffle_bucket_mb),
-        spill_bytes=max(1, int(args.shuffle_bucket_mb * 2**20))),
+        max(1, int(args.spill_buffer_mb * 2**20)), args.shuffle_mode),
         beam.pvalue.AsSingleton(dropped))
     counts = cut[VIDEO_COUNTS] | "CountVideos" >> beam.CombineGlobally(CountVideos())
     failures = ((read_failures, cut[FAILURES]) | "AllFailures" >> beam.Flatten()
@@ -187,23 +212,32 @@ def _counter(result, name: str) -> int:
     return sum(c.committed or 0 for c in counters)
 
 
-def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
-    """Run the job; SystemExit with a one-line message for bad flags or too many failures."""
+def run(argv: Optional[list[str]] = None, started: Optional[float] = None
+        ) -> beam.runners.runner.PipelineResult:
+    """Run the job; SystemExit with a one-line message for bad flags or too many failures.
+    `started` (time.monotonic()) is when the command started, for the summary's elapsed
+    time (default: now)."""
+    started = time.monotonic() if started is None else started
     args, pipeline_args = parse_args(argv)
     options = PipelineOptions(pipeline_args)
+    args.shuffle_mode = shuffle_mode(args.shuffle, runner_name(pipeline_args))
     # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
     # output directory, which may be gs:// on a machine without credentials or network.
     dry_run = options.view_as(TestOptions).dry_run
     if dry_run:
         return _run(args, pipeline_args, output_dir.RunDir(args.output_dir, "dry-run", ""),
-                    dry_run)
+                    dry_run, started)
+    # Spilling to a remote output would write an object per spill: spill to local disk.
+    local_temp = (output_dir.local_temp_base(options.view_as(GoogleCloudOptions).temp_location)
+                  if args.shuffle_mode == "spill" and paths.has_scheme(args.output_dir)
+                  else None)
     try:
         claim = output_dir.prepare(args.output_dir, args.overwrite,
-                                   [p for p, _ in args.input_files], [args.input])
+                                   [p for p, _ in args.input_files], args.input, local_temp)
     except output_dir.OutputDirError as e:
         refuse(str(e))
     try:
-        return _run(args, pipeline_args, claim.run, dry_run)
+        return _run(args, pipeline_args, claim.run, dry_run, started)
     except BaseException:
         output_dir.abandon(claim.run)  # a run that stops leaves only what proves itself
         raise
@@ -212,7 +246,7 @@ def run(argv: Optional[list[str]] = None) -> beam.runners.runner.PipelineResult:
 
 
 def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir.RunDir,
-         dry_run: bool) -> beam.runners.runner.PipelineResult:
+         dry_run: bool, started: float) -> beam.runners.runner.PipelineResult:
     # TensorFlow comes in with these, after the flags are known to be good.
     from beam_jobs.finalize import COMMITTED
     from beam_jobs.sources.base import BadRecord
@@ -227,7 +261,6 @@ def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, args, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)
-    started = time.monotonic()
     result = pipeline.run()
     result.wait_until_finish()
     if dry_run:
@@ -265,7 +298,6 @@ def _pipeline_options(pipeline_args: list[str], all_cores: bool,
 
 
 def _log_summary(directory: str, elapsed: float) -> None:
-    from beam_jobs import paths
     from beam_jobs.progress import summary_table
 
     path = paths.join(directory, spec_lib.DATASET_JSON)
@@ -278,7 +310,8 @@ def _log_summary(directory: str, elapsed: float) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
-    run(sys.argv[1:])
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
+    run(sys.argv[1:], started=_STARTED)
 
 
 if __name__ == "__main__":

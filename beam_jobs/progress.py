@@ -24,6 +24,7 @@ def counter(name: str) -> beam.metrics.metric.Metrics.DelegatingCounter:
     return beam.metrics.Metrics.counter(NAMESPACE, name)
 
 
+
 def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -76,10 +77,11 @@ class Progress:
             text += f" of ~{share:.0f} videos"
             eta = (share - done) * elapsed / done if done else None
         else:
-            text += " videos"
+            text += " video" + "s" * (done != 1)
             eta = None
-        text += (f", {self.frames / elapsed:,.0f} frames/s, {self.windows:,} windows, "
-                 f"{self.failures} failures, elapsed {_duration(elapsed)}")
+        text += (f", {self.frames / elapsed:,.0f} frames/s on this worker, "
+                 f"{self.windows:,} windows, {self.failures} failures, "
+                 f"elapsed {_duration(elapsed)}")
         if eta is not None:
             text += f", ETA {_duration(max(0.0, eta))}"
         return text
@@ -100,6 +102,7 @@ def summary_table(dataset: spec_lib.DatasetSpec, shard_bytes: dict[str, int],
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
     lines.append(f"failed videos: {dataset.failures} (see {spec_lib.FAILURES_JSONL}); "
-                 f"elapsed {_duration(elapsed)}; {total_frames / max(elapsed, 1e-9):,.0f} "
-                 f"frames/s, {total_windows / max(elapsed, 1e-9):,.0f} windows/s")
+                 f"elapsed {_duration(elapsed)} from the command's start; overall "
+                 f"{total_frames / max(elapsed, 1e-9):,.0f} frames/s and "
+                 f"{total_windows / max(elapsed, 1e-9):,.0f} windows/s")
     return "\n".join(lines)

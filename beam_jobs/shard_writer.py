@@ -1,26 +1,36 @@
-"""Globally shuffled, balanced, deterministic TFRecord shards in bounded memory.
+"""Globally shuffled, balanced, deterministic TFRecord shards, on any runner at any size.
 
-FnApiRunner holds a GroupByKey's whole input in memory, so full examples never pass
-through one. Instead (the idea of TFDS's writer and on-disk shuffler):
+Every example carries a key (a hash of seed, video id and start); a split's shards hold
+its examples in key order (ties broken by the example bytes), shard i of N the ranks
+[i*n//N, (i+1)*n//N), so counts differ by at most one. Keys fall into buckets by range
+(bucket b holds [b * 2**64 / B, (b + 1) * 2**64 / B)), sized at about --shuffle_bucket_mb.
+Two ways to get each bucket sorted (TFDS's writer and its on-disk shuffler are the models):
 
-1. Spill: each worker appends its examples, prefixed by their 8-byte big-endian key,
-   to temp files per (split, bucket), where bucket b holds the keys in
-   [b * 2**64 / B, (b + 1) * 2**64 / B). Only (bucket, file, count, bytes) rows move on.
-2. Plan: those small rows, gathered, give each bucket's count, so each element's rank
-   in its split's key order: shard i of N takes ranks [i*n//N, (i+1)*n//N).
-3. Write: one task per shard reads the buckets overlapping its rank range, one bucket
-   at a time, sorts it by key and writes its slice. Peak memory is one bucket.
+- spill (local runners): FnApiRunner holds a GroupByKey's whole input in memory, so
+  examples never pass through one. Each worker buffers what it gets, and at
+  --spill_buffer_mb writes it as one sorted run file per split; only small rows (the
+  run's records per bucket) move on. A shard task merges the runs' slices of the buckets
+  it overlaps, streaming. Temp files grow with the data, not its square;
+  but a distributed runner ends bundles every few elements, so there each bundle
+  would spill: do not use it on Dataflow.
+- group (distributed runners): examples keyed by (split, bucket) go through one
+  GroupByKey, on the runner's own shuffle (Dataflow Shuffle takes hundreds of TB). Each
+  bucket is sorted once and written once, as one run file at a deterministic path (a
+  retried task rewrites the same bytes). A shard task streams its rank range from the one
+  to three bucket files it overlaps, seeking with their index: it never holds a bucket.
 
-The order depends only on the keys (ties broken by the example bytes), so the shards
-are byte-identical whatever the runner, the bundling and the number of workers.
+Both plan from small rows, and the order depends only on the keys, so the two modes, any
+runner and any number of workers give byte-identical shards.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
+import itertools
 import math
 import uuid
-from typing import Iterable, Mapping, NamedTuple, Optional
+from typing import Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -29,40 +39,41 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_jobs import paths, progress
 from beam_jobs.examples import KeyedExample
 from beam_jobs.output_dir import RunDir
-from beam_jobs.tfrecords import Lost, read_frame, write_tfrecord
+from beam_jobs.sorted_runs import read_run, write_run
+from beam_jobs.tfrecords import write_tfrecord
 from readers import spec as spec_lib
 
 _KEY_BYTES = 8
+_FRAME = 16                  # TFRecord framing around a record
+_TRAILER_AND_ENTRY = 16 + 8  # what read_run reads of a run file's index
 _COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
+SHUFFLE_MODES = ("spill", "group")
 
 
-class BucketFile(NamedTuple):
+class RunFile(NamedTuple):
+    """A sorted run file of one split and what each bucket has in it."""
     split: str
-    bucket: int
     path: str
-    count: int
-    nbytes: int
+    buckets: tuple[tuple[int, int, int, int], ...]  # (bucket, first record, count, bytes)
+
+
+class Segment(NamedTuple):
+    """One bucket's share of a shard: ranks [lo, hi) of the bucket's sorted records."""
+    bucket: int
+    runs: tuple[tuple[str, int, int], ...]  # (run file, first record, count) per run
+    lo: int
+    hi: int
 
 
 class ShardTask(NamedTuple):
     split: str
     index: int
     num_shards: int
-    segments: tuple[tuple[tuple[str, ...], int, int], ...]  # (bucket's files, lo, hi)
-    dropped: frozenset = frozenset()                         # keys not to write
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardConfig:
-    """How a run's examples become shards."""
-    splits: tuple[str, ...]
-    compression: str = "none"
-    num_shards: Optional[int] = None     # per split; None: one per `shard_bytes`
-    shard_bytes: int = 200 << 20
-    num_buckets: int = 1                 # temp buckets per split, each sorted in memory
-    spill_bytes: int = 64 << 20          # what one worker buffers before it spills
+    segments: tuple[Segment, ...]
+    dropped: frozenset = frozenset()   # keys not to write, in this task's buckets
 
 
 class WrittenShard(NamedTuple):
@@ -72,41 +83,91 @@ class WrittenShard(NamedTuple):
     examples: int
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardConfig:
+    """How a run's examples become shards."""
+    splits: tuple[str, ...]
+    compression: str = "none"
+    num_shards: Optional[int] = None     # per split; None: one per `shard_bytes`
+    shard_bytes: int = 200 << 20
+    num_buckets: int = 1                 # key-range buckets per split
+    spill_bytes: int = 32 << 20          # spill mode: what one worker buffers
+    mode: str = "spill"                  # or "group"
+
+
+def _count_temp(records: int, nbytes: int) -> None:
+    """Beam counters of the temp data (Dataflow's monitoring shows them; the scale
+    benchmark reads them): files, and bytes with their framing and index."""
+    progress.counter("temp_files_written").inc()
+    progress.counter("temp_bytes_written").inc(nbytes + records * (_FRAME + 8) + 16)
+
+
 def bucket_of(key: int, num_buckets: int) -> int:
     return key * num_buckets >> 64
 
 
-class _SpillToBuckets(beam.DoFn):
-    """Buffers a bundle's examples per bucket and spills them to temp files."""
+def _key(record: bytes) -> int:
+    return int.from_bytes(record[:_KEY_BYTES], "big")
+
+
+def _bucket_table(records: list[bytes], num_buckets: int
+                  ) -> tuple[tuple[int, int, int, int], ...]:
+    """(bucket, first, count, bytes) of sorted records, one row per bucket present."""
+    table: list[list[int]] = []
+    for index, record in enumerate(records):
+        bucket = bucket_of(_key(record), num_buckets)
+        if not table or table[-1][0] != bucket:
+            table.append([bucket, index, 0, 0])
+        table[-1][2] += 1
+        table[-1][3] += len(record)
+    return tuple(tuple(row) for row in table)
+
+
+class _SpillRuns(beam.DoFn):
+    """spill mode: buffers a bundle's examples and writes them as sorted runs."""
 
     def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int):
         self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
 
     def start_bundle(self):
-        self._buffers: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
+        self._buffers: dict[str, list[bytes]] = collections.defaultdict(list)
         self._buffered = 0
 
     def process(self, element: KeyedExample):
         record = element.key.to_bytes(_KEY_BYTES, "big") + element.example
-        self._buffers[(element.split, bucket_of(element.key, self._num_buckets))].append(record)
+        self._buffers[element.split].append(record)
         self._buffered += len(record)
         if self._buffered >= self._spill_bytes:
             yield from self._spill()
 
     def finish_bundle(self):
-        for bucket_file in self._spill():
-            yield WindowedValue(bucket_file, MIN_TIMESTAMP, [GlobalWindow()])
+        for run in self._spill():
+            yield WindowedValue(run, MIN_TIMESTAMP, [GlobalWindow()])
 
-    def _spill(self) -> Iterable[BucketFile]:
+    def _spill(self) -> Iterable[RunFile]:
         spill_id = uuid.uuid4().hex
-        for (split, bucket), records in sorted(self._buffers.items()):
-            path = FileSystems.join(self._temp_dir, split, f"{bucket:05d}", f"{spill_id}.rec")
-            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                for record in records:
-                    write_tfrecord(f, record)
-            yield BucketFile(split, bucket, path, len(records), sum(map(len, records)))
+        for split, records in sorted(self._buffers.items()):
+            records.sort()
+            path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.run")
+            _count_temp(*write_run(path, records))
+            yield RunFile(split, path, _bucket_table(records, self._num_buckets))
         self._buffers.clear()
         self._buffered = 0
+
+
+class _WriteBucket(beam.DoFn):
+    """group mode: one bucket's records, from the GroupByKey -> one sorted run file."""
+
+    def __init__(self, temp_dir: str):
+        self._temp_dir = temp_dir
+
+    def process(self, element):
+        (split, bucket), records = element
+        records = sorted(records)
+        path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.run")
+        count, nbytes = write_run(path, records)
+        _count_temp(count, nbytes)
+        yield RunFile(split, path, ((bucket, 0, count, nbytes),))
 
 
 def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
@@ -117,26 +178,28 @@ def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
     return max(1, min(wanted, windows, spec_lib.MAX_SHARDS))
 
 
-def plan_shards(bucket_files: list[BucketFile], config: ShardConfig,
-                dropped: Mapping[str, frozenset]) -> Iterable[ShardTask]:
+def plan_shards(run_files: list[RunFile], config: ShardConfig,
+                dropped: Mapping[str, frozenset]) -> list[ShardTask]:
     """Cut each split's key order into shards whose counts differ by at most one.
 
     `dropped`: per split, the keys of windows that must not be written (the windows of
     videos whose id came more than once), left out of the ranks.
     """
-    by_split: dict[str, dict[int, list[BucketFile]]] = collections.defaultdict(
+    by_split: dict[str, dict[int, list]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
-    for bf in bucket_files:
-        by_split[bf.split][bf.bucket].append(bf)
+    for run in run_files:
+        for bucket, first, count, nbytes in run.buckets:
+            by_split[run.split][bucket].append((run.path, first, count, nbytes))
+    tasks = []
     for split in config.splits:
         drop = dropped.get(split, frozenset())
         dropped_in = collections.Counter(bucket_of(k, config.num_buckets) for k in drop)
         buckets = sorted(by_split[split].items())
-        counts = [sum(bf.count for bf in files) - dropped_in[b] for b, files in buckets]
+        counts = [sum(c for _, _, c, _ in runs) - dropped_in[b] for b, runs in buckets]
         total = sum(counts)
         if not total:
             continue
-        nbytes = sum(bf.nbytes for _, files in buckets for bf in files)
+        nbytes = sum(size for _, runs in buckets for _, _, _, size in runs)
         n = num_shards_for(total, nbytes, config.num_shards, config.shard_bytes)
         starts = [0]
         for count in counts:
@@ -144,13 +207,74 @@ def plan_shards(bucket_files: list[BucketFile], config: ShardConfig,
         for i in range(n):
             lo, hi = i * total // n, (i + 1) * total // n
             segments = tuple(
-                (tuple(sorted(bf.path for bf in files)), max(lo - first, 0), min(hi - first, count))
-                for (_, files), first, count in zip(buckets, starts, counts)
+                Segment(b, tuple(sorted((p, f, c) for p, f, c, _ in runs)),
+                        max(lo - first, 0), min(hi - first, count))
+                for (b, runs), first, count in zip(buckets, starts, counts)
                 if first < hi and first + count > lo)
-            overlapping = {b for (b, _), first, count in zip(buckets, starts, counts)
-                           if first < hi and first + count > lo}
-            yield ShardTask(split, i, n, segments, frozenset(
-                k for k in drop if bucket_of(k, config.num_buckets) in overlapping))
+            overlapping = {s.bucket for s in segments}
+            tasks.append(ShardTask(split, i, n, segments, frozenset(
+                k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+    return tasks
+
+
+def _segment_records(segment: Segment, dropped: frozenset, num_buckets: int
+                     ) -> Iterator[bytes]:
+    """The records of ranks [lo, hi) of a bucket, in key order, streamed: from one
+    sorted bucket file (group) by a seek; from several runs (spill) by merging them from
+    the bucket's start, one open file per run. Never a whole bucket in memory."""
+    has_dropped = any(bucket_of(k, num_buckets) == segment.bucket for k in dropped)
+    if len(segment.runs) == 1 and not has_dropped:
+        path, first, _ = segment.runs[0]
+        yield from _counted(read_run(path, first + segment.lo, first + segment.hi))
+        return
+    _allow_open_files(len(segment.runs) + 64)
+    merged = heapq.merge(*(_counted(read_run(path, first, first + count))
+                           for path, first, count in segment.runs))
+    kept = (record for record in merged if _key(record) not in dropped)
+    yield from itertools.islice(kept, segment.lo, segment.hi)
+
+
+def _allow_open_files(wanted: int) -> None:
+    """Raise this process's soft limit of open files when a merge needs more (a spill run
+    per 32 MB of a local run's windows: 3,200 at 100 GB, over the usual 1,024)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (
+            wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
+
+
+def _counted(records: Iterator[bytes]) -> Iterator[bytes]:
+    """Count the temp bytes a shard task reads: each record's frame, and the index."""
+    read = progress.counter("temp_bytes_read")
+    read.inc(_TRAILER_AND_ENTRY)
+    for record in records:
+        read.inc(len(record) + _FRAME)
+        yield record
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, output_dir: str, compression: str, num_buckets: int):
+        self._output_dir, self._compression = output_dir, compression
+        self._num_buckets = num_buckets
+
+    def process(self, task: ShardTask):
+        name = spec_lib.shard_name(task.split, task.index, task.num_shards, self._compression)
+        # Written in place: a retried task rewrites the same bytes, and no reader looks
+        # at a shard before dataset.json lists it.
+        path = paths.join(self._output_dir, name)
+        count = written = 0
+        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
+            for segment in task.segments:
+                for record in _segment_records(segment, task.dropped, self._num_buckets):
+                    write_tfrecord(f, record[_KEY_BYTES:])
+                    count += 1
+                    written += len(record) - _KEY_BYTES + _FRAME
+        progress.counter("shard_bytes_written").inc(written)
+        yield WrittenShard(task.split, task.index, name, count)
 
 
 def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
@@ -162,60 +286,38 @@ def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
     return tasks
 
 
-def _sorted_bucket(files: Iterable[str], dropped: frozenset) -> list[bytes]:
-    """All records of one bucket in key order (ties by example bytes), but the dropped."""
-    records = []
-    for path in files:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            while (record := read_frame(f)) is not None:
-                if isinstance(record, Lost):  # a temp file of this run: let the runner retry
-                    raise OSError(f"{path}: {record.reason}")
-                if int.from_bytes(record[:_KEY_BYTES], "big") not in dropped:
-                    records.append(record)
-    records.sort()
-    return records
-
-
-class _WriteShard(beam.DoFn):
-    def __init__(self, output_dir: str, compression: str):
-        self._output_dir, self._compression = output_dir, compression
-
-    def process(self, task: ShardTask):
-        name = spec_lib.shard_name(task.split, task.index, task.num_shards, self._compression)
-        # Written in place: a retried task rewrites the same bytes, and no reader looks
-        # at a shard before dataset.json lists it.
-        path = FileSystems.join(self._output_dir, name)
-        count = 0
-        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
-            for files, lo, hi in task.segments:
-                for record in _sorted_bucket(files, task.dropped)[lo:hi]:
-                    write_tfrecord(f, record[_KEY_BYTES:])
-                    count += 1
-        yield WrittenShard(task.split, task.index, name, count)
-
-
 class WriteShuffledShards(beam.PTransform):
     """PCollection[KeyedExample] -> PCollection[WrittenShard], written to the run's
-    output directory.
+    output directory, in `config.mode`.
 
     `dropped` is a singleton side input: per split, the keys of windows to leave out.
     """
 
     def __init__(self, run: RunDir, config: ShardConfig, dropped):
         super().__init__()
+        if config.mode not in SHUFFLE_MODES:
+            raise ValueError(f"shuffle mode must be one of {SHUFFLE_MODES}, got {config.mode!r}")
         self._run, self._config, self._dropped = run, config, dropped
 
     def expand(self, examples):
-        config = self._config
+        config, temp = self._config, self._run.temp_dir
+        if config.mode == "spill":
+            runs = examples | "SpillRuns" >> beam.ParDo(
+                _SpillRuns(temp, config.num_buckets, config.spill_bytes))
+        else:
+            runs = (examples
+                    | "KeyByBucket" >> beam.Map(lambda e: (
+                        (e.split, bucket_of(e.key, config.num_buckets)),
+                        e.key.to_bytes(_KEY_BYTES, "big") + e.example))
+                    | "GroupBuckets" >> beam.GroupByKey()
+                    | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp)))
         return (
-            examples
-            | "SpillToBuckets" >> beam.ParDo(
-                _SpillToBuckets(self._run.temp_dir, config.num_buckets, config.spill_bytes))
-            | "GatherBucketFiles" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.Map(lambda files, dropped: list(
-                plan_shards(files, config, dropped)), self._dropped)
+            runs
+            | "GatherRuns" >> beam.combiners.ToList()
+            | "PlanShards" >> beam.Map(lambda files, dropped: plan_shards(files, config, dropped),
+                                       self._dropped)
             | "RecordShardNames" >> beam.Map(_record_shard_names, self._run, config.compression)
             | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(
-                _WriteShard(self._run.output_dir, config.compression)))
+                _WriteShard(self._run.output_dir, config.compression, config.num_buckets)))

@@ -15,11 +15,12 @@ operations that decide what may be deleted, and the lease on a directory, go her
 from __future__ import annotations
 
 import functools
+import io
 import os
 import shutil
 import stat
 import uuid
-from typing import Iterable, NamedTuple, Optional
+from typing import BinaryIO, Iterable, NamedTuple, Optional
 
 from beam_jobs import paths
 
@@ -161,6 +162,62 @@ def write_bytes(path: str, data: bytes) -> None:
 def make_dirs(path: str) -> None:
     if not _is_gcs(path):
         os.makedirs(path, exist_ok=True)
+
+
+# --- ranges, for reading slices of run files ------------------------------------------
+
+RANGE_CHUNK = 8 << 20   # bytes per ranged GCS request when streaming a slice
+
+
+def size(path: str) -> int:
+    if _is_gcs(path):
+        bucket, _, name = path[len("gs://"):].partition("/")
+        blob = _client().bucket(bucket).get_blob(name)
+        if blob is None:
+            raise FileNotFoundError(path)
+        return int(blob.size)
+    return os.path.getsize(path)
+
+
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file: on GCS one ranged request, no more than asked."""
+    if end <= start:
+        return b""
+    if _is_gcs(path):
+        return _blob(path).download_as_bytes(start=start, end=end - 1)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+class _GcsRange(io.RawIOBase):
+    """Bytes [start, end) of a GCS object, fetched RANGE_CHUNK at a time on demand."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self._path, self._at, self._end = path, start, end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = min(len(buffer), self._end - self._at)
+        if size <= 0:
+            return 0
+        data = read_range(self._path, self._at, self._at + size)
+        buffer[:len(data)] = data
+        self._at += len(data)
+        return len(data)
+
+
+def open_range(path: str, start: int, end: int) -> BinaryIO:
+    """A reader of bytes [start, end) of a file. On GCS it requests exactly that range,
+    RANGE_CHUNK at a time (a seekable GCS reader fetches 16 MB past any position, which
+    a shard task would pay at the end of every slice it reads)."""
+    if _is_gcs(path):
+        return io.BufferedReader(_GcsRange(path, start, end), buffer_size=RANGE_CHUNK)
+    f = open(path, "rb")
+    f.seek(start)
+    return f
 
 
 # --- compare and swap, for the lease ------------------------------------------------

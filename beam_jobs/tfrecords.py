@@ -49,9 +49,20 @@ def write_tfrecord(f: BinaryIO, record: bytes) -> None:
     f.write(frame(record))
 
 
+def read_exactly(f: BinaryIO, size: int) -> bytes:
+    """`size` bytes, or fewer only at the end of the file (a read may return less)."""
+    data = f.read(size)
+    while len(data) < size:
+        more = f.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
     """The next record of `f`: its bytes, a Lost, or None at a clean end of file."""
-    header = f.read(12)
+    header = read_exactly(f, 12)
     if not header:
         return None
     if len(header) < 12:
@@ -59,8 +70,8 @@ def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
     length, length_crc = _HEADER.unpack(header)
     if masked_crc(header[:8]) != length_crc:
         return Lost("a record's length frame is corrupt", 1, 0, True)
-    data = f.read(length)
-    crc = f.read(4)
+    data = read_exactly(f, length)
+    crc = read_exactly(f, 4)
     if len(data) < length or len(crc) < 4:
         return Lost(f"the file ends inside a record ({len(data)} of {length} bytes)", 1,
                     12 + len(data) + len(crc), True)

@@ -257,8 +257,8 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                 print(f"  {problem}", file=sys.stderr)
             sys.exit(1)
         total = sum(s.windows for s in dataset.splits.values())
-        print(f"verify: all {total} records of "
-              f"{sum(len(s.shards) for s in dataset.splits.values())} shards are sound")
+        shards = sum(len(s.shards) for s in dataset.splits.values())
+        print(f"verify: all {total} records of {shards} shard{'s' * (shards != 1)} are sound")
 
 
 if __name__ == "__main__":

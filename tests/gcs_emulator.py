@@ -4,8 +4,8 @@ things real GCS does that it does not.
 - Generation preconditions: `ifGenerationMatch` on uploads and deletes (0: the object
   must not exist), answered 412 as GCS does. The job's lease relies on them.
 - A count of the requests served, by kind (create, upload, read, metadata, list,
-  delete, batch; and objects_deleted, each object deleted alone or inside a batch
-  request), so that tests and
+  delete, batch; objects_deleted, each object deleted alone or inside a batch
+  request; bytes_read, the bytes of object data served), so that tests and
   benchmarks can count what the job costs as data grows.
 """
 from __future__ import annotations
@@ -103,6 +103,16 @@ def _install() -> None:
             if handler in replacements:
                 handlers[method] = replacements[handler]
     objects.insert = replacements[objects.insert]
+    close = emulator.Response.close
+
+    def counted_close(self):
+        handler = self._handler
+        if handler.command == "GET" and "alt=media" in handler.path:
+            content = self._content
+            _count("bytes_read", len(content.encode() if isinstance(content, str) else content))
+        return close(self)
+
+    emulator.Response.close = counted_close
     for method in ("GET", "POST", "PUT", "DELETE", "PATCH"):
         name = f"do_{method}"
         setattr(emulator.RequestHandler, name,
@@ -121,6 +131,15 @@ def reset_counts() -> None:
 
 
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon"}
+
+
+def anonymous_beam() -> None:
+    """Let Beam's gs:// use an anonymous client, as the emulator wants: without it, the
+    first gs:// access of a process spends 25 s retrying to find credentials."""
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
 
 
 @contextlib.contextmanager
@@ -142,6 +161,7 @@ def running(bucket: str = "bkt") -> Iterator[str]:
     os.environ.update(env)
     fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
     storage._client.cache_clear()
+    anonymous_beam()
     try:
         yield env["STORAGE_EMULATOR_HOST"]
     finally:

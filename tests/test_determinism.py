@@ -33,7 +33,8 @@ def _same_files(a, b) -> None:
 
 def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "a", *FLAGS)
-    run_job(latents, tmp_path / "b", *FLAGS, "--shuffle_bucket_mb", "0.003")
+    run_job(latents, tmp_path / "b", *FLAGS, "--shuffle_bucket_mb", "0.003",
+            "--spill_buffer_mb", "0.003")
     _same_files(tmp_path / "a", tmp_path / "b")
     run_job(latents, tmp_path / "c", *FLAGS[:-1], "8")
     assert read_dataset_json(tmp_path / "c")["splits"] != read_dataset_json(tmp_path / "a")["splits"]
@@ -42,5 +43,31 @@ def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
 def test_one_and_two_worker_processes_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "one", *FLAGS, "--direct_num_workers", "1")
     run_job(latents, tmp_path / "two", *FLAGS, "--direct_num_workers", "2",
-            "--direct_running_mode", "multi_processing", "--shuffle_bucket_mb", "0.01")
+            "--direct_running_mode", "multi_processing", "--spill_buffer_mb", "0.01")
     _same_files(tmp_path / "one", tmp_path / "two")
+
+
+def test_spill_and_group_shuffles_give_identical_bytes(tmp_path, latents):
+    run_job(latents, tmp_path / "spill", *FLAGS, "--shuffle", "spill",
+            "--spill_buffer_mb", "0.01")
+    run_job(latents, tmp_path / "group", *FLAGS, "--shuffle", "group",
+            "--shuffle_bucket_mb", "0.01")
+    _same_files(tmp_path / "spill", tmp_path / "group")
+    assert read_dataset_json(tmp_path / "group")["flags"]["shuffle"] == "group"
+    assert read_dataset_json(tmp_path / "spill")["flags"]["shuffle"] == "spill"
+
+
+def test_auto_picks_spill_for_local_runners_and_group_for_the_others():
+    from beam_jobs.make_shards import shuffle_mode
+
+    from beam_jobs.flags import runner_name
+
+    def mode(*runner):
+        return shuffle_mode("auto", runner_name(["--runner", *runner] if runner else []))
+
+    for runner in ((), ("FnApiRunner",), ("DirectRunner",), ("direct",), ("PrismRunner",)):
+        assert mode(*runner) == "spill", runner
+    for runner in ("DataflowRunner", "dataflow", "FlinkRunner", "SparkRunner",
+                   "PortableRunner"):
+        assert mode(runner) == "group", runner
+    assert shuffle_mode("group", "FnApiRunner") == "group"

@@ -23,7 +23,7 @@ def test_every_window_is_its_source_slice_with_its_metadata(tmp_path, rng, tail)
     out = tmp_path / "out"
     run_job(str(tmp_path / "in" / "*.tfrecord"), out, "--window", "10", "--stride", "4",
             "--tail", tail, "--splits", "train=0.6,validation=0.4", "--num_shards", "3",
-            "--shuffle_bucket_mb", "0.01")
+            "--shuffle_bucket_mb", "0.01", "--spill_buffer_mb", "0.01")
     by_id = _videos_by_id(paths, videos)
     meta = read_dataset_json(out)
     seen = collections.defaultdict(list)
@@ -102,7 +102,8 @@ def test_shards_are_balanced_named_and_clamped(tmp_path, rng):
     videos = random_videos(rng, 9, lengths=(20, 40))
     write_videos(str(tmp_path / "in"), videos)
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "5", "--stride", "5",
-            "--num_shards", "7", "--shuffle_bucket_mb", "0.005")
+            "--num_shards", "7", "--shuffle_bucket_mb", "0.005",
+            "--spill_buffer_mb", "0.005")
     meta = read_dataset_json(tmp_path / "out")
     shards = meta["splits"]["train"]["shards"]
     assert [s["file"] for s in shards] == [f"train-{i:05d}-of-00007.tfrecord" for i in range(7)]

@@ -166,7 +166,7 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng):
     first = subprocess.Popen(
         [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
          "--output_dir", str(out), "--window", "8", "--stride", "4", "--num_shards", "3",
-         "--shuffle_bucket_mb", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+         "--spill_buffer_mb", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True)
     deadline = time.monotonic() + 60
     while not (out / "_make_shards" / "lease.json").exists() and time.monotonic() < deadline:

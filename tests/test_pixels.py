@@ -1,4 +1,5 @@
 """Frame folders and video files through the job, and pixel windows through the reader."""
+import dataclasses
 import json
 import os
 
@@ -226,3 +227,23 @@ def test_reader_gives_keras_tuples_and_float_pixels(tmp_path):
     assert 0 <= frames.numpy().min() and frames.numpy().max() <= 1
     for window, label in zip(frames.numpy(), labels.numpy()):
         np.testing.assert_allclose([f.mean() * 255 / 8 for f in window], label, atol=1e-3)
+
+
+def test_shuffle_buckets_are_sized_from_real_frame_counts(tmp_path):
+    """Frame lists are counted, folders listed, video files' headers read: no guess."""
+    from beam_jobs.sources.manifest import read_manifest
+    from beam_jobs.sources.media import FrameCodec
+    from beam_jobs.sources.pixels import PixelFormat, estimate_frames, probe_pixel_format
+
+    write_frame_folder(tmp_path / "v1", solid_frames(12))
+    os.makedirs(tmp_path / "clips")
+    write_video(tmp_path / "clips" / "c.mp4", solid_frames(30, size=(24, 32)), rate=10)
+    write_manifest(tmp_path / "m.jsonl", [
+        {"video_id": "a", "frames": "v1"}, {"video_id": "b", "frames": ["v1/frame_0.png"] * 5},
+        {"video_id": "c", "video": "clips/c.mp4"}])
+    entries, _ = read_manifest(str(tmp_path / "m.jsonl"), ["train"])
+    fmt = probe_pixel_format(entries, PixelFormat(FrameCodec((0, 0), encoding="png")))
+    assert estimate_frames(entries, fmt) == 12 + 5 + 30
+    assert estimate_frames(entries, dataclasses.replace(fmt, fps=5)) == 12 + 5 + 15
+    assert estimate_frames(entries, dataclasses.replace(fmt, max_frames=10)) == 10 + 5 + 10
+    assert 0 < fmt.stored_frame_bytes < 24 * 32 * 3   # a PNG of a solid frame

@@ -31,6 +31,8 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
     pipeline = result.job.proto_pipeline
     names = {t.unique_name for t in pipeline.components.transforms.values()}
     assert {"CutWindows", "WriteShards", "Finalize"} <= names
+    # on Dataflow, auto picks the group shuffle: no per-bundle spill files
+    assert "WriteShards/GroupBuckets" in names and "WriteShards/SpillRuns" not in names
     staged = [beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
               for env in pipeline.components.environments.values() for d in env.dependencies]
     (sdist,) = [p for p in staged if p.endswith(".tar.gz")]
@@ -78,14 +80,14 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     write_videos(str(tmp_path / "in"), random_videos(rng, 40, lengths=(300, 400), dim=64),
                  files=8)
     latents, out = str(tmp_path / "in" / "*"), tmp_path / "out"
-    command = _job(latents, out, "--shuffle_bucket_mb", "0.2")
+    command = _job(latents, out, "--spill_buffer_mb", "0.2")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     runs = out / "_make_shards" / "runs"
 
     def reached() -> bool:
         if kill_when == "spilled":
-            return any(f.endswith(".rec") for _, _, files in os.walk(runs) for f in files)
+            return any(f.endswith(".run") for _, _, files in os.walk(runs) for f in files)
         return out.exists() and any(n.endswith(".tfrecord") for n in os.listdir(out))
 
     deadline = time.monotonic() + 120
@@ -98,7 +100,7 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     assert (out / "_make_shards" / "lease.json").exists()  # stale: its process is gone
 
     subprocess.run(command, check=True, capture_output=True)
-    subprocess.run(_job(latents, tmp_path / "clean", "--shuffle_bucket_mb", "0.2"), check=True,
+    subprocess.run(_job(latents, tmp_path / "clean", "--spill_buffer_mb", "0.2"), check=True,
                    capture_output=True)
     assert_verified(out)
     _same_shards(out, tmp_path / "clean")

@@ -1,4 +1,5 @@
-"""The shuffled shard writer as a Beam transform, on Beam's TestPipeline."""
+"""The shuffled shard writer as a Beam transform, on Beam's TestPipeline, in both modes."""
+import os
 
 import apache_beam as beam
 import numpy as np
@@ -9,20 +10,35 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.examples import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS, WindowConfig
 from beam_jobs.output_dir import RunDir
-from beam_jobs.shard_writer import BucketFile, ShardConfig, WriteShuffledShards, plan_shards
+from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, WriteShuffledShards,
+                                    bucket_of, plan_shards)
+from beam_jobs.sorted_runs import read_run, write_run
 from beam_jobs.sources.latents import LatentVideo
 from readers import spec as spec_lib
 
 
+def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
+    rng = np.random.default_rng(seed)
+    keys = [int(k) for k in rng.integers(0, 2 ** 63, count)]
+    return [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i)
+            for i, k in enumerate(keys)]
+
+
+def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
+    records = []
+    for i in range(shards):
+        path = os.path.join(directory, spec_lib.shard_name(split, i, shards, "none"))
+        records += [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    return records
+
+
+@pytest.mark.parametrize("mode", ["spill", "group"])
 @pytest.mark.parametrize("buckets", [1, 3, 50])
-def test_shards_hold_every_example_in_key_order(tmp_path, buckets):
-    rng = np.random.default_rng(buckets)
-    keys = [int(k) for k in rng.integers(0, 2 ** 63, 101)]
-    elements = [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i)
-                for i, k in enumerate(keys)]
+def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
+    elements = _examples(buckets)
     run = RunDir(str(tmp_path / "out"), "r1", str(tmp_path / "tmp"))
     config = ShardConfig(("train", "test"), "none", num_shards=4, shard_bytes=1,
-                         num_buckets=buckets, spill_bytes=300)
+                         num_buckets=buckets, spill_bytes=300, mode=mode)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         dropped = p | "NoneDropped" >> beam.Create([{}])
         written = (p | beam.Create(elements)
@@ -31,27 +47,61 @@ def test_shards_hold_every_example_in_key_order(tmp_path, buckets):
             [("train", 0, 18), ("train", 1, 19), ("train", 2, 19), ("train", 3, 19),
              ("test", 0, 6), ("test", 1, 7), ("test", 2, 6), ("test", 3, 7)]))
     for split in ("train", "test"):
-        records = []
-        for i in range(4):
-            path = tmp_path / "out" / spec_lib.shard_name(split, i, 4, "none")
-            records += [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
         expected = sorted((e for e in elements if e.split == split), key=lambda e: e.key)
-        assert records == [e.example for e in expected]
+        assert _shard_records(tmp_path / "out", split) == [e.example for e in expected]
+
+
+def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_path):
+    """A spill after every element stands for Dataflow's tiny bundles: in spill mode it
+    makes a temp file per element and split; group mode has no per-bundle state, so its
+    temp files are one per bucket, whatever the bundling."""
+    elements = _examples(7, count=60)
+    dropped = {"train": frozenset({elements[1].key, elements[2].key})}
+    for mode in ("spill", "group"):
+        run = RunDir(str(tmp_path / mode), "r1", str(tmp_path / f"{mode}-tmp"))
+        config = ShardConfig(("train", "test"), "none", num_shards=4, shard_bytes=1,
+                             num_buckets=5, spill_bytes=1, mode=mode)
+        with BeamTestPipeline(runner="FnApiRunner") as p:
+            drop = p | "Dropped" >> beam.Create([dropped])
+            _ = (p | beam.Create(elements)
+                 | WriteShuffledShards(run, config, beam.pvalue.AsSingleton(drop)))
+    temp = {mode: [f for _, _, files in os.walk(tmp_path / f"{mode}-tmp") for f in files]
+            for mode in ("spill", "group")}
+    assert len(temp["spill"]) == len(elements)       # one run per element
+    train_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "train"}
+    test_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "test"}
+    assert len(temp["group"]) == len(train_buckets) + len(test_buckets) <= 10
+    for split in ("train", "test"):
+        spill, group = (_shard_records(tmp_path / m, split) for m in ("spill", "group"))
+        assert spill == group
+        expected = sorted((e for e in elements if e.split == split
+                           and e.key not in dropped.get(split, ())), key=lambda e: e.key)
+        assert spill == [e.example for e in expected]
+
+
+def test_run_files_give_any_slice_from_their_index(tmp_path):
+    records = sorted(os.urandom(n % 50 + 1) for n in range(300))
+    path = str(tmp_path / "r.run")
+    assert write_run(path, records) == (300, sum(map(len, records)))
+    for start, stop in ((0, 300), (0, 1), (17, 18), (150, 299), (299, 300), (5, 5)):
+        assert list(read_run(path, start, stop)) == records[start:stop]
+    with pytest.raises(OSError, match="not a run file of 301 records"):
+        list(read_run(path, 0, 301))
 
 
 def test_plan_cuts_ranks_across_buckets_evenly():
-    files = [BucketFile("train", b, f"b{b}-{j}", c, 10 * c)
-             for b, counts in enumerate([[3, 2], [0], [7], [1, 1, 1]]) for j, c in enumerate(counts)]
-    tasks = list(plan_shards(files, ShardConfig(("train", "empty"), num_shards=3,
-                                                shard_bytes=1, num_buckets=4), {}))
+    runs = [RunFile("train", "r0", ((0, 0, 3, 30), (2, 3, 7, 70))),
+            RunFile("train", "r1", ((0, 0, 2, 20), (3, 2, 1, 10))),
+            RunFile("train", "r2", ((3, 0, 2, 20),))]
+    tasks = plan_shards(runs, ShardConfig(("train", "empty"), num_shards=3, shard_bytes=1,
+                                          num_buckets=4), {})
     assert [t.index for t in tasks] == [0, 1, 2] and all(t.num_shards == 3 for t in tasks)
-    sizes = [sum(hi - lo for _, lo, hi in t.segments) for t in tasks]
-    assert sizes == [5, 5, 5]
-    assert tasks[0].segments == ((("b0-0", "b0-1"), 0, 5),)
-    assert tasks[1].segments == ((("b2-0",), 0, 5),)
-    assert tasks[2].segments == ((("b2-0",), 5, 7), (("b3-0", "b3-1", "b3-2"), 0, 3))
-    by_size = list(plan_shards(files, ShardConfig(("train",), shard_bytes=40,
-                                                  num_buckets=4), {}))
+    assert [sum(s.hi - s.lo for s in t.segments) for t in tasks] == [5, 5, 5]
+    assert tasks[0].segments == (Segment(0, (("r0", 0, 3), ("r1", 0, 2)), 0, 5),)
+    assert tasks[1].segments == (Segment(2, (("r0", 3, 7),), 0, 5),)
+    assert tasks[2].segments == (Segment(2, (("r0", 3, 7),), 5, 7),
+                                 Segment(3, (("r1", 2, 1), ("r2", 0, 2)), 0, 3))
+    by_size = plan_shards(runs, ShardConfig(("train",), shard_bytes=40, num_buckets=4), {})
     assert len(by_size) == 4  # 150 bytes / 40 per shard
 
 

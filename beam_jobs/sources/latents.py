@@ -8,18 +8,18 @@ FloatList with the trailing dims given separately.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from types import SimpleNamespace
 from typing import Iterator, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
-import tensorflow as tf
-from tensorflow.core.example import example_pb2
-from tensorflow.core.framework import tensor_pb2
 
 from beam_jobs import paths
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, check_finite, failure
 from beam_jobs.tfrecords import Lost, read_records
+from readers import quiet
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -54,7 +54,7 @@ class LatentFormat:
     def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
         """Parse one record; raise BadRecord with the reason when it does not fit."""
         try:
-            example = example_pb2.Example.FromString(record)
+            example = _tf().Example.FromString(record)
         except Exception as e:  # protobuf's DecodeError and friends
             raise BadRecord(f"not a tf.train.Example: {e}") from None
         features = example.features.feature
@@ -92,7 +92,8 @@ class LatentFormat:
                 raise BadRecord(f"sequence feature {name!r} holds {len(values)} byte strings, "
                                 "not one serialized tensor")
             try:
-                frames = tf.make_ndarray(tensor_pb2.TensorProto.FromString(values[0]))
+                tf = _tf()
+                frames = tf.make_ndarray(tf.TensorProto.FromString(values[0]))
             except Exception as e:
                 raise BadRecord(f"sequence feature {name!r} is not a serialized tensor: {e}") from None
         elif kind == "float_list":
@@ -140,6 +141,17 @@ class LatentFormat:
             raise BadRecord(f"metadata {name!r} has {values.size} values, expected "
                             f"{self.metadata_length}")
         return values
+
+
+@functools.lru_cache(maxsize=1)
+def _tf() -> SimpleNamespace:
+    """The TensorFlow parts this module uses, imported on first use and quietly (a Beam
+    worker process imports this module to unpickle its DoFns)."""
+    tf = quiet.tensorflow()
+    from tensorflow.core.example.example_pb2 import Example
+    from tensorflow.core.framework.tensor_pb2 import TensorProto
+    return SimpleNamespace(Example=Example, TensorProto=TensorProto,
+                           make_ndarray=tf.make_ndarray)
 
 
 def _values(features, name: str, kind: str):

@@ -203,3 +203,20 @@ def declared_frames(container, stream, rate: float) -> int:
     if container.duration:
         return round(container.duration / av.time_base * rate)
     return 0
+
+
+def video_length(path: str) -> tuple[int, float]:
+    """(frames, seconds) a video file's container declares, from its header alone."""
+    _check_video_file(path)
+    try:
+        with fsspec.open(path, "rb") as f, av.open(f) as container:
+            if not container.streams.video:
+                raise BadRecord(f"{path} has no video stream")
+            stream = container.streams.video[0]
+            rate = float(stream.average_rate or stream.guessed_rate or 25)
+            frames = declared_frames(container, stream, rate)
+            return frames, frames / rate
+    except BadRecord:
+        raise
+    except (av.FFmpegError, OSError, ValueError) as e:
+        raise BadRecord(f"cannot decode video {path}: {e}") from None

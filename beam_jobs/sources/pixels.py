@@ -24,6 +24,7 @@ class PixelFormat:
     on_bad_frame: str = "mask"                      # or "fail"
     max_frame_bytes: int = media.DEFAULT_MAX_FRAME_BYTES
     allow_nonfinite: bool = False
+    stored_frame_bytes: int = 0                     # of the first frame, as stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,10 +155,12 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
         except (BadRecord, media.BadFrame) as e:
             reason = f"{entry.video_id}: {e}"
             continue
-        if fmt.codec.resize:
-            return fmt
-        return dataclasses.replace(fmt, codec=dataclasses.replace(
-            fmt.codec, size=(image.height, image.width)))
+        if not fmt.codec.resize:
+            fmt = dataclasses.replace(fmt, codec=dataclasses.replace(
+                fmt.codec, size=(image.height, image.width)))
+        stored = fmt.codec.store(image)
+        return dataclasses.replace(fmt, stored_frame_bytes=len(stored) if isinstance(
+            stored, bytes) else stored.nbytes)
     raise BadRecord(f"none of the first {min(len(entries), max_entries)} videos has a "
                     f"readable frame; last: {reason}")
 
@@ -173,3 +176,21 @@ def _first_image(entry: VideoEntry, max_bytes: int):
         except Exception:  # noqa: BLE001 - Pillow raises many kinds; try the next frame
             continue
     raise BadRecord("no readable frame")
+
+
+def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 20) -> float:
+    """Frames all entries will give, from the first `sample` of them: frame lists
+    counted, folders and globs listed, video files' declared frame counts (or durations
+    at --fps), each capped at --max_frames. For sizing the shuffle's buckets."""
+    counts = []
+    for entry in entries[:sample]:
+        try:
+            if entry.video:
+                frames, seconds = media.video_length(entry.video)
+                count = seconds * fmt.fps if fmt.fps else frames
+            else:
+                count = len(expand_frames(entry.frames))
+        except (BadRecord, media.BadFrame, OSError, ValueError):
+            continue
+        counts.append(min(count, fmt.max_frames or count))
+    return len(entries) * (sum(counts) / len(counts) if counts else 1.0)

@@ -1,0 +1,251 @@
+"""The shuffle at scale: temp objects, GCS requests and bytes, measured, fitted, projected.
+
+    python benchmarks/bench_scale.py --json bench_scale.json [--sizes 24,96,384]
+        [--buckets_mb 32,128,256] [--work_dir DIR]
+
+1. Measured, both modes, at each of --sizes latent videos (832 x 200 float32, the first
+   user story's; windows of 100 every 50: 16 windows, 1.3 MB of output a video). The job
+   runs in this process on FnApiRunner, its input local, its output on a GCS emulator
+   served from this process (tests/gcs_emulator.py counts every request). The shuffle is
+   scaled down 32 times (buckets of 4 MB, spill buffers of 1 MB, shards of 6.25 MB, ranged
+   reads of 256 KB), so that these sizes have the bucket, spill, shard and read counts of
+   runs 32 times as large with the defaults (128 MB, 32 MB, 200 MB, 8 MB). Counted: temp files (the job's Beam
+   counters), requests by kind, temp bytes a shard task reads per shard byte it writes,
+   wall time. Spill mode keeps its temp data on local disk (a local runner); group mode
+   keeps it under the output directory, on GCS, as on Dataflow.
+2. Measured: one shard task in a fresh process writing a 200 MB shard from bucket files
+   of --buckets_mb on the emulator, in group mode (one sorted file per bucket: streamed)
+   and spill mode (each bucket in two runs: sorted in memory), its peak RSS above the
+   interpreter's after imports.
+3. Estimated: requests of each kind per temp object, fitted to part 1's group-mode runs
+   (least squares), applied with the default sizes to the fire videos (5 GB of JPEG
+   windows), 2 TB and 20 TB of latent windows on 100 workers. Upload requests are not
+   scaled by part 1 (Beam uploads in 16 MB chunks whatever the object size), so they are
+   counted from the object sizes: ceil(size / 16 MB) per object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+import gcs_emulator  # noqa: E402  (tests/ helper: the emulator with request counts)
+
+MB = 2**20
+SCALE_DOWN = 32
+JOB_FLAGS = ["--window", "100", "--stride", "50", "--shuffle_bucket_mb", "4",
+             "--spill_buffer_mb", "1", "--shard_size_mb", "6.25"]
+RANGE_CHUNK_SCALED = 256 << 10   # storage.RANGE_CHUNK (8 MB) / 32
+BEAM_UPLOAD_CHUNK = 16 * MB      # Beam's GCS writer uploads in chunks of this size
+VIDEO_OUTPUT_BYTES = 16 * (100 * 200 * 4 + 200)      # 16 windows of 100 x 200 float32
+DEFAULTS = {"bucket": 128 * MB, "spill": 32 * MB, "shard": 200 * MB}
+WORKERS = 100
+# Assumptions for the estimates (GCS standard storage list prices; typical latencies).
+CLASS_A_PER_1000 = 0.005     # $ per 1,000 object writes and lists
+CLASS_B_PER_1000 = 0.0004    # $ per 1,000 object reads and metadata gets
+LATENCY_S = {"create": 0.05, "upload": 0.05, "read": 0.03, "metadata": 0.02,
+             "list": 0.05, "batch": 0.2, "delete": 0.03}
+TARGETS = {"temp objects at 2 TB": 20_000, "delete requests per 100 objects": 1.0,
+           "shard-task MB": 256, "bytes read per byte written": 1.1}
+SIZES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 5e9,
+         "2 TB of latent windows": 2e12, "20 TB of latent windows": 20e12}
+
+
+def _run_job(input_glob: str, out: str, mode: str) -> dict:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_jobs import make_shards
+
+    gcs_emulator.reset_counts()
+    start = time.perf_counter()
+    result = make_shards.run(["--input", input_glob, "--output_dir", out, "--shuffle", mode,
+                              *JOB_FLAGS])
+    wall = time.perf_counter() - start
+    counters = {c.key.metric.name: c.committed
+                for c in result.metrics().query(MetricsFilter())["counters"]}
+    requests = gcs_emulator.counts()
+    return {"mode": mode, "wall_s": round(wall, 2),
+            "temp_files": counters.get("temp_files_written", 0),
+            "temp_bytes_written": counters.get("temp_bytes_written", 0),
+            "temp_bytes_read": counters.get("temp_bytes_read", 0),
+            "shard_bytes_written": counters.get("shard_bytes_written", 0),
+            "requests": requests}
+
+
+def measure_job(sizes: list[int], work_dir: str) -> list[dict]:
+    from beam_jobs.sample import write_latent_sample
+
+    rows = []
+    for videos in sizes:
+        inputs = os.path.join(work_dir, f"in-{videos}")
+        if not os.path.exists(inputs):
+            write_latent_sample(inputs, videos=videos, files=max(1, videos // 8),
+                                frames=(832, 833))
+        for mode in ("spill", "group"):
+            row = _run_job(os.path.join(inputs, "*.tfrecord"), f"gs://bkt/out-{mode}-{videos}",
+                           mode)
+            row.update(videos=videos, output_mb=round(videos * VIDEO_OUTPUT_BYTES / MB, 1))
+            row["read_per_written"] = round(row["temp_bytes_read"]
+                                            / max(1, row["shard_bytes_written"]), 3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+_SHARD_TASK = r"""
+import json, os, sys, threading, time
+import psutil
+sys.path.insert(0, {tests!r})
+import gcs_emulator
+gcs_emulator.anonymous_beam()
+from beam_jobs import shard_writer
+from beam_jobs.shard_writer import Segment, ShardTask
+process = psutil.Process()
+base = process.memory_info().rss
+peak = [base]
+stop = threading.Event()
+def sample():
+    while not stop.wait(0.02):
+        peak[0] = max(peak[0], process.memory_info().rss)
+threading.Thread(target=sample, daemon=True).start()
+task = ShardTask("train", 0, 1, tuple(Segment(*s) for s in json.loads({segments!r})))
+start = time.perf_counter()
+(written,) = shard_writer._WriteShard({out!r}, "none", {buckets}).process(task)
+stop.set()
+peak[0] = max(peak[0], process.memory_info().rss)
+print(json.dumps({{"examples": written.examples, "peak_mb": (peak[0] - base) / 2**20,
+                  "wall_s": time.perf_counter() - start}}))
+"""
+
+
+def measure_shard_task(buckets_mb: list[int], record_bytes: int = 80_000) -> list[dict]:
+    """One 200 MB shard task over buckets of each size, in a fresh process."""
+    from beam_jobs.shard_writer import bucket_of
+    from beam_jobs.sorted_runs import write_run
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for bucket_mb in buckets_mb:
+        per_bucket = bucket_mb * MB // record_bytes
+        shard_records = DEFAULTS["shard"] // record_bytes
+        num_buckets = 1 + math.ceil(shard_records / per_bucket)
+        payload = rng.bytes(record_bytes)
+        for mode in ("group", "spill"):
+            segments, taken = [], 0
+            for b in range(num_buckets):
+                low = ((b << 64) + num_buckets - 1) // num_buckets
+                keys = [low + i for i in range(per_bucket)]
+                assert bucket_of(keys[0], num_buckets) == b == bucket_of(keys[-1], num_buckets)
+                records = [k.to_bytes(8, "big") + payload for k in keys]
+                halves = [records] if mode == "group" else [records[0::2], records[1::2]]
+                runs = []
+                for h, part in enumerate(halves):
+                    path = f"gs://bkt/scale-{mode}-{bucket_mb}/b{b}-{h}.run"
+                    write_run(path, part)
+                    runs.append((path, 0, len(part)))
+                # a shard starting half-way into the first bucket, as most shards do
+                lo = per_bucket // 2 if b == 0 else 0
+                hi = min(per_bucket, lo + shard_records - taken)
+                if hi > lo:
+                    segments.append((b, runs, lo, hi))
+                    taken += hi - lo
+            code = _SHARD_TASK.format(tests=os.path.join(REPO, "tests"),
+                                      segments=json.dumps(segments),
+                                      out=f"gs://bkt/scale-shards-{mode}-{bucket_mb}",
+                                      buckets=num_buckets)
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                    text=True, cwd=REPO, env=os.environ)
+            if result.returncode:
+                raise RuntimeError(result.stderr[-3000:])
+            row = json.loads(result.stdout.strip().splitlines()[-1])
+            row.update(mode=mode, bucket_mb=bucket_mb, shard_mb=round(taken * record_bytes / MB))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x."""
+    b, a = np.polyfit(xs, ys, 1)
+    return float(a), float(b)
+
+
+REQUEST_KINDS = ("create", "upload", "read", "metadata", "list", "batch", "delete")
+
+
+def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
+    """Requests per temp object, fitted on the group-mode runs, applied at the defaults."""
+    group = [r for r in job_rows if r["mode"] == "group"]
+    per_object = {}
+    for kind in REQUEST_KINDS:
+        a, b = _fit([r["temp_files"] for r in group], [r["requests"].get(kind, 0) for r in group])
+        per_object[kind] = {"fixed": round(a, 2), "per_temp_object": round(b, 4)}
+    largest = max(group, key=lambda r: r["temp_files"])
+    batches_per_100 = 100 * largest["requests"].get("batch", 0) / max(
+        1, largest["requests"].get("objects_deleted", 0))
+    read_ratio = largest["requests"].get("bytes_read", 0) / max(1, largest["shard_bytes_written"])
+    task_mb = max(r["peak_mb"] for r in task_rows if r["mode"] == "group")
+    table = {}
+    for name, nbytes in SIZES.items():
+        buckets = math.ceil(1.1 * nbytes / DEFAULTS["bucket"])
+        shards = math.ceil(nbytes / DEFAULTS["shard"])
+        requests = {k: max(0.0, v["fixed"] + v["per_temp_object"] * buckets)
+                    for k, v in per_object.items()}
+        requests["upload"] = (buckets * math.ceil(DEFAULTS["bucket"] / BEAM_UPLOAD_CHUNK)
+                              + shards * math.ceil(DEFAULTS["shard"] / BEAM_UPLOAD_CHUNK))
+        class_a = requests["create"] + requests["upload"] + requests["list"]  # an upper bound
+        class_b = requests["read"] + requests["metadata"]
+        serial = sum(requests[k] * LATENCY_S[k] for k in requests)
+        table[name] = {
+            "temp objects (one per bucket)": buckets,
+            "shards": shards,
+            "requests (fitted per object; uploads from sizes)": {
+                k: round(v) for k, v in requests.items()},
+            "GCS operation cost $ (list prices)": round(
+                class_a / 1000 * CLASS_A_PER_1000 + class_b / 1000 * CLASS_B_PER_1000, 2),
+            "request latency if serial, h": round(serial / 3600, 2),
+            f"request latency on {WORKERS} workers, min": round(serial / WORKERS / 60, 1),
+        }
+    return {"per_object": per_object,
+            "measured": {"delete batch requests per 100 temp objects": round(batches_per_100, 2),
+                         "GCS bytes read per shard byte written": round(read_ratio, 3),
+                         "shard-task peak MB (group)": round(task_mb, 1),
+                         "shuffle passes": 1},
+            "table": table}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--sizes", default="24,96,384", help="videos per measured run")
+    parser.add_argument("--buckets_mb", default="32,128,256",
+                        help="bucket sizes of the shard-task memory runs")
+    parser.add_argument("--work_dir", default=None)
+    args = parser.parse_args()
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_scale-")
+    from beam_jobs import storage
+
+    storage.RANGE_CHUNK = RANGE_CHUNK_SCALED
+    with gcs_emulator.running("bkt"):
+        jobs = measure_job([int(s) for s in args.sizes.split(",")], work_dir)
+        storage.RANGE_CHUNK = RANGE_CHUNK_SCALED * 32
+        tasks = measure_shard_task([int(s) for s in args.buckets_mb.split(",")])
+    projection = project(jobs, tasks)
+    print(json.dumps(projection, indent=2))
+    with open(args.json, "w") as f:
+        json.dump({"jobs": jobs, "shard_tasks": tasks, "projection": projection,
+                   "targets": TARGETS, "flags": JOB_FLAGS}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
