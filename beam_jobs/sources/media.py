@@ -13,6 +13,7 @@ alike. What is never silently changed:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -152,46 +153,56 @@ def _check_video_file(path: str) -> None:
         raise BadRecord(f"video {path} is not a regular file")
 
 
-def video_images(path: str, fps: Optional[float] = None
-                 ) -> Iterator[tuple[Image.Image, float]]:
-    """(RGB image, time in seconds from the first frame) of each frame of a video file,
-    resampled to `fps` when given: for each time k / fps, the first frame at or after it
-    (frames are dropped to lower the rate, repeated to raise it).
-
-    Raises BadRecord when the file cannot be decoded, or when it decodes fewer frames
-    than its container declares (a file cut short).
-    """
+@contextlib.contextmanager
+def _open_video(path: str) -> Iterator[tuple[Any, Any, float, int]]:
+    """(container, its first video stream, frame rate, declared frame count); a
+    BadRecord for a file PyAV cannot read, also when decoding fails inside the block."""
     _check_video_file(path)
     try:
         with fsspec.open(path, "rb") as f, av.open(f) as container:
             if not container.streams.video:
                 raise BadRecord(f"{path} has no video stream")
             stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
             rate = float(stream.average_rate or stream.guessed_rate or 25)
-            declared = declared_frames(container, stream, rate)
-            first, next_time, decoded = None, 0.0, 0
-            for index, frame in enumerate(container.decode(stream)):
-                decoded += 1
-                time = frame.time if frame.time is not None else index / rate
-                first = time if first is None else first
-                time -= first
-                if fps is None:
-                    yield frame.to_image(), time
-                    continue
-                image = None
-                while next_time <= time + 1e-6:
-                    image = image or frame.to_image()
-                    yield image, next_time
-                    next_time += 1.0 / fps
-            if declared and decoded < declared - max(_SHORTFALL_FRAMES,
-                                                     _SHORTFALL_FRACTION * declared):
-                raise BadRecord(f"decoded {decoded} of the {declared} frames that {path} "
-                                "declares: the file is cut short or damaged")
+            yield container, stream, rate, declared_frames(container, stream, rate)
     except BadRecord:  # a ValueError too, already saying what is wrong
         raise
     except (av.FFmpegError, OSError, ValueError) as e:
         raise BadRecord(f"cannot decode video {path}: {e}") from None
+
+
+def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = None
+                 ) -> Iterator[tuple[Image.Image, float]]:
+    """(RGB image, time in seconds from the first frame) of each frame of a video file,
+    resampled to `fps` when given: for each time k / fps, the first frame at or after it
+    (frames are dropped to lower the rate, repeated to raise it). `info`, when given,
+    gets the source's frame rate ("source_fps").
+
+    Raises BadRecord when the file cannot be decoded, or when it decodes fewer frames
+    than its container declares (a file cut short).
+    """
+    with _open_video(path) as (container, stream, rate, declared):
+        if info is not None:
+            info["source_fps"] = round(rate, 6)
+        stream.thread_type = "AUTO"
+        first, next_time, decoded = None, 0.0, 0
+        for index, frame in enumerate(container.decode(stream)):
+            decoded += 1
+            time = frame.time if frame.time is not None else index / rate
+            first = time if first is None else first
+            time -= first
+            if fps is None:
+                yield frame.to_image(), time
+                continue
+            image = None
+            while next_time <= time + 1e-6:
+                image = image or frame.to_image()
+                yield image, next_time
+                next_time += 1.0 / fps
+        if declared and decoded < declared - max(_SHORTFALL_FRAMES,
+                                                 _SHORTFALL_FRACTION * declared):
+            raise BadRecord(f"decoded {decoded} of the {declared} frames that {path} "
+                            "declares: the file is cut short or damaged")
 
 
 def declared_frames(container, stream, rate: float) -> int:
@@ -207,16 +218,5 @@ def declared_frames(container, stream, rate: float) -> int:
 
 def video_length(path: str) -> tuple[int, float]:
     """(frames, seconds) a video file's container declares, from its header alone."""
-    _check_video_file(path)
-    try:
-        with fsspec.open(path, "rb") as f, av.open(f) as container:
-            if not container.streams.video:
-                raise BadRecord(f"{path} has no video stream")
-            stream = container.streams.video[0]
-            rate = float(stream.average_rate or stream.guessed_rate or 25)
-            frames = declared_frames(container, stream, rate)
-            return frames, frames / rate
-    except BadRecord:
-        raise
-    except (av.FFmpegError, OSError, ValueError) as e:
-        raise BadRecord(f"cannot decode video {path}: {e}") from None
+    with _open_video(path) as (_, _, rate, declared):
+        return declared, declared / rate
