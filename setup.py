@@ -3,7 +3,13 @@
 install_requires is also what a Dataflow worker installs from this sdist (--setup_file):
 everything the job imports but Beam, which the worker's container has.
 """
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"',
+                    (Path(__file__).parent / "beam_jobs" / "__init__.py").read_text()).group(1)
 
 TENSORFLOW = "tensorflow-cpu==2.21.0"  # a GPU trainer may swap in its own tensorflow 2.21
 MEDIA = ["pillow==12.3.0", "av==18.1.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
@@ -12,7 +18,7 @@ DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2", "gcp-storage-emu
 
 setup(
     name="video-window-shards",
-    version="0.1.0",
+    version=VERSION,
     description="Long videos to globally shuffled, fixed-shape TFRecord window shards, "
                 "and a tf.data reader for them",
     python_requires=">=3.10",

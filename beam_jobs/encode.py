@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 
 from beam_jobs.sources.base import BadRecord, Frame, check_finite
+from readers import quiet
 
 LATENT_DTYPES = ("float32", "float16")
 

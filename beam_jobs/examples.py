@@ -1,11 +1,13 @@
 """Videos -> keyed window examples, ready for the shuffled shard writer.
 
 A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
-`record_index` and a `frames()` iterator of `Frame`s that raises `BadRecord` when the
-video turns out unusable. Latent sequences and decoded pixel videos both fit.
+`record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
+video turns out unusable (and may put facts about its source in the dict `info`). Latent
+sequences and decoded pixel videos both fit.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -59,6 +61,14 @@ class VideoCount(NamedTuple):
     video_id: str = ""
     source: str = ""
     record_index: Optional[int] = None
+    source_fps: Optional[float] = None   # a video file's frame rate
+
+    def to_json(self) -> dict:
+        """A row of videos.jsonl."""
+        return {"video_id": self.video_id, "split": self.split, "source": self.source,
+                "record_index": self.record_index, "frames": self.frames,
+                "windows": self.windows, "bad_frames": self.bad_frames,
+                "source_fps": self.source_fps}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +114,9 @@ class CutWindows(beam.DoFn):
     def process(self, video):
         self._progress.start()
         split = self._config.split_of(video)
+        info: dict = {}
         try:
-            examples, frames, bad_frames = self._cut(video, split)
+            examples, frames, bad_frames = self._cut(video, split, info)
         except BadRecord as e:
             self._progress.add(failures=1)
             yield beam.pvalue.TaggedOutput(FAILURES, failure(
@@ -122,10 +133,11 @@ class CutWindows(beam.DoFn):
                 "where": frame.where, "reason": frame.reason})
         yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(
             split, len(examples), len(bad_frames), frames, video.video_id, video.source,
-            video.record_index))
+            video.record_index, info.get("source_fps")))
 
-    def _cut(self, video, split: str) -> tuple[list[KeyedExample], int, list]:
-        """All the video's examples, its frame count, and its bad frames (index, Frame)."""
+    def _cut(self, video, split: str, info: dict) -> tuple[list[KeyedExample], int, list]:
+        """All the video's examples, its frame count, and its bad frames (index, Frame);
+        `info` gets what the source tells of itself (a video file's frame rate)."""
         count, bad = 0, []
 
         def counted(frames):
@@ -135,7 +147,7 @@ class CutWindows(beam.DoFn):
                     bad.append((count - 1, frame))
                 yield frame
 
-        frames = counted(video.frames())
+        frames = counted(video.frames(info))
         if self._encoder:
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
@@ -164,11 +176,10 @@ class CutWindows(beam.DoFn):
         return values
 
 
-def duplicate_ids(grouped: tuple[str, Any]) -> list[VideoCount]:
-    """(video id, its VideoCounts) -> all of them when the id came more than once."""
-    _, counts = grouped
-    counts = list(counts)
-    return counts if len(counts) > 1 else []
+def duplicate_videos(videos: list[VideoCount]) -> list[VideoCount]:
+    """The videos whose id came more than once, every copy of them."""
+    seen = collections.Counter(v.video_id for v in videos)
+    return [v for v in videos if seen[v.video_id] > 1]
 
 
 def dropped_keys(duplicates: list[VideoCount], config: WindowConfig

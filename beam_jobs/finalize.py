@@ -6,10 +6,9 @@ import dataclasses
 import json
 from typing import Any, Mapping, Optional
 
-import apache_beam as beam
 
-from beam_jobs import progress, storage
-from beam_jobs.examples import VideoCount, WindowConfig
+from beam_jobs import __version__, progress, storage
+from beam_jobs.examples import VideoCount, WindowConfig, duplicate_videos
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
 from beam_jobs.sources.base import failure
@@ -27,38 +26,21 @@ class DatasetConfig:
     max_failure_fraction: float
     flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     encoder: Optional[Mapping[str, Any]] = None
+    input_kind: Optional[str] = None
+    frame: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    labels: Optional[Mapping[str, Any]] = None
 
 
-class CountVideos(beam.CombineFn):
-    """VideoCount rows -> {split: {"videos", "windows", "skipped_short", "frames",
-    "bad_frames"}}."""
-
-    def create_accumulator(self):
-        return {}
-
-    def add_input(self, acc, count: VideoCount):
-        _add(acc, count, +1)
-        return acc
-
-    def merge_accumulators(self, accumulators):
-        merged = {}
-        for acc in accumulators:
-            for split, row in acc.items():
-                total = merged.setdefault(split, _empty_counts())
-                for name, value in row.items():
-                    total[name] += value
-        return merged
-
-    def extract_output(self, acc):
-        return acc
-
-
-def _add(acc: dict, count: VideoCount, sign: int) -> None:
-    row = acc.setdefault(count.split, _empty_counts())
-    row["videos" if count.windows else "skipped_short"] += sign
-    row["windows"] += sign * count.windows
-    row["bad_frames"] += sign * count.bad_frames
-    row["frames"] += sign * count.frames
+def _split_counts(videos: list[VideoCount]) -> dict[str, dict]:
+    """{split: {"videos", "windows", "skipped_short", "frames", "bad_frames"}}."""
+    counts: dict[str, dict] = {}
+    for video in videos:
+        row = counts.setdefault(video.split, _empty_counts())
+        row["videos" if video.windows else "skipped_short"] += 1
+        row["windows"] += video.windows
+        row["bad_frames"] += video.bad_frames
+        row["frames"] += video.frames
+    return counts
 
 
 def _empty_counts() -> dict:
@@ -85,23 +67,26 @@ def duplicate_failures(duplicates: list[VideoCount]) -> list[dict]:
     return rows
 
 
-def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]],
-             failures: list[dict], bad_frames: list[dict], duplicates: list[VideoCount],
-             *, run: RunDir, config: DatasetConfig) -> None:
-    """Write failures.jsonl and bad_frames.jsonl, then dataset.json when the failure
-    fraction allows it and this run still holds the directory's lease.
+def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: list[dict],
+             bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> None:
+    """Write failures.jsonl, bad_frames.jsonl and videos.jsonl, then dataset.json when the
+    failure fraction allows it and this run still holds the directory's lease.
 
-    Over the threshold, the shards are removed again: a directory without dataset.json
-    holds no dataset, whatever else lies in it. The run folder stays, so that the next
-    run knows failures.jsonl is the job's.
+    Videos whose id came more than once are failures (their windows were left out of
+    the shards). Over the threshold, the shards are removed again: a directory without
+    dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
+    that the next run knows failures.jsonl is the job's.
     """
-    counts = {split: dict(row) for split, row in counts.items()}
-    for count in duplicates:
-        _add(counts, count, -1)
+    duplicates = duplicate_videos(videos)
+    duplicated = {v.video_id for v in duplicates}
+    videos = sorted((v for v in videos if v.video_id not in duplicated),
+                    key=lambda v: (v.split, v.video_id))
+    counts = _split_counts(videos)
     failures = sorted(failures + duplicate_failures(duplicates), key=lambda f: (
         f["source"], f["record_index"] if f["record_index"] is not None else -1,
         f["video_id"] or ""))
-    sidecars = {spec_lib.FAILURES_JSONL: failures}
+    sidecars = {spec_lib.FAILURES_JSONL: failures,
+                spec_lib.VIDEOS_JSONL: [v.to_json() for v in videos]}
     if bad_frames:
         sidecars[spec_lib.BAD_FRAMES_JSONL] = sorted(
             bad_frames, key=lambda row: (row["video_id"], row["source"], row["frame"]))
@@ -130,6 +115,8 @@ def finalize(written: list[WrittenShard], counts: Mapping[str, Mapping[str, int]
         compression=config.compression, failures=failed, flags=dict(config.flags),
         encoder=config.encoder, run_id=run.run_id,
         files=tuple(sorted([s.file for s in shards] + list(sidecars))),
+        job_version=__version__, input_kind=config.input_kind, frame=config.frame,
+        labels=config.labels,
         splits={split: spec_lib.SplitInfo(
                     **counts.get(split, empty),
                     shards=tuple(spec_lib.Shard(s.file, s.examples)

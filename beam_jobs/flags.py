@@ -316,6 +316,25 @@ def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
     return int(info.get("size") or 0)
 
 
+_INPUT_GROUPS = {"latents": ("latent input",),
+                 "manifest": ("pixel input (manifests and video files)",),
+                 "videos": ("pixel input (manifests and video files)",)}
+_ENCODER_GROUP = "frame encoder (pixel input)"
+
+
+def applicable_flags(input_kind: str, encoder: bool) -> set[str]:
+    """The job's flags (dest names) that apply to an input kind: the general ones, its
+    own group's, and the encoder's only with --encoder."""
+    own = {"latent input", "pixel input (manifests and video files)", _ENCODER_GROUP}
+    wanted = set(_INPUT_GROUPS[input_kind]) | ({_ENCODER_GROUP} if encoder else set())
+    names = set()
+    for group in build_parser()._action_groups:
+        if group.title in own and group.title not in wanted:
+            continue
+        names |= {a.dest for a in group._group_actions if a.dest != "help"}
+    return names
+
+
 def refuse(message: str) -> None:
     """End the job with one line on stderr, as argparse does for a bad flag."""
     build_parser().error(message)

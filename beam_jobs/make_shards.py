@@ -38,7 +38,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   TestOptions)
 
 from beam_jobs import output_dir, paths, storage
-from beam_jobs.flags import PROG, parse_args, refuse, runner_name
+from beam_jobs.flags import PROG, applicable_flags, parse_args, refuse, runner_name
 from readers import spec as spec_lib
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
@@ -56,6 +56,8 @@ class Source:
     pad_frame: Any = None                              # None: zeros like a frame
     encoder: Any = None                                # an encode.EncoderSpec
     total_videos: Optional[int] = None                 # when known before the run
+    frame: dict = dataclasses.field(default_factory=dict)  # dataset.json: one frame
+    labels: Optional[dict] = None                      # dataset.json: shape, names
 
 
 def _latent_source(args: argparse.Namespace) -> Source:
@@ -78,7 +80,9 @@ def _latent_source(args: argparse.Namespace) -> Source:
     input_bytes = sum(size * (4 if path.endswith(".gz") else 1)
                       for path, size in args.input_files)
     return Source(spec_lib.window_features(window, fmt.metadata_length), read,
-                  input_bytes * max(1.0, args.window / args.stride))
+                  input_bytes * max(1.0, args.window / args.stride),
+                  frame={"kind": "latents", "shape": list(fmt.frame_shape),
+                         "dtype": fmt.dtype})
 
 
 def _pixel_source(args: argparse.Namespace) -> Source:
@@ -124,9 +128,20 @@ def _pixel_source(args: argparse.Namespace) -> Source:
     frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
                    if encoder else fmt.stored_frame_bytes)
     frames = estimate_frames(entries, fmt)
+    pixels = {"kind": "pixels", "shape": list(fmt.codec.frame_shape), "dtype": "uint8",
+              "channel_order": fmt.codec.mode, "value_range": [0, 255],
+              "encoding": encoding, "resized": fmt.codec.resize,
+              "resampled_fps": args.fps}
+    frame = pixels if not encoder else {
+        "kind": "latents from the encoder", "shape": list(encoder.latent_shape),
+        "dtype": encoder.latent_dtype, "encoder_input": pixels}
+    labels = None if fmt.label_shape is None else {
+        "shape": list(fmt.label_shape), "names": list(fmt.label_names or []) or None,
+        "masked_value": 0.0}
     return Source(spec_lib.window_features(window, fmt.metadata_length, fmt.label_shape),
                   read, frames * frame_bytes * max(1.0, args.window / args.stride),
-                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries))
+                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
+                  frame=frame, labels=labels)
 
 
 def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
@@ -157,19 +172,22 @@ def shuffle_mode(requested: str, runner: str) -> str:
 
 
 def _job_flags(args: argparse.Namespace) -> dict:
-    flags = {k: v for k, v in vars(args).items()
-             if k not in ("input_files", "input_kind", "input_root", "shuffle_mode")}
+    """The flags that apply to this input (no frame flags for latents, no encoder flags
+    without --encoder), as dataset.json records them; `shuffle` as resolved."""
+    flags = {k: v for k, v in vars(args).items() if k in applicable_flags(
+        args.input_kind, bool(args.encoder))}
     flags["shuffle"] = args.shuffle_mode
     for name in ("sequence_shape", "frame_size"):
-        flags[name] = list(flags[name]) if flags[name] else None
+        if flags.get(name):
+            flags[name] = list(flags[name])
     return flags
 
 
 def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
     from beam_jobs.examples import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
-                                    WindowConfig, dropped_keys, duplicate_ids)
-    from beam_jobs.finalize import CountVideos, DatasetConfig, finalize
+                                    WindowConfig, dropped_keys, duplicate_videos)
+    from beam_jobs.finalize import DatasetConfig, finalize
     from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
     from beam_jobs.sources.base import FAILURES
 
@@ -180,31 +198,28 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
         ProgressConfig(source.total_videos, workers, args.progress_interval),
         args.allow_nonfinite)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
                                             main="examples")
-    duplicates = (cut[VIDEO_COUNTS]
-                  | "KeyById" >> beam.Map(lambda count: (count.video_id, count))
-                  | "GroupById" >> beam.GroupByKey()
-                  | "Duplicates" >> beam.FlatMap(duplicate_ids)
-                  | "GatherDuplicates" >> beam.combiners.ToList())
-    dropped = duplicates | "DroppedKeys" >> beam.Map(dropped_keys, windows)
+    # One small row per video, gathered: videos.jsonl, the counts, and duplicate ids.
+    video_rows = cut[VIDEO_COUNTS] | "GatherVideos" >> beam.combiners.ToList()
+    dropped = video_rows | "DroppedKeys" >> beam.Map(
+        lambda rows: dropped_keys(duplicate_videos(rows), windows))
     written = cut.examples | "WriteShards" >> WriteShuffledShards(run, ShardConfig(
         tuple(args.splits), args.compression, args.num_shards,
         max(1, int(args.shard_size_mb * 2**20)),
         _num_buckets(source.output_bytes, args.shuffle_bucket_mb),
         max(1, int(args.spill_buffer_mb * 2**20)), args.shuffle_mode),
         beam.pvalue.AsSingleton(dropped))
-    counts = cut[VIDEO_COUNTS] | "CountVideos" >> beam.CombineGlobally(CountVideos())
     failures = ((read_failures, cut[FAILURES]) | "AllFailures" >> beam.Flatten()
                 | "GatherFailures" >> beam.combiners.ToList())
     bad_frames = cut[BAD_FRAMES] | "GatherBadFrames" >> beam.combiners.ToList()
     config = DatasetConfig(
         tuple(source.features), windows, args.compression, args.max_failure_fraction,
-        _job_flags(args), source.encoder.to_json() if source.encoder else None)
+        _job_flags(args), source.encoder.to_json() if source.encoder else None,
+        args.input_kind, source.frame, source.labels)
     (written
      | "GatherShards" >> beam.combiners.ToList()
      | "Finalize" >> beam.Map(
-         finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failures),
-         beam.pvalue.AsSingleton(bad_frames), beam.pvalue.AsSingleton(duplicates),
-         run=run, config=config))
+         finalize, beam.pvalue.AsSingleton(video_rows), beam.pvalue.AsSingleton(failures),
+         beam.pvalue.AsSingleton(bad_frames), run=run, config=config))
 
 
 def _counter(result, name: str) -> int:
@@ -310,6 +325,10 @@ def _log_summary(directory: str, elapsed: float) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
+    # Worker processes' warnings come back through the local job service, among them a
+    # protobuf dump per worker about a directory Beam looks for; their errors still show.
+    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(
+        logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
     run(sys.argv[1:], started=_STARTED)
 

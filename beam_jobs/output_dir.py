@@ -33,7 +33,7 @@ LEASE_FILE = "lease.json"
 RUN_JSON = "run.json"
 SHARDS_JSON = "shards.json"
 TEMP = "tmp"
-SIDECARS = (spec_lib.FAILURES_JSONL, spec_lib.BAD_FRAMES_JSONL)
+SIDECARS = (spec_lib.FAILURES_JSONL, spec_lib.BAD_FRAMES_JSONL, spec_lib.VIDEOS_JSONL)
 _TEMP_MARKER = "make_shards_run.json"
 
 

@@ -1,14 +1,17 @@
 """Progress of a long run, on stderr at a steady pace, and the summary at its end.
 
 FnApiRunner shows nothing while it runs and its metrics are readable only afterwards,
-so each worker process logs its own share every `interval` seconds. Beam counters carry
-the same figures, so Dataflow's monitoring shows them.
+so each worker process writes its own share every `interval` seconds. The lines go to
+the process's stderr itself, not through `logging`: a worker process of
+`--direct_running_mode multi_processing` sends its log records to the runner, which
+prints only warnings, but it shares the command's stderr (on Dataflow, stderr is in the
+worker logs). Beam counters carry the same figures, so Dataflow's monitoring shows them.
 """
 from __future__ import annotations
 
 import datetime
-import logging
 import os
+import sys
 import time
 from typing import Optional
 
@@ -16,7 +19,6 @@ import apache_beam as beam
 
 from readers import spec as spec_lib
 
-_LOG = logging.getLogger("beam_jobs.progress")
 NAMESPACE = "make_shards"
 
 
@@ -66,7 +68,8 @@ class Progress:
         if self._start is not None and self._unlogged:
             self._last = now or time.monotonic()
             self._unlogged = False
-            _LOG.info("%s", self.line(self._last))
+            print(f"INFO beam_jobs.progress: {self.line(self._last)}", file=sys.stderr,
+                  flush=True)
 
     def line(self, now: float) -> str:
         elapsed = max(now - self._start, 1e-9)

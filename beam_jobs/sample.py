@@ -2,8 +2,8 @@
 
     python -m beam_jobs.sample sample/ [--videos 24] [--files 3]
 
-Each record is one video: `frames`, a tf.io.serialize_tensor of float32 [T, 200]
-(T varying around 832), and `recipe`, 4 floats.
+Each record is one video: `frames`, a tf.io.serialize_tensor of float32 [T, 200] (T drawn
+uniformly from 700 to 899; the story's videos have 832), and `recipe`, 4 floats.
 """
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import os
 
 import numpy as np
 
+from readers import quiet
+
 
 def write_latent_sample(directory: str, videos: int = 24, files: int = 3, dim: int = 200,
                         frames: tuple[int, int] = (700, 900), seed: int = 0) -> list[str]:
-    """Write `videos` records over `files` TFRecord files; return their paths."""
-    import tensorflow as tf
-
+    """Write `videos` records over `files` TFRecord files; return their paths.
+    Each video has T frames, T drawn uniformly from [frames[0], frames[1])."""
+    tf = quiet.tensorflow()
     rng = np.random.default_rng(seed)
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, f"latents-{i:03d}.tfrecord") for i in range(files)]
@@ -37,11 +39,17 @@ def write_latent_sample(directory: str, videos: int = 24, files: int = 3, dim: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m beam_jobs.sample", description=__doc__)
-    parser.add_argument("directory")
-    parser.add_argument("--videos", type=int, default=24)
-    parser.add_argument("--files", type=int, default=3)
+    parser = argparse.ArgumentParser(prog="python -m beam_jobs.sample",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", help="where the TFRecord files go (created if needed)")
+    parser.add_argument("--videos", type=int, default=24,
+                        help="videos (records) in all (default: %(default)s)")
+    parser.add_argument("--files", type=int, default=3,
+                        help="TFRecord files the videos are spread over, round-robin "
+                             "(default: %(default)s)")
     args = parser.parse_args()
+    if args.videos < 1 or args.files < 1:
+        parser.error("--videos and --files must be at least 1")
     for path in write_latent_sample(args.directory, args.videos, args.files):
         print(path)
 

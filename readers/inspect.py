@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from readers import spec as spec_lib
+from readers import quiet, spec as spec_lib
 
 MAX_PROBLEMS = 20
 
@@ -227,6 +227,7 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     parser.add_argument("--sample", type=_positive, default=1000, help="--stats sample size")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    quiet.tensorflow()  # imported here, without its start-up lines
     from readers.dataset import load_spec
 
     try:

@@ -20,10 +20,15 @@ import numpy as np
 if TYPE_CHECKING:
     import tensorflow as tf
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)   # 2 added how features are stored, and the sidecars
 DATASET_JSON = "dataset.json"
 FAILURES_JSONL = "failures.jsonl"
 BAD_FRAMES_JSONL = "bad_frames.jsonl"
+VIDEOS_JSONL = "videos.jsonl"
+MASK_MEANING = {"1": "a real frame of the video",
+                "0": "padding past the video's end, or a bad frame (missing or "
+                     "undecodable): its values are zeros and its label 0"}
 
 # How a feature's values sit in the Example:
 #   float: a FloatList of float32 (parsed by memcpy, the fastest path)
@@ -110,9 +115,30 @@ class FeatureSpec:
             parallel_iterations=32)
         return tf.reshape(frames, [-1, *self.shape])
 
+    def stored_as(self) -> dict:
+        """How the feature sits in a tf.train.Example, for readers in other codebases:
+        the list kind, how many values, and what they hold."""
+        count = int(np.prod(self.shape, dtype=np.int64))
+        if self.encoding == "float":
+            return {"list": "float_list", "values": count, "value_dtype": "float32",
+                    "order": "row-major (C) flattening of shape"}
+        if self.encoding == "int64":
+            return {"list": "int64_list", "values": count, "value_dtype": "int64",
+                    "order": "row-major (C) flattening of shape"}
+        if self.encoding == "bytes":
+            return {"list": "bytes_list", "values": 1, "content": "UTF-8 text"}
+        if self.encoding == "raw":
+            return {"list": "bytes_list", "values": 1, "value_dtype": self.dtype,
+                    "byte_order": "little", "order": "row-major (C) flattening of shape",
+                    "content": "the array's bytes"}
+        return {"list": "bytes_list", "values": self.shape[0],
+                "content": f"one encoded image per frame ({self.encoding.upper()})",
+                "image_format": self.encoding, "decoded_shape": list(self.shape[1:]),
+                "decoded_dtype": self.dtype}
+
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "encoding": self.encoding}
+                "encoding": self.encoding, "stored_as": self.stored_as()}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "FeatureSpec":
@@ -217,6 +243,10 @@ class DatasetSpec:
     format_version: int = FORMAT_VERSION
     run_id: Optional[str] = None                   # the run that wrote it
     files: tuple[str, ...] = ()                    # every file of the dataset but this one
+    job_version: Optional[str] = None
+    input_kind: Optional[str] = None               # latents, manifest or videos
+    frame: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # one frame
+    labels: Optional[Mapping[str, Any]] = None     # shape and names, when there are labels
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -227,9 +257,16 @@ class DatasetSpec:
     def to_json(self) -> str:
         return json.dumps({
             "format_version": self.format_version,
+            "job_version": self.job_version,
+            "input_kind": self.input_kind,
             "window": dict(self.window),
             "features": [f.to_json() for f in self.features],
+            "frame": dict(self.frame),
+            "mask": MASK_MEANING,
+            "labels": None if self.labels is None else dict(self.labels),
             "compression": self.compression,
+            "tf_compression_type": tf_compression_type(self.compression),
+            "videos_file": VIDEOS_JSONL if VIDEOS_JSONL in self.files else None,
             "failures": self.failures,
             "encoder": self.encoder,
             "splits": {name: {"videos": s.videos, "windows": s.windows,
@@ -246,9 +283,9 @@ class DatasetSpec:
     def from_json(cls, text: str, source: str = DATASET_JSON) -> "DatasetSpec":
         d = json.loads(text)
         version = d.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(f"{source}: unknown format version {version!r}; this reader "
-                             f"reads version {FORMAT_VERSION}")
+                             f"reads versions {list(READABLE_VERSIONS)}")
         splits = {name: SplitInfo(s["videos"], s["windows"], s["skipped_short"],
                                   tuple(Shard(**sh) for sh in s["shards"]),
                                   s.get("bad_frames", 0), s.get("frames", 0))
@@ -259,4 +296,6 @@ class DatasetSpec:
                    failures=d.get("failures", 0), flags=d.get("flags", {}),
                    encoder=d.get("encoder"),
                    format_version=version, run_id=d.get("run_id"),
-                   files=tuple(d.get("files", ())))
+                   files=tuple(d.get("files", ())), job_version=d.get("job_version"),
+                   input_kind=d.get("input_kind"), frame=d.get("frame") or {},
+                   labels=d.get("labels"))

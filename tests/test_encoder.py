@@ -61,7 +61,8 @@ def test_windows_are_the_model_applied_to_the_frames_in_order(tmp_path, encoders
             assert e["mask"][3 - start] == 0
     meta = read_dataset_json(tmp_path / "out")
     assert meta["features"][0] == {"name": "window", "shape": [4, 5], "dtype": "float32",
-                                   "encoding": "float"}
+                                   "encoding": "float",
+                                   "stored_as": meta["features"][0]["stored_as"]}
     encoder = meta["encoder"]
     assert encoder["path"] == encoders[kind] and encoder["input_shape"] == [24, 32, 3]
     assert encoder["output_shape"] == [5]

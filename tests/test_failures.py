@@ -73,7 +73,8 @@ def test_too_many_failures_stop_the_job_without_a_dataset(tmp_path, rng, capsys)
     message = str(exit_info.value.code)
     assert "4 of 12 videos failed (33.3%)" in message and "--max_failure_fraction" in message
     # the run folder stays, as proof that failures.jsonl is the job's
-    assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards", "failures.jsonl"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards", "failures.jsonl",
+                                                   "videos.jsonl"]
     assert len(_failures(tmp_path / "out")) == 4
     (run,) = os.listdir(tmp_path / "out" / "_make_shards" / "runs")
     assert sorted(os.listdir(tmp_path / "out" / "_make_shards" / "runs" / run)) == [
@@ -145,7 +146,7 @@ def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, smal
     run_job(small_input, tmp_path / "out", "--window", "5", "--num_shards", "2", "--overwrite")
     shards = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
     assert sorted(os.listdir(tmp_path / "out")) == sorted(
-        ["dataset.json", "failures.jsonl"] + [s["file"] for s in shards])
+        ["dataset.json", "failures.jsonl", "videos.jsonl"] + [s["file"] for s in shards])
     assert len(shards) == 2
 
 

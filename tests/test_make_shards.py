@@ -91,7 +91,10 @@ def test_float_list_sequences_ids_float16_and_gzip(tmp_path, rng):
     run_job(str(tmp_path / "f16" / "*"), tmp_path / "out16", "--window", "10", "--stride", "5")
     window = next(f for f in read_dataset_json(tmp_path / "out16")["features"]
                   if f["name"] == "window")
-    assert window == {"name": "window", "shape": [10, 4], "dtype": "float16", "encoding": "raw"}
+    assert window == {"name": "window", "shape": [10, 4], "dtype": "float16", "encoding": "raw",
+                      "stored_as": {"list": "bytes_list", "values": 1, "value_dtype": "float16",
+                                    "byte_order": "little", "content": "the array's bytes",
+                                    "order": "row-major (C) flattening of shape"}}
     for e in read_examples(tmp_path / "out16"):
         assert e["window"].dtype == np.float16 and "metadata" not in e
         index = int(e["video_id"].split(":")[1])
@@ -120,7 +123,7 @@ def test_shards_are_balanced_named_and_clamped(tmp_path, rng):
         len(videos[0][0]) % 10 > 0)
     assert all(s["examples"] == 1 for s in clamped["shards"])
     assert sorted(os.listdir(tmp_path / "clamped")) == sorted(
-        ["dataset.json", "failures.jsonl"] + [s["file"] for s in clamped["shards"]])
+        ["dataset.json", "failures.jsonl", "videos.jsonl"] + [s["file"] for s in clamped["shards"]])
 
 
 def read_examples_of(out, file):

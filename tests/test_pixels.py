@@ -39,7 +39,8 @@ def test_frame_folders_window_in_natural_order_with_labels(tmp_path, encoding):
     meta = read_dataset_json(tmp_path / "out")
     window = meta["features"][0]
     assert window == {"name": "window", "shape": [5, 24, 32, 3], "dtype": "uint8",
-                      "encoding": encoding}
+                      "encoding": encoding, "stored_as": meta["features"][0]["stored_as"]}
+    assert window["stored_as"]["values"] == (5 if encoding == "png" else 1)
     videos = _by_video(read_examples(tmp_path / "out"))
     assert sorted(videos["v1"]) == [0, 3, 6, 9] and sorted(videos["v2"]) == [0, 3]
     for video, offset in (("v1", 0), ("v2", 3)):

@@ -33,7 +33,7 @@ class LatentVideo(NamedTuple):
     record_index: Optional[int] = None
     split: Optional[str] = None        # by hash of the id
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, info: Optional[dict] = None) -> Iterator[Frame]:
         return (Frame(row) for row in self.sequence)
 
 

@@ -55,8 +55,9 @@ class PixelVideo:
             return None
         return np.asarray(self.entry.metadata, dtype=np.float32)
 
-    def frames(self) -> Iterator[Frame]:
-        """Stored frames with their labels; raises BadRecord when the video is unusable."""
+    def frames(self, info: Optional[dict] = None) -> Iterator[Frame]:
+        """Stored frames with their labels; raises BadRecord when the video is unusable.
+        `info` gets a video file's frame rate ("source_fps")."""
         fmt = self.fmt
         labels = self._labels()
         metadata = self.entry.metadata or ()
@@ -69,7 +70,7 @@ class PixelVideo:
         zero_label = None if labels is None else np.zeros(fmt.label_shape, np.float32)
         pad = None
         count = readable = 0
-        for count, (stored, where, reason) in enumerate(self._stored_frames(), start=1):
+        for count, (stored, where, reason) in enumerate(self._stored_frames(info), start=1):
             if labels is not None and count > len(labels):
                 raise BadRecord(f"{len(labels)} labels, but the video has more frames")
             if stored is None:
@@ -98,12 +99,12 @@ class PixelVideo:
             check_finite(labels, "labels")
         return labels
 
-    def _stored_frames(self) -> Iterator[tuple[Any, Any, Optional[str]]]:
+    def _stored_frames(self, info: Optional[dict]) -> Iterator[tuple[Any, Any, Optional[str]]]:
         """(stored frame or None, where, reason) for each frame: None for a missing or
         unreadable image, with the reason; `where` is its path, or its time in seconds."""
         codec = self.fmt.codec
         if self.entry.video:
-            for image, time in media.video_images(self.entry.video, self.fmt.fps):
+            for image, time in media.video_images(self.entry.video, self.fmt.fps, info):
                 yield codec.store(image), round(time, 6), None
             return
         for path in expand_frames(self.entry.frames):
