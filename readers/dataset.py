@@ -104,6 +104,12 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         files = files[input_context.input_pipeline_id::pipelines]
         counts = counts[input_context.input_pipeline_id::pipelines]
         batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if drop_remainder and not repeat and sum(counts) < batch_size:
+        raise ValueError(
+            f"split {split!r} of {path} has {sum(counts)} windows"
+            f"{' in this input pipeline' if input_context is not None else ''}, fewer than "
+            f"batch_size {batch_size}: with drop_remainder=True not one batch comes out; "
+            "lower batch_size, or pass drop_remainder=False or repeat=True")
 
     deterministic = not shuffle or seed is not None
     compression = spec_lib.tf_compression_type(spec.compression)

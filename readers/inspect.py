@@ -20,6 +20,7 @@ import numpy as np
 from readers import quiet, spec as spec_lib
 
 MAX_PROBLEMS = 20
+MAX_PREVIEW = 32   # windows in one preview picture (a row each)
 
 
 def _gfile():
@@ -219,14 +220,27 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         "(default: the first split)")
     parser.add_argument("--verify", action="store_true",
                         help="read every record of every shard and check it against the spec")
-    parser.add_argument("--preview", type=_positive, metavar="N", help="draw N random windows")
-    parser.add_argument("--out", default="preview.png", help="the preview's PNG file")
+    parser.add_argument("--preview", type=_positive, metavar="N",
+                        help=f"draw N random windows (at most {MAX_PREVIEW})")
+    parser.add_argument("--out", default=None,
+                        help="the preview's PNG file (default: preview.png)")
     parser.add_argument("--decoder", help="a Keras model decoding latents to frames in [0, 1]")
     parser.add_argument("--stats", action="store_true", help="per-feature statistics")
     parser.add_argument("--all", action="store_true", help="--stats over all windows")
-    parser.add_argument("--sample", type=_positive, default=1000, help="--stats sample size")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample", type=_positive, default=1000,
+                        help="--stats sample size, in windows (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="which windows --preview draws and --stats samples "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.out and not args.preview:
+        parser.error("--out: names the picture of --preview N; give --preview too")
+    if args.decoder and not args.preview:
+        parser.error("--decoder: decodes the latents of --preview N; give --preview too")
+    if args.preview and args.preview > MAX_PREVIEW:
+        print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
+              "picture shows", file=sys.stderr)
+        args.preview = MAX_PREVIEW
     quiet.tensorflow()  # imported here, without its start-up lines
     from readers.dataset import load_spec
 
@@ -248,8 +262,9 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
         print(stats(args.path, dataset, split, None if args.all else args.sample, args.seed))
     if args.preview:
         image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
-        image.save(args.out)
-        print(f"wrote {args.out} ({image.width}x{image.height})")
+        out = args.out or "preview.png"
+        image.save(out)
+        print(f"wrote {out} ({image.width}x{image.height})")
     if args.verify:
         problems = verify(args.path, dataset)
         if problems:

@@ -1,16 +1,30 @@
 """Pictures of windows: contact sheets of frames, heatmaps of latents (Pillow only)."""
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 THUMB_HEIGHT = 72
 MAX_COLUMNS = 16
-LABEL_STRIP = 28
-HEATMAP_HEIGHT = 96
+LABEL_STRIP = 36
+HEATMAP_HEIGHT = 96       # a heatmap's height when its dims fit; a dim is never under 1 px
+HEATMAP_WIDTH = 512
+MAX_DIMS = 512            # more latent dims than this: the first ones, with a note
+AXIS_WIDTH = 36
+SCALE_WIDTH = 120
 MARGIN = 4
+GAP = 2                   # between frames of a contact sheet
+FONT_SIZE = 13
+TEXT_HEIGHT = FONT_SIZE + 5
+
+
+@functools.lru_cache(maxsize=1)
+def _font() -> ImageFont.ImageFont:
+    """Pillow's own font at a readable size (its bitmap default is 11 px)."""
+    return ImageFont.load_default(size=FONT_SIZE)
 
 
 def _columns(length: int) -> np.ndarray:
@@ -33,8 +47,8 @@ def _label_curve(draw: ImageDraw.ImageDraw, labels: np.ndarray, mask: np.ndarray
     values = labels.reshape(len(labels), -1)[:, 0]
     low, high = float(values.min()), float(values.max())
     span = high - low or 1.0
-    draw.text((x1 + 3, y0), f"{high:.3g}", fill=(90, 90, 90))
-    draw.text((x1 + 3, y1 - 10), f"{low:.3g}", fill=(90, 90, 90))
+    draw.text((x1 + 3, y0), f"{high:.3g}", fill=(90, 90, 90), font=_font())
+    draw.text((x1 + 3, y1), f"{low:.3g}", fill=(90, 90, 90), font=_font(), anchor="ld")
     points = [(x0 + (x1 - x0) * i / max(1, len(values) - 1),
                y1 - (y1 - y0) * (v - low) / span) for i, v in enumerate(values)]
     draw.rectangle(box, outline=(200, 200, 200))
@@ -46,29 +60,30 @@ def _label_curve(draw: ImageDraw.ImageDraw, labels: np.ndarray, mask: np.ndarray
 
 def contact_sheet(windows: np.ndarray, masks: np.ndarray, labels: Optional[np.ndarray],
                   captions: list[str]) -> Image.Image:
-    """One row per window: its frames (masked ones dimmed and crossed in red), and the
-    labels as a curve under them."""
+    """One row per window: its frames with a thin gap between them (masked ones dimmed
+    and crossed in red), and the labels as a curve under them."""
     columns = _columns(windows.shape[1])
     thumbs = [[_thumb(w[i]) for i in columns] for w in windows]
-    width = max(sum(t.width for t in row) for row in thumbs) + 2 * MARGIN + 40
-    row_height = THUMB_HEIGHT + 14 + (LABEL_STRIP if labels is not None else 0) + MARGIN
+    width = max(sum(t.width + GAP for t in row) for row in thumbs) + 2 * MARGIN + 40
+    row_height = THUMB_HEIGHT + TEXT_HEIGHT + (LABEL_STRIP if labels is not None else 0) + MARGIN
     sheet = Image.new("RGB", (width, row_height * len(windows) + MARGIN), "white")
     draw = ImageDraw.Draw(sheet)
     for r, row in enumerate(thumbs):
         top = MARGIN + r * row_height
-        draw.text((MARGIN, top), captions[r], fill=(0, 0, 0))
+        draw.text((MARGIN, top), captions[r], fill=(0, 0, 0), font=_font())
         x = MARGIN
         for i, thumb in zip(columns, row):
-            y = top + 12
+            y = top + TEXT_HEIGHT
             if not masks[r][i]:
                 thumb = Image.blend(thumb, Image.new("RGB", thumb.size, "black"), 0.6)
             sheet.paste(thumb, (x, y))
             if not masks[r][i]:
                 draw.line([x, y, x + thumb.width - 1, y + THUMB_HEIGHT - 1], fill="red", width=2)
                 draw.line([x, y + THUMB_HEIGHT - 1, x + thumb.width - 1, y], fill="red", width=2)
-            x += thumb.width
+            x += thumb.width + GAP
         if labels is not None:
-            strip = (MARGIN, top + 14 + THUMB_HEIGHT, x - 1, top + 12 + THUMB_HEIGHT + LABEL_STRIP)
+            strip = (MARGIN, top + TEXT_HEIGHT + 2 + THUMB_HEIGHT, x - GAP - 1,
+                     top + TEXT_HEIGHT + THUMB_HEIGHT + LABEL_STRIP - 2)
             _label_curve(draw, labels[r][columns], masks[r][columns], strip)
     return sheet
 
@@ -81,32 +96,68 @@ def _colormap(values: np.ndarray) -> np.ndarray:
     return rgb.astype(np.uint8)
 
 
+def _heatmap(window: np.ndarray) -> tuple[Image.Image, float, float, int]:
+    """(image, low, high, dims shown) of one window: frames across, latent dims down,
+    every cell at least one pixel (never a dim dropped by resizing); at most MAX_DIMS
+    dims, the first ones."""
+    flat = window.reshape(len(window), -1).astype(np.float32).T          # [D, L]
+    finite = flat[np.isfinite(flat)]
+    low, high = ((float(np.percentile(finite, 1)), float(np.percentile(finite, 99)))
+                 if finite.size else (0.0, 1.0))
+    shown = flat[:MAX_DIMS]
+    cell_w = max(1, HEATMAP_WIDTH // shown.shape[1])
+    cell_h = max(1, HEATMAP_HEIGHT // shown.shape[0])
+    rgb = _colormap((shown - low) / ((high - low) or 1.0))
+    image = Image.fromarray(rgb).resize((shown.shape[1] * cell_w, shown.shape[0] * cell_h),
+                                        Image.Resampling.NEAREST)
+    return image, low, high, len(shown)
+
+
+def _colour_scale(sheet: Image.Image, draw: ImageDraw.ImageDraw, x: int, y: int, low: float,
+                  high: float) -> None:
+    """A horizontal bar of the colour map with its value range written at the ends."""
+    bar = _colormap(np.linspace(0, 1, SCALE_WIDTH))[None].repeat(8, 0)
+    sheet.paste(Image.fromarray(bar), (x, y))
+    draw.text((x - 4, y), f"{low:.3g}", fill=(0, 0, 0), font=_font(), anchor="ra")
+    draw.text((x + SCALE_WIDTH + 4, y), f"{high:.3g}", fill=(0, 0, 0), font=_font())
+
+
 def heatmaps(windows: np.ndarray, masks: np.ndarray, metadata: Optional[np.ndarray],
              captions: list[str]) -> Image.Image:
-    """One heatmap per latent window (time across, latent dims down), with its metadata."""
-    rows = []
-    for w in windows:
-        flat = w.reshape(len(w), -1).astype(np.float32).T          # [D, L]
-        low, high = np.percentile(flat, 1), np.percentile(flat, 99)
-        rows.append(Image.fromarray(_colormap((flat - low) / ((high - low) or 1.0))).resize(
-            (max(4 * w.shape[0], 256), HEATMAP_HEIGHT), Image.Resampling.NEAREST))
-    width = max(r.width for r in rows) + 2 * MARGIN
-    row_height = HEATMAP_HEIGHT + 26 + MARGIN
-    sheet = Image.new("RGB", (width, row_height * len(rows) + MARGIN), "white")
+    """One heatmap per latent window: frames across, latent dims down, each with its
+    colour scale and value range (1st to 99th percentile), axis labels, its metadata,
+    and a red tick under each masked frame. More than MAX_DIMS dims: the first MAX_DIMS
+    are shown, and a note says so."""
+    maps = [_heatmap(w) for w in windows]
+    dims = int(np.prod(windows.shape[2:]))
+    width = max(m.width for m, *_ in maps) + AXIS_WIDTH + 2 * MARGIN + SCALE_WIDTH + 120
+    heights = [TEXT_HEIGHT * 2 + m.height + 8 + TEXT_HEIGHT + MARGIN for m, *_ in maps]
+    sheet = Image.new("RGB", (width, sum(heights) + MARGIN), "white")
     draw = ImageDraw.Draw(sheet)
-    for r, image in enumerate(rows):
-        top = MARGIN + r * row_height
+    top = MARGIN
+    for r, ((image, low, high, shown), height) in enumerate(zip(maps, heights)):
         text = captions[r]
         if metadata is not None:
-            text += "  metadata " + " ".join(f"{v:.3g}" for v in metadata[r])
-        draw.text((MARGIN, top), text, fill=(0, 0, 0))
-        sheet.paste(image, (MARGIN, top + 12))
+            text += "   metadata " + " ".join(f"{v:.3g}" for v in metadata[r])
+        draw.text((MARGIN, top), text, fill=(0, 0, 0), font=_font())
+        _colour_scale(sheet, draw, width - SCALE_WIDTH - 60, top + 4, low, high)
+        note = f"dims 0-{shown - 1} of {dims} shown" if shown < dims else f"{dims} dims"
+        draw.text((MARGIN, top + TEXT_HEIGHT), f"latent dims (down), frames (across); {note}",
+                  fill=(90, 90, 90), font=_font())
+        left, map_top = MARGIN + AXIS_WIDTH, top + 2 * TEXT_HEIGHT
+        sheet.paste(image, (left, map_top))
+        draw.text((left - 4, map_top), "0", fill=(90, 90, 90), font=_font(), anchor="ra")
+        draw.text((left - 4, map_top + image.height), str(shown - 1), fill=(90, 90, 90),
+                  font=_font(), anchor="rd")
         step = image.width / len(masks[r])
         for i, real in enumerate(masks[r]):    # masked frames: a red tick under the map
             if not real:
-                x = MARGIN + i * step
-                draw.rectangle([x, top + 14 + HEATMAP_HEIGHT, x + step, top + 20 + HEATMAP_HEIGHT],
-                               fill=(220, 40, 40))
+                x = left + i * step
+                draw.rectangle([x, map_top + image.height + 2, x + step,
+                                map_top + image.height + 7], fill=(220, 40, 40))
+        draw.text((left, map_top + image.height + 8), f"frame 0 ... {len(masks[r]) - 1}",
+                  fill=(90, 90, 90), font=_font())
+        top += height
     return sheet
 
 

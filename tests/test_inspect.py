@@ -12,7 +12,7 @@ from PIL import Image
 
 from conftest import (random_videos, run_job, solid_frames, write_frame_folder, write_manifest,
                       write_videos)
-from readers import inspect
+from readers import inspect, preview
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,30 @@ def test_latent_preview_heatmaps_and_decoder(latent_dataset, tmp_path):
     result = _cli(latent_dataset, "--preview", "2", "--out", str(sheet), "--decoder",
                   str(tmp_path / "dec.keras"))
     assert result.returncode == 0, result.stderr[-500:]
-    assert Image.open(sheet).size[1] == 2 * (72 + 14 + 4) + 4
+    assert Image.open(sheet).size[1] == 2 * (preview.THUMB_HEIGHT + preview.TEXT_HEIGHT
+                                             + preview.MARGIN) + preview.MARGIN
+
+
+def test_heatmaps_keep_every_dim_and_show_their_scale():
+    rng = np.random.default_rng(0)
+    masks = np.ones((1, 10))
+    for dims, shown in ((300, 300), (600, preview.MAX_DIMS)):
+        windows = rng.standard_normal((1, 10, dims)).astype(np.float32)
+        image = np.asarray(preview.heatmaps(windows, masks, None, ["v @ 0"]))
+        assert image.shape[0] >= shown          # at least a pixel per dim shown, no fewer
+        # the colour scale: a bar from blue to red on the caption's line
+        bar = image[preview.MARGIN + 6, -preview.SCALE_WIDTH - 60:-60]
+        assert bar[0, 2] > 150 > bar[0, 0] and bar[-1, 0] > 150 > bar[-1, 2]
+
+
+def test_inspect_flags_say_what_they_need(latent_dataset, tmp_path):
+    result = _cli(latent_dataset, "--out", str(tmp_path / "x.png"))
+    assert result.returncode == 2 and "--out" in result.stderr and "--preview" in result.stderr
+    result = _cli(latent_dataset, "--preview", "40", "--out", str(tmp_path / "many.png"))
+    assert result.returncode == 0 and "drawing 32 windows" in result.stderr
+    help_text = _cli("--help").stdout
+    assert "(default: 1000)" in help_text and "(default: 0)" in help_text
+    assert "(default: preview.png)" in help_text and "which windows --preview draws" in help_text
 
 
 def test_stats(pixel_dataset):

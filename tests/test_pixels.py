@@ -204,6 +204,9 @@ def test_bad_videos_go_to_failures(tmp_path):
     assert "metadata has 2 values, expected 1" in reasons["meta"]
     assert "48x64" in reasons["size"] and "--frame_size" in reasons["size"]
     assert "cannot decode video" in reasons["unreadable"]
+    rows = {r["video_id"]: r for r in map(json.loads, open(tmp_path / "out" / "failures.jsonl"))}
+    assert (rows["unreadable"]["source"], rows["unreadable"]["record_index"]) == (
+        str(tmp_path / "m.jsonl"), 7)   # video rows name the manifest and row too
     assert reasons["nothing"] == "no frames"
     assert reasons["unreadable_frames"] == "no readable frame"
     assert reasons[None] == "no video_id"

@@ -1,0 +1,214 @@
+"""The command line: unknown flags refused with a suggestion, several inputs, clean
+errors, quiet output with progress from every worker, and a dataset.json from which a
+stranger's code parses every kind of dataset."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import readers
+from beam_jobs import make_shards
+from conftest import (random_videos, read_dataset_json, read_examples, run_job, solid_frames,
+                      write_frame_folder, write_manifest, write_videos)
+
+NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
+         "semi_persistent_directory", "Traceback")
+
+
+@pytest.fixture(scope="module")
+def latents(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("in")
+    write_videos(str(directory), random_videos(np.random.default_rng(0), 9), files=3)
+    return sorted(str(directory / n) for n in os.listdir(directory))
+
+
+def _last_error_line(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        make_shards.run(list(argv))
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--stirde", "50"], "--stirde: unknown flag (did you mean --stride?)"),
+    (["--runer", "DirectRunner"], "--runer: unknown flag (did you mean --runner?)"),
+    (["--direct_num_worker=2"], "--direct_num_worker: unknown flag (did you mean "
+                                "--direct_num_workers?)"),
+    (["--win", "5"], "--win: unknown flag"),   # no abbreviations
+    (["stray"], "unexpected argument 'stray'"),
+    (["--runner", "Bogus"], "--runner: 'Bogus' is not a Beam runner"),
+])
+def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, message):
+    line = _last_error_line(capsys, "--input", latents[0], "--output_dir",
+                            str(tmp_path / "out"), "--window", "5", *extra)
+    assert message in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_beam_options_pass(tmp_path, latents):
+    run_job(latents[0], tmp_path / "out", "--window", "5", "--runner", "DirectRunner",
+            "--direct_num_workers", "1", "--project", "my-project", "--region",
+            "us-central1", "--temp_location", str(tmp_path), "--experiments", "a",
+            "--experiments=b")
+    assert read_dataset_json(tmp_path / "out")["splits"]["train"]["windows"] > 0
+
+
+def test_a_shell_expanded_glob_and_repeated_inputs_read_every_file(tmp_path, latents):
+    for name, argv in (("expanded", ["--input", *latents]),
+                       ("repeated", ["--input", latents[0], "--input", *latents[1:]])):
+        make_shards.run([*argv, "--output_dir", str(tmp_path / name), "--window", "5"])
+        ids = {e["video_id"] for e in read_examples(tmp_path / name)}
+        assert {i.split(":")[0] for i in ids} == {os.path.basename(p) for p in latents}
+        assert read_dataset_json(tmp_path / name)["splits"]["train"]["videos"] == 9
+
+
+def test_without_beam_the_job_says_what_to_install(tmp_path):
+    code = ("import runpy, sys\nsys.modules['apache_beam'] = None\n"
+            "sys.argv = ['make_shards', '--help']\n"
+            "runpy.run_module('beam_jobs.make_shards', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "install with pip install -e '.[beam]'" in result.stderr.strip().splitlines()[-1]
+
+
+def _quiet_run(*argv, cwd=None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                            cwd=cwd, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    noise = [line for line in (result.stdout + result.stderr).splitlines()
+             if any(n in line for n in NOISE)]
+    assert not noise, noise
+    return result
+
+
+def test_the_first_readme_command_is_quiet(tmp_path):
+    """The sample, the job and inspect: progress, the summary table, no start-up noise."""
+    sample = _quiet_run("beam_jobs.sample", str(tmp_path / "sample"), "--videos", "6")
+    assert len(sample.stdout.splitlines()) == 3
+    job = _quiet_run("beam_jobs.make_shards", "--input",
+                     str(tmp_path / "sample" / "latents-*.tfrecord"), "--output_dir",
+                     str(tmp_path / "out"), "--window", "100", "--stride", "50")
+    lines = job.stderr.strip().splitlines()
+    assert lines[0].startswith("INFO beam_jobs.progress: worker")
+    assert "frames/s on this worker" in lines[0]
+    assert lines[-3].split() == ["split", "videos", "skipped", "frames", "bad", "frames",
+                                 "windows", "shards", "MB"]
+    assert "from the command's start" in lines[-1] and "overall" in lines[-1]
+    assert len(lines) <= 8
+    inspect = _quiet_run("readers.inspect", str(tmp_path / "out"), "--verify")
+    assert "records of 1 shard are sound" in inspect.stdout
+
+
+def test_all_cores_workers_show_progress(tmp_path, latents):
+    """Worker processes of --all_cores write their own progress lines."""
+    job = subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", "--input", *latents,
+                            "--output_dir", str(tmp_path / "out"), "--window", "5",
+                            "--all_cores", "--progress_interval", "0.001"],
+                           stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    _, stderr = job.communicate()
+    assert job.returncode == 0, stderr[-3000:]
+    workers = {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
+               if line.startswith("INFO beam_jobs.progress: worker")}
+    assert workers and str(job.pid) not in workers   # lines from the worker processes
+    assert not [line for line in stderr.splitlines() if any(n in line for n in NOISE)]
+
+
+# --- dataset.json alone is enough to parse every kind of dataset ------------------------
+
+def parse_spec(meta: dict) -> dict:
+    """A tf.io.parse_example spec from dataset.json alone, as code that knows nothing of
+    this project would build it."""
+    kinds = {"float_list": tf.float32, "int64_list": tf.int64, "bytes_list": tf.string}
+    spec = {}
+    for f in meta["features"]:
+        stored = f["stored_as"]
+        shape = [stored["values"]] if stored["values"] != 1 or f["shape"] else []
+        spec[f["name"]] = tf.io.FixedLenFeature(shape, kinds[stored["list"]])
+    return spec
+
+
+def decode(meta: dict, parsed: dict) -> dict:
+    out = {}
+    for f in meta["features"]:
+        stored, value = f["stored_as"], parsed[f["name"]]
+        if "image_format" in stored:
+            frames = [[tf.io.decode_image(image, channels=stored["decoded_shape"][-1]).numpy()
+                       for image in window] for window in value.numpy()]
+            out[f["name"]] = np.array(frames)
+        elif stored["list"] == "bytes_list" and "value_dtype" in stored:
+            dtype = tf.dtypes.as_dtype(stored["value_dtype"])
+            raw = tf.io.decode_raw(value, dtype, little_endian=stored["byte_order"] == "little")
+            out[f["name"]] = tf.reshape(raw, [-1, *f["shape"]]).numpy()
+        else:
+            out[f["name"]] = tf.reshape(value, [-1, *f["shape"]]).numpy()
+    return out
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kinds")
+    rng = np.random.default_rng(1)
+    write_videos(str(root / "lat"), random_videos(rng, 4, lengths=(12, 20)), files=1)
+    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
+    write_videos(str(root / "half"), half, files=1)
+    write_frame_folder(root / "v", solid_frames(7))
+    (root / "v.csv").write_text("heat,smoke\n" + "\n".join(f"{i},{2 * i}" for i in range(7)))
+    write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v", "labels": "v.csv"}])
+    made = {}
+    for name, inp, extra in (
+            ("latent", "lat/*", []), ("gzip", "lat/*", ["--compression", "gzip"]),
+            ("float16", "half/*", []), ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
+            ("png", "m.jsonl", ["--frame_encoding", "png"]),
+            ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"])):
+        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
+        made[name] = str(root / name)
+    return made
+
+
+@pytest.mark.parametrize("kind", ["latent", "gzip", "float16", "raw", "png", "jpeg"])
+def test_dataset_json_alone_parses_every_kind(datasets, kind):
+    path = datasets[kind]
+    meta = read_dataset_json(path)
+    files = [os.path.join(path, s["file"]) for s in meta["splits"]["train"]["shards"]]
+    records = tf.data.TFRecordDataset(files, compression_type=meta["tf_compression_type"])
+    ours = {}
+    for batch in records.batch(64):
+        parsed = decode(meta, tf.io.parse_example(batch, parse_spec(meta)))
+        for i, (vid, start) in enumerate(zip(parsed["video_id"], parsed["start"])):
+            ours[(vid, int(start))] = {k: v[i] for k, v in parsed.items()}
+    theirs = {}
+    for batch in readers.make_dataset(path, batch_size=4, shuffle=False, drop_remainder=False,
+                                      keep_float16=True):
+        for i, (vid, start) in enumerate(zip(batch["video_id"].numpy(), batch["start"].numpy())):
+            theirs[(vid, int(start))] = {k: v[i].numpy() for k, v in batch.items()}
+    assert ours.keys() == theirs.keys() and ours
+    for key, values in ours.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{kind} {name}")
+
+
+def test_dataset_json_says_what_the_data_is(datasets):
+    latent, pixels = read_dataset_json(datasets["latent"]), read_dataset_json(datasets["png"])
+    assert latent["format_version"] == 2 and latent["job_version"]
+    assert latent["frame"] == {"kind": "latents", "shape": [3], "dtype": "float32"}
+    assert pixels["frame"]["channel_order"] == "RGB" and pixels["frame"]["value_range"] == [0, 255]
+    assert pixels["labels"] == {"shape": [2], "names": ["heat", "smoke"], "masked_value": 0.0}
+    assert "zeros" in latent["mask"]["0"]
+    assert read_dataset_json(datasets["gzip"])["tf_compression_type"] == "GZIP"
+    assert "frame_encoding" not in latent["flags"] and "sequence_feature" in latent["flags"]
+    assert "sequence_feature" not in pixels["flags"] and "encoder" not in pixels["flags"]
+    with open(os.path.join(datasets["png"], "videos.jsonl")) as f:
+        (row,) = [json.loads(line) for line in f]
+    assert row == {"video_id": "v", "split": "train", "source": row["source"],
+                   "record_index": 0, "frames": 7, "windows": 3, "bad_frames": 0,
+                   "source_fps": None}
+
+
+def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):
+    with pytest.raises(ValueError, match=r"has 3 windows, fewer than batch_size 4"):
+        readers.make_dataset(datasets["png"], batch_size=4)
+    assert len(list(readers.make_dataset(datasets["png"], batch_size=4, repeat=True).take(2))) == 2
