@@ -23,7 +23,7 @@ setup(
                 "and a tf.data reader for them",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
-    install_requires=[TENSORFLOW, "numpy>=1.26", *MEDIA],
+    install_requires=[TENSORFLOW, "numpy>=1.26", "google-crc32c==1.9.0", *MEDIA],
     extras_require={"beam": BEAM, "dev": BEAM + DEV},
     entry_points={"console_scripts": ["readers.inspect = readers.inspect:main"]},
 )

@@ -98,7 +98,8 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     progress.counter("videos_failed").inc(failed)
     shards = sorted(written)
     if failed and failed / (failed + good) > config.max_failure_fraction:
-        storage.delete_files([run.output(s.file) for s in shards], run.output_dir)
+        storage.delete_files([run.output(name) for s in shards
+                              for name in (s.file, s.offsets) if name], run.output_dir)
         run.delete_temp()
         return
     empty = _empty_counts()
@@ -114,12 +115,13 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
         window=config.windows.to_json(), features=tuple(config.features),
         compression=config.compression, failures=failed, flags=dict(config.flags),
         encoder=config.encoder, run_id=run.run_id,
-        files=tuple(sorted([s.file for s in shards] + list(sidecars))),
+        files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
+                           + list(sidecars))),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels,
         splits={split: spec_lib.SplitInfo(
                     **counts.get(split, empty),
-                    shards=tuple(spec_lib.Shard(s.file, s.examples)
+                    shards=tuple(spec_lib.Shard(s.file, s.examples, s.offsets)
                                  for s in shards if s.split == split))
                 for split in config.windows.splits})
     storage.write_bytes(run.output(spec_lib.DATASET_JSON), dataset.to_json().encode("utf-8"))

@@ -138,7 +138,7 @@ def _job_files(names) -> set[str]:
     if not isinstance(names, list):
         return set()
     return {n for n in names if isinstance(n, str) and (
-        spec_lib.is_shard_name(n) or n in SIDECARS)}
+        spec_lib.is_shard_name(n) or spec_lib.is_index_name(n) or n in SIDECARS)}
 
 
 def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:

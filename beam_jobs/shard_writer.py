@@ -29,6 +29,7 @@ import dataclasses
 import heapq
 import itertools
 import math
+import struct
 import uuid
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional
 
@@ -81,6 +82,7 @@ class WrittenShard(NamedTuple):
     index: int
     file: str
     examples: int
+    offsets: Optional[str] = None   # the shard's offset index file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,23 +268,29 @@ class _WriteShard(beam.DoFn):
         # Written in place: a retried task rewrites the same bytes, and no reader looks
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
-        count = written = 0
+        offsets = [0]
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for segment in task.segments:
                 for record in _segment_records(segment, task.dropped, self._num_buckets):
                     write_tfrecord(f, record[_KEY_BYTES:])
-                    count += 1
-                    written += len(record) - _KEY_BYTES + _FRAME
-        progress.counter("shard_bytes_written").inc(written)
-        yield WrittenShard(task.split, task.index, name, count)
+                    offsets.append(offsets[-1] + len(record) - _KEY_BYTES + _FRAME)
+        progress.counter("shard_bytes_written").inc(offsets[-1])
+        index = None
+        if self._compression == "none":   # a gzip stream cannot be entered mid-way
+            index = spec_lib.index_name(name)
+            with FileSystems.create(paths.join(self._output_dir, index),
+                                    compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
+        yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index)
 
 
 def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
                         ) -> list[ShardTask]:
     """List the shards in the run folder before any is written, so that a rerun after a
     kill can tell them from foreign files."""
-    run.record_shards(spec_lib.shard_name(t.split, t.index, t.num_shards, compression)
-                      for t in tasks)
+    names = [spec_lib.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
+    run.record_shards(names + ([spec_lib.index_name(n) for n in names]
+                               if compression == "none" else []))
     return tasks
 
 

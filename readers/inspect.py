@@ -95,7 +95,35 @@ def _verify_shard(path: str, shard: spec_lib.Shard, dataset: spec_lib.DatasetSpe
         problems.append(f"{shard.file}: corrupt after {count} records ({e.message[:200]})")
     if count != shard.examples and not problems:
         problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
+    if shard.index and not problems:
+        problems += _verify_index(path, shard)
     return problems, keys
+
+
+def _verify_index(path: str, shard: spec_lib.Shard) -> list[str]:
+    """The offset index beside a shard: one entry per record where its frame starts, then
+    the shard's length, each frame's length header agreeing."""
+    import tensorflow as tf
+
+    index_path = os.path.join(path, shard.index)
+    if not tf.io.gfile.exists(index_path):
+        return [f"{shard.index}: missing"]
+    with tf.io.gfile.GFile(index_path, "rb") as f:
+        offsets = np.frombuffer(f.read(), "<u8")
+    file = os.path.join(path, shard.file)
+    if len(offsets) != shard.examples + 1:
+        return [f"{shard.index}: {len(offsets) - 1} records indexed, dataset.json says "
+                f"{shard.examples}"]
+    if int(offsets[-1]) != tf.io.gfile.stat(file).length:
+        return [f"{shard.index}: ends at byte {offsets[-1]}, the shard has "
+                f"{tf.io.gfile.stat(file).length}"]
+    with tf.io.gfile.GFile(file, "rb") as f:
+        for i, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+            f.seek(int(start))
+            length = int.from_bytes(f.read(8), "little")
+            if int(end) - int(start) != length + 16:
+                return [f"{shard.index}: record {i} at byte {start} does not match the shard"]
+    return []
 
 
 def verify(path: str, dataset: spec_lib.DatasetSpec, workers: Optional[int] = None) -> list[str]:

@@ -11,9 +11,10 @@ logs lines of its own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import numpy as np
 
@@ -54,6 +55,20 @@ def shard_name(split: str, index: int, num_shards: int, compression: str) -> str
 
 def is_shard_name(name: str) -> bool:
     return bool(_SHARD_NAME.match(name))
+
+
+INDEX_SUFFIX = ".index"
+
+
+def index_name(shard: str) -> str:
+    """The offset index beside an uncompressed shard: one little-endian uint64 per
+    record (where its frame starts), then the shard's length; record i is the frame in
+    [offsets[i], offsets[i + 1])."""
+    return shard + INDEX_SUFFIX
+
+
+def is_index_name(name: str) -> bool:
+    return name.endswith(INDEX_SUFFIX) and is_shard_name(name[:-len(INDEX_SUFFIX)])
 
 
 def tf_compression_type(compression: str) -> str:
@@ -107,13 +122,46 @@ class FeatureSpec:
         """[batch, L] encoded frames -> uint8 [batch, L, H, W, C], frames decoded in parallel."""
         import tensorflow as tf
 
-        decode = tf.io.decode_png if self.encoding == "png" else tf.io.decode_jpeg
+        # JPEG with libjpeg's accurate integer DCT: the values Pillow gives (readers.numpy),
+        # where TensorFlow's default fast DCT differs by up to 5 levels.
+        decode = tf.io.decode_png if self.encoding == "png" else functools.partial(
+            tf.io.decode_jpeg, dct_method="INTEGER_ACCURATE")
         frame_shape = self.shape[1:]
         frames = tf.map_fn(
             lambda data: tf.ensure_shape(decode(data, channels=frame_shape[-1]), frame_shape),
             tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
             parallel_iterations=32)
         return tf.reshape(frames, [-1, *self.shape])
+
+    def from_wire(self, kind: str, record: bytes, start: int, end: int) -> Any:
+        """This feature's value from its list message, record[start:end] (see
+        `decode_example`)."""
+        expected = {"float": "float", "int64": "int64"}.get(self.encoding, "bytes")
+        if kind != expected:
+            raise ValueError(f"feature {self.name!r} is a {kind} list, not {expected}")
+        if end > start and record[start] == 0x0A:      # the usual: one field of values
+            length, at = _read_varint(record, start + 1)
+            if at + length == end:
+                if self.encoding == "float":             # packed floats: one view
+                    return np.frombuffer(record, "<f4", length // 4, at).reshape(self.shape)
+                if self.encoding == "bytes":
+                    return bytes(record[at:end])
+        values = _list_values(kind, record, start, end)
+        if self.encoding == "float":
+            array = values[0] if len(values) == 1 else (
+                np.concatenate(values) if values else np.zeros(0, "<f4"))
+            return array.reshape(self.shape)
+        if self.encoding == "int64":
+            return np.array(values, np.int64).reshape(self.shape)
+        if self.encoding == "bytes":
+            return values[0]
+        if self.encoding in IMAGE_ENCODINGS:
+            if len(values) != self.shape[0]:
+                raise ValueError(f"feature {self.name!r}: {len(values)} frames, not "
+                                 f"{self.shape[0]}")
+            return values
+        return np.frombuffer(values[0], np_dtype(self.dtype).newbyteorder("<")).reshape(
+            self.shape)
 
     def stored_as(self) -> dict:
         """How the feature sits in a tf.train.Example, for readers in other codebases:
@@ -131,10 +179,14 @@ class FeatureSpec:
             return {"list": "bytes_list", "values": 1, "value_dtype": self.dtype,
                     "byte_order": "little", "order": "row-major (C) flattening of shape",
                     "content": "the array's bytes"}
-        return {"list": "bytes_list", "values": self.shape[0],
-                "content": f"one encoded image per frame ({self.encoding.upper()})",
-                "image_format": self.encoding, "decoded_shape": list(self.shape[1:]),
-                "decoded_dtype": self.dtype}
+        stored = {"list": "bytes_list", "values": self.shape[0],
+                  "content": f"one encoded image per frame ({self.encoding.upper()})",
+                  "image_format": self.encoding, "decoded_shape": list(self.shape[1:]),
+                  "decoded_dtype": self.dtype}
+        if self.encoding == "jpeg":
+            stored["jpeg_dct"] = ("accurate integer (libjpeg ISLOW; TensorFlow's "
+                                  "dct_method='INTEGER_ACCURATE'), as the readers decode")
+        return stored
 
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
@@ -143,6 +195,14 @@ class FeatureSpec:
     @classmethod
     def from_json(cls, d: Mapping) -> "FeatureSpec":
         return cls(d["name"], tuple(d["shape"]), d["dtype"], d["encoding"])
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a feature dtype; bfloat16 comes from ml_dtypes (TensorFlow's)."""
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def window_features(window: FeatureSpec, metadata_length: int = 0,
@@ -214,10 +274,138 @@ def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> by
                               for key, feature in entries))
 
 
+_LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    byte = buf[pos]
+    if byte < 0x80:    # the common case: one byte
+        return byte, pos + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos + 1
+        shift += 7
+
+
+def _skip(buf: bytes, pos: int, wire: int) -> int:
+    """The position after a field's value of this wire type."""
+    if wire == 0:
+        return _read_varint(buf, pos)[1]
+    if wire == 2:
+        length, pos = _read_varint(buf, pos)
+        return pos + length
+    if wire in (1, 5):
+        return pos + (8 if wire == 1 else 4)
+    raise ValueError(f"not a tf.train.Example: wire type {wire}")
+
+
+def _fields(buf: bytes, pos: int, end: int):
+    """(field number, wire type, start, end) of each field of a message in buf[pos:end];
+    for a length-delimited field, [start, end) is its payload."""
+    while pos < end:
+        tag, pos = _read_varint(buf, pos)
+        wire = tag & 7
+        if wire == 2:
+            length, pos = _read_varint(buf, pos)
+            yield tag >> 3, wire, pos, pos + length
+            pos += length
+        else:
+            after = _skip(buf, pos, wire)
+            yield tag >> 3, wire, pos, after
+            pos = after
+
+
+@functools.lru_cache(maxsize=64)
+def _by_key(features: tuple[FeatureSpec, ...]) -> dict[bytes, FeatureSpec]:
+    return {f.name.encode("utf-8"): f for f in features}
+
+
+def decode_example(features: list[FeatureSpec], record: Union[bytes, bytearray],
+                   start: int = 0, end: Optional[int] = None) -> dict[str, Any]:
+    """A serialized tf.train.Example -> {name: value as stored}: float and int64 features
+    as numpy arrays of their shape (views of `record`: writable when it is a bytearray),
+    `bytes` as bytes, `raw` as a
+    little-endian numpy array, png/jpeg as a list of encoded frames. The inverse of
+    `encode_example`, in numpy alone (readers.numpy reads without TensorFlow); it reads
+    any valid encoding of such an Example (packed or not), and raises ValueError on a
+    record that does not fit. The record may be a slice [start, end) of a larger buffer
+    (indexing a bytes or bytearray is cheaper than indexing a memoryview).
+
+    One flat loop over the map entries (a reader calls it for every window: tens of
+    thousands a second), descending only into the features it wants."""
+    wanted = _by_key(tuple(features))
+    read = _read_varint
+    out = {}
+    for number, _, first, last in _fields(record, start, len(record) if end is None else end):
+        if number != 1:                              # Example.features
+            continue
+        pos = first
+        while pos < last:                            # Features.feature: map entries
+            tag = record[pos]                        # tags and key lengths are one byte;
+            pos += 1                                 # longer varints take the slow path
+            if tag != 0x0A:                          # not field 1, length-delimited
+                if tag >= 0x80:
+                    tag, pos = read(record, pos - 1)
+                pos = _skip(record, pos, tag & 7)
+                continue
+            length = record[pos]
+            length, pos = (length, pos + 1) if length < 0x80 else read(record, pos)
+            entry_end = pos + length
+            key = value = None
+            while pos < entry_end:                   # key = 1, value = 2: nothing else
+                tag = record[pos]
+                if tag not in (0x0A, 0x12):
+                    raise ValueError(f"not a tf.train.Example: a map entry holds tag {tag}")
+                length = record[pos + 1]
+                length, pos = (length, pos + 2) if length < 0x80 else read(record, pos + 1)
+                if tag == 0x0A:
+                    key = bytes(record[pos:pos + length])
+                else:
+                    value = pos, pos + length
+                pos += length
+            f = wanted.get(key)
+            if f is not None and value is not None:
+                at = value[0]
+                kind_tag, length = record[at], record[at + 1]   # Feature: one list field
+                length, at = (length, at + 2) if length < 0x80 else read(record, at + 1)
+                out[f.name] = f.from_wire(_LIST_KINDS.get(kind_tag >> 3, "?"), record,
+                                          at, at + length)
+    missing = [f.name for f in features if f.name not in out]
+    if missing:
+        raise ValueError(f"feature {missing[0]!r} is missing")
+    return out
+
+
+def _list_values(kind: str, record: bytes, start: int, end: int) -> list:
+    """The values of a BytesList, FloatList or Int64List message, packed or not."""
+    values: list = []
+    for number, wire, v_start, v_end in _fields(record, start, end):
+        if number != 1:
+            continue
+        if kind == "bytes":
+            values.append(bytes(record[v_start:v_end]))
+        elif kind == "float":
+            values.append(np.frombuffer(record, "<f4", (v_end - v_start) // 4, v_start))
+        elif wire == 2:   # packed int64 varints
+            pos = v_start
+            while pos < v_end:
+                value, pos = _read_varint(record, pos)
+                values.append(value - (1 << 64) if value >= 1 << 63 else value)
+        else:
+            value = _read_varint(record, v_start)[0]
+            values.append(value - (1 << 64) if value >= 1 << 63 else value)
+    return values
+
+
 @dataclasses.dataclass(frozen=True)
 class Shard:
     file: str
     examples: int
+    index: Optional[str] = None   # its offset index (uncompressed shards only)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,8 +136,10 @@ def decode(meta: dict, parsed: dict) -> dict:
     for f in meta["features"]:
         stored, value = f["stored_as"], parsed[f["name"]]
         if "image_format" in stored:
-            frames = [[tf.io.decode_image(image, channels=stored["decoded_shape"][-1]).numpy()
-                       for image in window] for window in value.numpy()]
+            channels = stored["decoded_shape"][-1]
+            decode = (lambda data: tf.io.decode_jpeg(data, channels, dct_method="INTEGER_ACCURATE")
+                      if "jpeg_dct" in stored else tf.io.decode_png(data, channels))
+            frames = [[decode(image).numpy() for image in window] for window in value.numpy()]
             out[f["name"]] = np.array(frames)
         elif stored["list"] == "bytes_list" and "value_dtype" in stored:
             dtype = tf.dtypes.as_dtype(stored["value_dtype"])

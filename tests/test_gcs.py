@@ -39,7 +39,8 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
             "--num_shards", "2")
     names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/out"))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00002.tfrecord",
-                     "train-00001-of-00002.tfrecord", "videos.jsonl"]
+                     "train-00000-of-00002.tfrecord.index", "train-00001-of-00002.tfrecord",
+                     "train-00001-of-00002.tfrecord.index", "videos.jsonl"]
     _download(gcs, "bkt/out", tmp_path / "copy")
     examples = read_examples(tmp_path / "copy")
     assert len(examples) == read_dataset_json(tmp_path / "copy")["splits"]["train"]["windows"]
@@ -116,10 +117,11 @@ def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
     assert "already holds a dataset" in refused("gs://bkt/safe/out")
     names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/safe/out", refresh=True))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00001.tfrecord",
-                     "videos.jsonl"]
+                     "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
     _download(gcs, "bkt/safe/out", tmp_path / "copy")
     meta = json.loads(gcs.cat("bkt/safe/out/dataset.json"))
-    assert meta["files"] == ["failures.jsonl", "train-00000-of-00001.tfrecord", "videos.jsonl"]
+    assert meta["files"] == ["failures.jsonl", "train-00000-of-00001.tfrecord",
+                             "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
 
 
 def _latents_on_gcs(gcs, prefix: str, videos: int = 12, length: int = 40) -> None:
@@ -138,12 +140,14 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
             "--stride", "4", "--spill_buffer_mb", "0.01", "--num_shards", "2",
             "--temp_location", str(temp))
     counts = gcs_emulator.counts()
-    # on GCS: the lease, run.json, shards.json, 2 shards, failures.jsonl, dataset.json
-    assert counts.get("create", 0) + counts.get("upload", 0) <= 12, counts
+    # created on GCS: the lease, run.json, shards.json, 2 shards and their 2 indexes,
+    # failures.jsonl, videos.jsonl and dataset.json; no spill run
+    assert counts.get("create", 0) == 10, counts
     assert not os.listdir(temp)   # the local spill files are gone
     names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/spill_out", refresh=True))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00002.tfrecord",
-                     "train-00001-of-00002.tfrecord", "videos.jsonl"]
+                     "train-00000-of-00002.tfrecord.index", "train-00001-of-00002.tfrecord",
+                     "train-00001-of-00002.tfrecord.index", "videos.jsonl"]
     _download(gcs, "bkt/spill_out", tmp_path / "copy")
 
 

@@ -1,0 +1,188 @@
+"""Random access through the shard index, readers.numpy without TensorFlow, exact resume
+in both readers, and the PyTorch and Grain adapters."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import readers
+from readers.numpy import WindowSource, batches, epoch_order
+from conftest import (random_videos, read_dataset_json, run_job, solid_frames,
+                      write_frame_folder, write_manifest, write_videos)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("numpy")
+    rng = np.random.default_rng(2)
+    write_videos(str(root / "lat"), random_videos(rng, 12, lengths=(20, 40)), files=3)
+    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
+    write_videos(str(root / "half"), half, files=1)
+    write_frame_folder(root / "v", [np.asarray(f) for f in rng.integers(
+        0, 255, (9, 24, 32, 3), np.uint8)])
+    write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v",
+                                       "labels": list(range(9))}])
+    made = {}
+    for name, inp, extra in (
+            ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
+            ("float16", "half/*", []), ("png", "m.jsonl", ["--frame_encoding", "png"]),
+            ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
+            ("gzip", "lat/*", ["--compression", "gzip"])):
+        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
+        made[name] = str(root / name)
+    return made
+
+
+def _by_key(batch_dicts):
+    out = {}
+    for batch in batch_dicts:
+        for i, (vid, start) in enumerate(zip(batch["video_id"], batch["start"])):
+            vid = vid.numpy() if hasattr(vid, "numpy") else vid
+            out[(bytes(vid), int(start))] = {
+                k: (v[i].numpy() if hasattr(v, "numpy") else v[i]) for k, v in batch.items()}
+    return out
+
+
+def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):
+    meta = read_dataset_json(datasets["latent"])
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            assert shard["index"] == shard["file"] + ".index" and shard["index"] in meta["files"]
+            offsets = np.fromfile(os.path.join(datasets["latent"], shard["index"]), "<u8")
+            assert len(offsets) == shard["examples"] + 1
+            assert offsets[-1] == os.path.getsize(os.path.join(datasets["latent"], shard["file"]))
+    gzip = read_dataset_json(datasets["gzip"])
+    assert all(s["index"] is None for s in gzip["splits"]["train"]["shards"])
+
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    index = copy / meta["splits"]["train"]["shards"][0]["index"]
+    offsets = np.fromfile(index, "<u8").copy()
+    offsets[1] += 8
+    offsets.tofile(index)
+    result = subprocess.run([sys.executable, "-m", "readers.inspect", str(copy), "--verify"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "record 0 at byte 0 does not match" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["latent", "float16", "png", "jpeg"])
+def test_window_source_gives_the_tf_readers_values(datasets, kind):
+    path = datasets[kind]
+    source = WindowSource(path, "train")
+    assert len(source) == readers.load_spec(path).splits["train"].windows
+    ours = _by_key([{k: np.array([v]) if not isinstance(v, bytes) else [v]
+                     for k, v in source[i].items()} for i in range(len(source))])
+    theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
+    assert ours.keys() == theirs.keys()
+    for key, values in ours.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{kind} {name}")
+            if isinstance(value, np.ndarray):
+                assert value.dtype == theirs[key][name].dtype, name
+    floats = WindowSource(path, "train", float_pixels=True)[0]["window"]
+    assert floats.dtype == (np.float32 if kind != "float16" else np.float32)
+
+
+def test_window_source_refuses_what_it_cannot_do(datasets):
+    with pytest.raises(ValueError, match="random access needs uncompressed shards"):
+        WindowSource(datasets["gzip"])
+    with pytest.raises(ValueError, match=r"unknown feature\(s\) \['nope'\]"):
+        WindowSource(datasets["latent"], features=["window", "nope"])
+    with pytest.raises(IndexError):
+        WindowSource(datasets["latent"])[10_000]
+
+
+def test_readers_numpy_imports_neither_tensorflow_nor_beam(datasets):
+    code = ("import sys\nfrom readers.numpy import batches, WindowSource\n"
+            f"b = next(batches({datasets['png']!r}, 'train', 2))\n"
+            f"s = WindowSource({datasets['latent']!r}, 'test')[0]\n"
+            "print(b['window'].shape, 'tensorflow' in sys.modules, 'apache_beam' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.split() == ["(2,", "4,", "24,", "32,", "3)", "False", "False"], \
+        result.stderr[-2000:]
+
+
+def test_a_source_pickles_and_reads_in_another_process(datasets):
+    source = WindowSource(datasets["latent"], "train")
+    first = source[3]
+    clone = pickle.loads(pickle.dumps(source))
+    np.testing.assert_array_equal(clone[3]["window"], first["window"])
+
+
+def test_the_order_is_a_pure_function_of_seed_and_epoch_cut_per_host():
+    a = epoch_order(100, shuffle=True, seed=1, epoch=2, shard_index=0, num_shards=1)
+    assert np.array_equal(a, epoch_order(100, shuffle=True, seed=1, epoch=2, shard_index=0,
+                                         num_shards=1))
+    assert not np.array_equal(a, epoch_order(100, shuffle=True, seed=1, epoch=3,
+                                             shard_index=0, num_shards=1))
+    hosts = [epoch_order(100, shuffle=True, seed=1, epoch=2, shard_index=k, num_shards=3)
+             for k in range(3)]
+    assert all(len(h) == 33 for h in hosts)
+    assert len(set(np.concatenate(hosts))) == 99      # disjoint; one left over
+    assert np.array_equal(np.concatenate(hosts), a[:99])
+
+
+def test_batches_resume_exactly_at_any_step(datasets):
+    path = datasets["latent"]
+    full = [b["start"].tolist() + [v.decode() for v in b["video_id"]]
+            for b in batches(path, "train", 5, seed=4, epoch=1)]
+    assert len(full) >= 3
+    for step in range(len(full) + 1):
+        resumed = [b["start"].tolist() + [v.decode() for v in b["video_id"]]
+                   for b in batches(path, "train", 5, seed=4, epoch=1, start_step=step)]
+        assert resumed == full[step:], step
+    hosts = [list(batches(path, "train", 2, seed=4, shard_index=k, num_shards=2))
+             for k in range(2)]
+    assert len(hosts[0]) == len(hosts[1])
+    keys = [{(v, int(s)) for b in h for v, s in zip(b["video_id"], b["start"])} for h in hosts]
+    assert not keys[0] & keys[1]
+
+
+def test_the_tf_reader_resumes_exactly_from_a_checkpoint(datasets, tmp_path):
+    path = datasets["latent"]
+    windows = readers.load_spec(path).splits["train"].windows
+    steps = 2 * windows // 3 + 3            # past the first epoch's end
+
+    def keys(iterator, n):
+        return [[(v, int(s)) for v, s in zip(b["video_id"].numpy(), b["start"].numpy())]
+                for b in (next(iterator) for _ in range(n))]
+
+    straight = keys(iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True)), steps)
+    for stop in (1, steps // 2, windows // 3, steps - 2):
+        iterator = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True))
+        assert keys(iterator, stop) == straight[:stop]
+        saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / f"c{stop}" / "ckpt"))
+        resumed = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True))
+        tf.train.Checkpoint(iterator=resumed).restore(saved).assert_consumed()
+        assert keys(resumed, steps - stop) == straight[stop:], stop
+
+
+def test_pytorch_dataloader_workers_read_every_window_once(datasets):
+    torch = pytest.importorskip("torch")
+    source = WindowSource(datasets["latent"], "train")
+    loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True, num_workers=2,
+                                         generator=torch.Generator().manual_seed(0))
+    seen = []
+    for batch in loader:
+        assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
+        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+    assert len(seen) == len(set(seen)) == len(source)
+
+
+def test_grain_reads_a_window_source(datasets):
+    grain = pytest.importorskip("grain.python")
+    source = WindowSource(datasets["latent"], "train")
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=grain.IndexSampler(len(source), grain.NoSharding(), shuffle=True, seed=0,
+                                   num_epochs=1),
+        operations=[grain.Batch(4, drop_remainder=False)], worker_count=2)
+    seen = [(v, int(s)) for batch in loader
+            for v, s in zip(batch["video_id"], batch["start"])]
+    assert len(seen) == len(set(seen)) == len(source)
