@@ -14,7 +14,11 @@ VERSION = re.search(r'__version__ = "([^"]+)"',
 TENSORFLOW = "tensorflow-cpu==2.21.0"  # a GPU trainer may swap in its own tensorflow 2.21
 MEDIA = ["pillow==12.3.0", "av==18.1.0", "fsspec==2026.9.0", "gcsfs==2026.10.1"]
 BEAM = ["apache-beam[gcp]==2.77.0"]
-DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2", "gcp-storage-emulator==2026.7.19"]
+ONNX = ["onnxruntime==1.32.0", "onnx==1.23.2"]     # ONNX encoders (onnx: Beam's handler)
+TORCH = ["torch==2.13.0"]                          # PyTorch encoders, the DataLoader adapter
+GRAIN = ["grain==0.2.18"]                          # the Grain adapter
+DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2",
+       "gcp-storage-emulator==2026.7.19", *ONNX]   # CI tests the ONNX encoders too
 
 setup(
     name="video-window-shards",
@@ -24,6 +28,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
     install_requires=[TENSORFLOW, "numpy>=1.26", "google-crc32c==1.9.0", *MEDIA],
-    extras_require={"beam": BEAM, "dev": BEAM + DEV},
+    extras_require={"beam": BEAM, "onnx": ONNX, "torch": TORCH, "grain": GRAIN,
+                    "dev": BEAM + DEV},
     entry_points={"console_scripts": ["readers.inspect = readers.inspect:main"]},
 )

@@ -16,7 +16,7 @@ import numpy as np
 from apache_beam.utils import shared
 
 from beam_jobs import keys, progress, windows
-from beam_jobs.encode import EncoderSpec, encode_frames, load_encoder
+from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
 from readers import spec as spec_lib
 
@@ -62,13 +62,17 @@ class VideoCount(NamedTuple):
     source: str = ""
     record_index: Optional[int] = None
     source_fps: Optional[float] = None   # a video file's frame rate
+    encoder_device: Optional[str] = None # where the encoder ran on its frames
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""
-        return {"video_id": self.video_id, "split": self.split, "source": self.source,
-                "record_index": self.record_index, "frames": self.frames,
-                "windows": self.windows, "bad_frames": self.bad_frames,
-                "source_fps": self.source_fps}
+        row = {"video_id": self.video_id, "split": self.split, "source": self.source,
+               "record_index": self.record_index, "frames": self.frames,
+               "windows": self.windows, "bad_frames": self.bad_frames,
+               "source_fps": self.source_fps}
+        if self.encoder_device:
+            row["encoder_device"] = self.encoder_device
+        return row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +109,9 @@ class CutWindows(beam.DoFn):
         c = self._progress_config
         self._progress = progress.Progress(c.total_videos, c.workers, c.interval)
         if self._encoder:  # once per worker process, whatever the number of DoFn copies
-            path = self._encoder.path
-            self._encode = self._shared_model.acquire(lambda: load_encoder(path), tag=path)
+            spec = self._encoder
+            self._encode = self._shared_model.acquire(
+                lambda: load_encoder(spec), tag=f"{spec.name}@{spec.device}")
 
     def finish_bundle(self):
         self._progress.log()
@@ -133,7 +138,7 @@ class CutWindows(beam.DoFn):
                 "where": frame.where, "reason": frame.reason})
         yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(
             split, len(examples), len(bad_frames), frames, video.video_id, video.source,
-            video.record_index, info.get("source_fps")))
+            video.record_index, info.get("source_fps"), info.get("encoder_device")))
 
     def _cut(self, video, split: str, info: dict) -> tuple[list[KeyedExample], int, list]:
         """All the video's examples, its frame count, and its bad frames (index, Frame);
@@ -149,6 +154,7 @@ class CutWindows(beam.DoFn):
 
         frames = counted(video.frames(info))
         if self._encoder:
+            info["encoder_device"] = self._encode.device
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
         video_id = video.video_id.encode("utf-8")

@@ -114,11 +114,13 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     dataset = spec_lib.DatasetSpec(
         window=config.windows.to_json(), features=tuple(config.features),
         compression=config.compression, failures=failed, flags=dict(config.flags),
-        encoder=config.encoder, run_id=run.run_id,
+        run_id=run.run_id,
         files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
                            + list(sidecars))),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
-        labels=config.labels,
+        labels=config.labels, encoder=config.encoder and {
+            **config.encoder, "devices_used": sorted({v.encoder_device for v in videos
+                                                       if v.encoder_device})},
         splits={split: spec_lib.SplitInfo(
                     **counts.get(split, empty),
                     shards=tuple(spec_lib.Shard(s.file, s.examples, s.offsets)

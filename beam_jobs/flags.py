@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import keys, paths, windows
+from beam_jobs.encoders import DEVICES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
 from readers import spec as spec_lib
 
@@ -138,13 +139,24 @@ def build_parser() -> argparse.ArgumentParser:
                           "%(default)s, 256 MiB)")
     enc = p.add_argument_group("frame encoder (pixel input)")
     enc.add_argument("--encoder", default=None,
-                     help="a Keras .keras file or a TensorFlow SavedModel directory (local or "
-                          "gs://) mapping frames [B, H, W, C] to latents [B, ...]: windows "
-                          "then hold latents instead of pixels")
+                     help="a model mapping frames [B, H, W, C] (or [B, C, H, W], see "
+                          "--encoder_layout) to latents [B, ...], local or gs://: a Keras "
+                          ".keras file, a TensorFlow SavedModel directory, an ONNX .onnx "
+                          "file, a torch.export .pt2 or a TorchScript .pt file; windows then "
+                          "hold latents instead of pixels")
     enc.add_argument("--encoder_input_scale", type=number(float, 0, 1e6, low_open=True),
                      default=1 / 255,
                      help="uint8 pixels are multiplied by this into the model's float32 "
                           "input (default: 1/255, i.e. [0, 1])")
+    enc.add_argument("--encoder_input_offset", type=number(float, -1e6, 1e6), default=0.0,
+                     help="then this is added: -1 with a scale of 2/255 gives [-1, 1] "
+                          "(default: %(default)s)")
+    enc.add_argument("--encoder_layout", choices=LAYOUTS, default="channels_last",
+                     help="channels_first feeds the model [B, C, H, W], as most PyTorch "
+                          "models want (default: %(default)s)")
+    enc.add_argument("--encoder_device", choices=DEVICES, default="auto",
+                     help="where the model runs: a GPU when the worker has one (auto), or "
+                          "cpu or cuda by force (default: %(default)s)")
     enc.add_argument("--encoder_batch_size", type=number(int, 1, 65536), default=32,
                      help="frames per model call (default: %(default)s)")
     enc.add_argument("--latent_dtype", choices=("float32", "float16"), default="float32",
@@ -296,6 +308,8 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, li
     if args.encoder and args.input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
+    if args.encoder and missing_extra(args.encoder):
+        parser.error(f"--encoder: {missing_extra(args.encoder)}")
     return args, pipeline_args
 
 

@@ -104,13 +104,14 @@ def _pixel_source(args: argparse.Namespace) -> Source:
         entries = video_file_entries([p for p, _ in args.input_files], args.input_root)
         manifest_failures = []
     # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
-    encoding = "raw" if args.encoder else args.frame_encoding
+    encoding = "raw" if args.encoder or args.encoder_handler else args.frame_encoding
     codec = FrameCodec(args.frame_size or (0, 0), args.channels, encoding,
                        args.jpeg_quality, resize=args.frame_size is not None)
     fmt = probe_pixel_format(entries, PixelFormat(
         codec, fps=args.fps, max_frames=args.max_frames, on_bad_frame=args.on_bad_frame,
         max_frame_bytes=args.max_frame_bytes, allow_nonfinite=args.allow_nonfinite))
-    encoder = _probe_encoder(args, fmt.codec.frame_shape) if args.encoder else None
+    encoder = (_probe_encoder(args, fmt.codec.frame_shape)
+               if args.encoder or args.encoder_handler else None)
     if encoder:
         window = spec_lib.FeatureSpec.for_array(
             "window", (args.window, *encoder.latent_shape), encoder.latent_dtype)
@@ -147,11 +148,13 @@ def _pixel_source(args: argparse.Namespace) -> Source:
 def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
     """Load the encoder once here, so that a model that cannot serve stops the job
     before any video is processed."""
-    from beam_jobs.encode import EncoderError, EncoderSpec, probe
+    from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 
     try:
-        return probe(EncoderSpec(args.encoder, args.encoder_input_scale,
-                                 args.encoder_batch_size, args.latent_dtype), frame_shape)
+        return probe(EncoderSpec(
+            args.encoder, args.encoder_handler, args.encoder_input_scale,
+            args.encoder_input_offset, args.encoder_layout, args.encoder_batch_size,
+            args.latent_dtype, args.encoder_device), frame_shape)
     except EncoderError as e:
         refuse(f"--encoder: {e}")
 
@@ -175,7 +178,7 @@ def _job_flags(args: argparse.Namespace) -> dict:
     """The flags that apply to this input (no frame flags for latents, no encoder flags
     without --encoder), as dataset.json records them; `shuffle` as resolved."""
     flags = {k: v for k, v in vars(args).items() if k in applicable_flags(
-        args.input_kind, bool(args.encoder))}
+        args.input_kind, bool(args.encoder or args.encoder_handler))}
     flags["shuffle"] = args.shuffle_mode
     for name in ("sequence_shape", "frame_size"):
         if flags.get(name):
@@ -227,13 +230,19 @@ def _counter(result, name: str) -> int:
     return sum(c.committed or 0 for c in counters)
 
 
-def run(argv: Optional[list[str]] = None, started: Optional[float] = None
-        ) -> beam.runners.runner.PipelineResult:
+def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
+        encoder: Any = None) -> beam.runners.runner.PipelineResult:
     """Run the job; SystemExit with a one-line message for bad flags or too many failures.
     `started` (time.monotonic()) is when the command started, for the summary's elapsed
-    time (default: now)."""
+    time (default: now). `encoder`: any Beam RunInference ModelHandler, used as the frame
+    encoder instead of an --encoder file (its load_model once per worker, its
+    run_inference on each batch of --encoder_batch_size frames)."""
     started = time.monotonic() if started is None else started
     args, pipeline_args = parse_args(argv)
+    args.encoder_handler = encoder
+    if encoder is not None and (args.encoder or args.input_kind == "latents"):
+        refuse("encoder=: a ModelHandler encodes frames: give it without --encoder, with "
+               "a manifest or video files as --input")
     options = PipelineOptions(pipeline_args)
     args.shuffle_mode = shuffle_mode(args.shuffle, runner_name(pipeline_args))
     # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the

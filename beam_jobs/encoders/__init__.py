@@ -1,0 +1,230 @@
+"""The optional frame encoder: frames [B, H, W, C] -> latents [B, ...], in the job.
+
+Kinds, picked by the model's file (each library an optional extra, asked for by name
+when missing, before any work):
+
+    .keras                 Keras 3 (safe mode)                      tensorflow
+    a directory            TensorFlow SavedModel, serving_default    tensorflow
+    .onnx                  ONNX, run with onnxruntime                [onnx]
+    .pt2                   a torch.export program                   [torch]
+    .pt                    TorchScript                               [torch]
+    a Beam ModelHandler    (Python API: run(argv, encoder=handler))  its own
+
+Why a DoFn with `apache_beam.utils.shared.Shared` and not `RunInference`: RunInference
+batches the elements of a PCollection, so frames would have to travel as elements and be
+grouped back into videos (a GroupByKey, which FnApiRunner holds in memory) to be windowed
+in order. Here the encoder runs inside the frame stream of one video, in batches of
+--encoder_batch_size, and the model is loaded once per worker process through Shared. A
+Beam ModelHandler fits that stream as it is: its `load_model` loads once per worker, its
+`run_inference` encodes a batch.
+
+On a worker with a GPU (CUDA for PyTorch and onnxruntime; TensorFlow's own GPU build)
+the model runs there (--encoder_device auto), frames moved a batch at a time and latents
+brought back as numpy; `cpu` or `cuda` force it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Iterator, Optional
+
+import fsspec
+import numpy as np
+
+from beam_jobs.sources.base import BadRecord, Frame, check_finite
+
+LATENT_DTYPES = ("float32", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+LAYOUTS = ("channels_last", "channels_first")
+# suffix -> (kind, the module it needs, the extra that installs it)
+KINDS = {".keras": ("keras", "tensorflow", None), ".onnx": ("onnx", "onnxruntime", "onnx"),
+         ".pt2": ("torch_export", "torch", "torch"), ".pt": ("torchscript", "torch", "torch")}
+
+
+class EncoderError(ValueError):
+    """The model cannot be loaded, or its output cannot be windowed."""
+
+
+@dataclasses.dataclass
+class Encoder:
+    """A loaded model: float32 frames [B, ...] -> latents [B, ...] as numpy."""
+    call: Callable[[np.ndarray], np.ndarray]
+    kind: str
+    library: str           # the library that runs it, with its version
+    device: str            # where it runs: cpu, cuda:0, ...
+
+    def __call__(self, frames: np.ndarray) -> np.ndarray:
+        return self.call(frames)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+    path: Optional[str] = None          # a model file or directory
+    handler: Any = None                 # or a Beam ModelHandler
+    input_scale: float = 1 / 255        # the model's input: pixels * scale + offset
+    input_offset: float = 0.0
+    layout: str = "channels_last"       # channels_first: frames fed as [B, C, H, W]
+    batch_size: int = 32
+    latent_dtype: str = "float32"
+    device: str = "auto"                # asked for: auto, cpu or cuda
+    latent_shape: tuple[int, ...] = ()  # fixed by `probe`
+    input_shape: tuple[int, ...] = ()   # (H, W, C) of one frame
+    kind: str = ""                      # fixed by `probe`, with the two below
+    library: str = ""
+    probed_device: str = ""             # where the launcher's probe ran it
+
+    @property
+    def name(self) -> str:
+        return self.path or f"a {type(self.handler).__name__}"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "kind": self.kind, "library": self.library,
+                "handler": None if self.handler is None else type(self.handler).__name__,
+                "device_requested": self.device, "input_shape": list(self.input_shape),
+                "input_scale": self.input_scale, "input_offset": self.input_offset,
+                "layout": self.layout, "output_shape": list(self.latent_shape),
+                "latent_dtype": self.latent_dtype, "batch_size": self.batch_size,
+                "sha256": checksum(self.path) if self.path else None}
+
+
+def kind_of(path: str) -> str:
+    """The kind of model at `path`, from its name: a directory is a SavedModel."""
+    for suffix, (kind, _, _) in KINDS.items():
+        if path.lower().rstrip("/").endswith(suffix):
+            return kind
+    return "savedmodel"
+
+
+def missing_extra(path: str) -> Optional[str]:
+    """A one-line reason when the library the model at `path` needs is not installed."""
+    for suffix, (_, module, extra) in KINDS.items():
+        if path.lower().rstrip("/").endswith(suffix) and not _installed(module):
+            how = f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
+            return f"{os.path.basename(path)} needs {module}, which is not installed: install with {how}"
+    return None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):   # a module set to None in sys.modules
+        return False
+
+
+@contextlib.contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """The model at `path` as a local path; gs://, memory:// and other schemes are
+    copied to a temp directory, removed again once the model is loaded."""
+    if "://" not in path or path.startswith("file://"):
+        yield path.removeprefix("file://")
+        return
+    fs, remote = fsspec.core.url_to_fs(path)
+    directory = tempfile.mkdtemp(prefix="encoder-")
+    try:
+        local = os.path.join(directory, os.path.basename(remote.rstrip("/")))
+        fs.get(remote, local, recursive=fs.isdir(remote))
+        yield local
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def load_encoder(spec: EncoderSpec) -> Encoder:
+    """The model of `spec`, loaded on its device. EncoderError when it cannot be."""
+    if spec.handler is not None:
+        from beam_jobs.encoders import beam_handlers
+        return beam_handlers.load(spec.handler)
+    kind = kind_of(spec.path)
+    if kind in ("keras", "savedmodel"):
+        from beam_jobs.encoders import tensorflow_models as backend
+    elif kind == "onnx":
+        from beam_jobs.encoders import onnx_models as backend
+    else:
+        from beam_jobs.encoders import torch_models as backend
+    try:
+        with local_copy(spec.path) as local:
+            return backend.load(local, kind, spec.device)
+    except EncoderError:
+        raise
+    except Exception as e:
+        raise EncoderError(f"cannot load {spec.path}: {type(e).__name__}: {e}") from None
+
+
+def model_input(frames: np.ndarray, spec: EncoderSpec) -> np.ndarray:
+    """uint8 frames [B, H, W, C] -> the model's float32 input."""
+    x = frames.astype(np.float32) * np.float32(spec.input_scale)
+    if spec.input_offset:
+        x += np.float32(spec.input_offset)
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if spec.layout == "channels_first" else x
+
+
+def probe(spec: EncoderSpec, frame_shape: tuple[int, int, int]) -> EncoderSpec:
+    """Load the model and check on a batch of zeros that its output can be windowed."""
+    encoder = load_encoder(spec)
+    try:
+        out = np.asarray(encoder(model_input(np.zeros((2, *frame_shape), np.uint8), spec)))
+    except Exception as e:
+        raise EncoderError(f"{spec.name} fails on frames of shape {list(frame_shape)}: "
+                           f"{type(e).__name__}: {e}") from None
+    if out.ndim < 2 or out.shape[0] != 2:
+        raise EncoderError(f"{spec.name} maps a batch of 2 frames to shape {list(out.shape)}; "
+                           "it must keep the batch dimension: [B, ...]")
+    if out.dtype.kind != "f":
+        raise EncoderError(f"{spec.name} outputs {out.dtype}, not floats")
+    return dataclasses.replace(spec, latent_shape=tuple(out.shape[1:]),
+                               input_shape=tuple(frame_shape), kind=encoder.kind,
+                               library=encoder.library, probed_device=encoder.device)
+
+
+def checksum(path: str) -> str:
+    """sha256 of a model file, or over a model directory's files (relative names and
+    contents, in sorted order)."""
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.isdir(root):
+        return hashlib.sha256(fs.cat_file(root)).hexdigest()
+    digest = hashlib.sha256()
+    for name in sorted(fs.find(root)):
+        digest.update(os.path.relpath(name, root).encode("utf-8"))
+        digest.update(fs.cat_file(name))
+    return digest.hexdigest()
+
+
+def encode_frames(frames: Iterator[Frame], encode: Callable[[np.ndarray], np.ndarray],
+                  spec: EncoderSpec, allow_nonfinite: bool = False) -> Iterator[Frame]:
+    """Frames of pixels -> frames of latents, in order, encoded `batch_size` at a time.
+
+    Masked frames are not fed to the model: their latent is zeros. A model that fails on
+    a batch, or gives NaN or Inf (unless `allow_nonfinite`), fails the video.
+    """
+    zeros = np.zeros(spec.latent_shape, spec.latent_dtype)
+    pending: list[Frame] = []
+    valid = 0
+
+    def flush() -> Iterator[Frame]:
+        batch = [f.data for f in pending if f.valid]
+        latents = iter(())
+        if batch:
+            try:
+                out = np.asarray(encode(model_input(np.stack(batch), spec)))
+            except Exception as e:
+                raise BadRecord(f"the encoder failed: {type(e).__name__}: {e}") from None
+            if out.shape != (len(batch), *spec.latent_shape):
+                raise BadRecord(f"the encoder gave {list(out.shape)} for {len(batch)} frames")
+            if not allow_nonfinite:
+                check_finite(out, "the encoder's latents")
+            latents = iter(out.astype(spec.latent_dtype))
+        for frame in pending:
+            yield frame._replace(data=next(latents) if frame.valid else zeros)
+        pending.clear()
+
+    for frame in frames:
+        pending.append(frame)
+        valid += frame.valid
+        if valid == spec.batch_size:
+            yield from flush()
+            valid = 0
+    yield from flush()
