@@ -35,5 +35,5 @@ def tensorflow() -> ModuleType:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" not in sys.modules:
         with _stderr_to_devnull():
-            import tensorflow  # noqa: F401
+            import tensorflow  # noqa: F401 (imported for its side effect: loaded)
     return sys.modules["tensorflow"]

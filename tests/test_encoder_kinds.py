@@ -2,7 +2,6 @@
 it), PyTorch where torch is; one small model (a convolution and a pooling) built in each
 from the same weights gives the same latents, and each kind gives exactly what its own
 library gives when called directly."""
-import json
 import os
 import subprocess
 import sys

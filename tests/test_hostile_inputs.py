@@ -11,7 +11,6 @@ import pytest
 from PIL import Image
 
 import readers
-from beam_jobs import make_shards
 from conftest import (latent_example, read_dataset_json, read_examples, run_job, solid_frames,
                       write_frame_folder, write_manifest, write_records, write_video)
 

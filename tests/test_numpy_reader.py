@@ -1,6 +1,5 @@
 """Random access through the shard index, readers.numpy without TensorFlow, exact resume
 in both readers, and the PyTorch and Grain adapters."""
-import json
 import os
 import pickle
 import subprocess
@@ -12,7 +11,7 @@ import tensorflow as tf
 
 import readers
 from readers.numpy import WindowSource, batches, epoch_order
-from conftest import (random_videos, read_dataset_json, run_job, solid_frames,
+from conftest import (random_videos, read_dataset_json, run_job,
                       write_frame_folder, write_manifest, write_videos)
 
 

@@ -1,8 +1,9 @@
 """The shard format, in one place: dataset.json, shard names and the example features.
 
-The Beam job writes with `encode_example` and `DatasetSpec.to_json`; the reader parses
-with `FeatureSpec.parse_feature` and `FeatureSpec.decode`. Nothing else in the project
-knows how a window is laid out in a `tf.train.Example`.
+The Beam job writes with `encode_example` and `DatasetSpec.to_json`; the tf.data reader
+parses with `FeatureSpec.parse_feature` and `FeatureSpec.decode`, readers.numpy with
+`decode_example`. Nothing else in the project knows how a window is laid out in a
+`tf.train.Example`; the protobuf wire format itself is in `readers.spec.wire`.
 
 TensorFlow is imported where it is used, not at the top: the Beam job checks its flags
 and output directory against these names before it imports TensorFlow, whose import
@@ -14,9 +15,12 @@ import dataclasses
 import functools
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
+
+from readers.spec.wire import (ENCODINGS, IMAGE_ENCODINGS, list_values, read_varint)
+from readers.spec.wire import decode_example, encode_example  # noqa: F401 (the format's API)
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -31,15 +35,6 @@ MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
                      "undecodable): its values are zeros and its label 0"}
 
-# How a feature's values sit in the Example:
-#   float: a FloatList of float32 (parsed by memcpy, the fastest path)
-#   int64: an Int64List
-#   bytes: one BytesList entry (a string scalar)
-#   raw:   one BytesList entry holding the little-endian array bytes (dtypes that a
-#          FloatList would not keep, float16 or float64)
-#   png, jpeg: a BytesList of L encoded frames of a uint8 [L, H, W, C] window
-IMAGE_ENCODINGS = ("png", "jpeg")
-ENCODINGS = ("float", "int64", "bytes", "raw") + IMAGE_ENCODINGS
 _SUFFIX = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 
@@ -140,13 +135,13 @@ class FeatureSpec:
         if kind != expected:
             raise ValueError(f"feature {self.name!r} is a {kind} list, not {expected}")
         if end > start and record[start] == 0x0A:      # the usual: one field of values
-            length, at = _read_varint(record, start + 1)
+            length, at = read_varint(record, start + 1)
             if at + length == end:
                 if self.encoding == "float":             # packed floats: one view
                     return np.frombuffer(record, "<f4", length // 4, at).reshape(self.shape)
                 if self.encoding == "bytes":
                     return bytes(record[at:end])
-        values = _list_values(kind, record, start, end)
+        values = list_values(kind, record, start, end)
         if self.encoding == "float":
             array = values[0] if len(values) == 1 else (
                 np.concatenate(values) if values else np.zeros(0, "<f4"))
@@ -222,183 +217,6 @@ def window_features(window: FeatureSpec, metadata_length: int = 0,
         features.append(FeatureSpec("metadata", (metadata_length,), "float32", "float"))
     return features + [FeatureSpec("video_id", (), "string", "bytes"),
                        FeatureSpec("start", (), "int64", "int64")]
-
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1  # a negative int64 is ten bytes of two's complement
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field: tag, length, payload."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _feature(f: FeatureSpec, value: Any) -> bytes:
-    """A tf.train.Feature's wire bytes: bytes_list = 1, float_list = 2, int64_list = 3,
-    each a message whose field 1 holds the (packed) values."""
-    if f.encoding == "bytes":
-        return _field(1, _field(1, value))
-    if f.encoding in IMAGE_ENCODINGS:
-        if len(value) != f.shape[0]:
-            raise ValueError(f"feature {f.name!r}: {len(value)} frames, not {f.shape[0]}")
-        return _field(1, b"".join(_field(1, v) for v in value))
-    array = np.asarray(value, dtype=f.dtype)
-    if array.shape != f.shape:
-        raise ValueError(f"feature {f.name!r}: shape {array.shape} != {f.shape}")
-    if f.encoding == "float":
-        payload = array.astype("<f4", copy=False).tobytes()
-        return _field(2, _field(1, payload) if payload else b"")
-    if f.encoding == "int64":
-        payload = b"".join(_varint(int(v)) for v in array.ravel())
-        return _field(3, _field(1, payload) if payload else b"")
-    return _field(1, _field(1, array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()))
-
-
-def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> bytes:
-    """Serialize one window as a tf.train.Example; `values` holds one value per feature.
-
-    Written in the protobuf wire format directly, the bytes that TensorFlow's
-    `SerializeToString(deterministic=True)` gives (map entries sorted by key), for two
-    reasons: building the message through the protobuf API copies arrays value by value
-    (8 ms for 20k floats against microseconds), and a Beam worker then never imports
-    TensorFlow (about 7 CPU-seconds and 300 MB per worker process).
-    """
-    entries = sorted((f.name.encode("utf-8"), _feature(f, values[f.name])) for f in features)
-    return _field(1, b"".join(_field(1, _field(1, key) + _field(2, feature))
-                              for key, feature in entries))
-
-
-_LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    byte = buf[pos]
-    if byte < 0x80:    # the common case: one byte
-        return byte, pos + 1
-    value, shift = byte & 0x7F, 7
-    while True:
-        pos += 1
-        byte = buf[pos]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos + 1
-        shift += 7
-
-
-def _skip(buf: bytes, pos: int, wire: int) -> int:
-    """The position after a field's value of this wire type."""
-    if wire == 0:
-        return _read_varint(buf, pos)[1]
-    if wire == 2:
-        length, pos = _read_varint(buf, pos)
-        return pos + length
-    if wire in (1, 5):
-        return pos + (8 if wire == 1 else 4)
-    raise ValueError(f"not a tf.train.Example: wire type {wire}")
-
-
-def _fields(buf: bytes, pos: int, end: int):
-    """(field number, wire type, start, end) of each field of a message in buf[pos:end];
-    for a length-delimited field, [start, end) is its payload."""
-    while pos < end:
-        tag, pos = _read_varint(buf, pos)
-        wire = tag & 7
-        if wire == 2:
-            length, pos = _read_varint(buf, pos)
-            yield tag >> 3, wire, pos, pos + length
-            pos += length
-        else:
-            after = _skip(buf, pos, wire)
-            yield tag >> 3, wire, pos, after
-            pos = after
-
-
-@functools.lru_cache(maxsize=64)
-def _by_key(features: tuple[FeatureSpec, ...]) -> dict[bytes, FeatureSpec]:
-    return {f.name.encode("utf-8"): f for f in features}
-
-
-def decode_example(features: list[FeatureSpec], record: Union[bytes, bytearray],
-                   start: int = 0, end: Optional[int] = None) -> dict[str, Any]:
-    """A serialized tf.train.Example -> {name: value as stored}: float and int64 features
-    as numpy arrays of their shape (views of `record`: writable when it is a bytearray),
-    `bytes` as bytes, `raw` as a
-    little-endian numpy array, png/jpeg as a list of encoded frames. The inverse of
-    `encode_example`, in numpy alone (readers.numpy reads without TensorFlow); it reads
-    any valid encoding of such an Example (packed or not), and raises ValueError on a
-    record that does not fit. The record may be a slice [start, end) of a larger buffer
-    (indexing a bytes or bytearray is cheaper than indexing a memoryview).
-
-    One flat loop over the map entries (a reader calls it for every window: tens of
-    thousands a second), descending only into the features it wants."""
-    wanted = _by_key(tuple(features))
-    read = _read_varint
-    out = {}
-    for number, _, first, last in _fields(record, start, len(record) if end is None else end):
-        if number != 1:                              # Example.features
-            continue
-        pos = first
-        while pos < last:                            # Features.feature: map entries
-            tag = record[pos]                        # tags and key lengths are one byte;
-            pos += 1                                 # longer varints take the slow path
-            if tag != 0x0A:                          # not field 1, length-delimited
-                if tag >= 0x80:
-                    tag, pos = read(record, pos - 1)
-                pos = _skip(record, pos, tag & 7)
-                continue
-            length = record[pos]
-            length, pos = (length, pos + 1) if length < 0x80 else read(record, pos)
-            entry_end = pos + length
-            key = value = None
-            while pos < entry_end:                   # key = 1, value = 2: nothing else
-                tag = record[pos]
-                if tag not in (0x0A, 0x12):
-                    raise ValueError(f"not a tf.train.Example: a map entry holds tag {tag}")
-                length = record[pos + 1]
-                length, pos = (length, pos + 2) if length < 0x80 else read(record, pos + 1)
-                if tag == 0x0A:
-                    key = bytes(record[pos:pos + length])
-                else:
-                    value = pos, pos + length
-                pos += length
-            f = wanted.get(key)
-            if f is not None and value is not None:
-                at = value[0]
-                kind_tag, length = record[at], record[at + 1]   # Feature: one list field
-                length, at = (length, at + 2) if length < 0x80 else read(record, at + 1)
-                out[f.name] = f.from_wire(_LIST_KINDS.get(kind_tag >> 3, "?"), record,
-                                          at, at + length)
-    missing = [f.name for f in features if f.name not in out]
-    if missing:
-        raise ValueError(f"feature {missing[0]!r} is missing")
-    return out
-
-
-def _list_values(kind: str, record: bytes, start: int, end: int) -> list:
-    """The values of a BytesList, FloatList or Int64List message, packed or not."""
-    values: list = []
-    for number, wire, v_start, v_end in _fields(record, start, end):
-        if number != 1:
-            continue
-        if kind == "bytes":
-            values.append(bytes(record[v_start:v_end]))
-        elif kind == "float":
-            values.append(np.frombuffer(record, "<f4", (v_end - v_start) // 4, v_start))
-        elif wire == 2:   # packed int64 varints
-            pos = v_start
-            while pos < v_end:
-                value, pos = _read_varint(record, pos)
-                values.append(value - (1 << 64) if value >= 1 << 63 else value)
-        else:
-            value = _read_varint(record, v_start)[0]
-            values.append(value - (1 << 64) if value >= 1 << 63 else value)
-    return values
 
 
 @dataclasses.dataclass(frozen=True)
