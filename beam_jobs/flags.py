@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import keys, paths, windows
-from beam_jobs.encoders import DEVICES, LAYOUTS, missing_extra
+from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
 from readers import spec as spec_lib
 
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "cpu or cuda by force (default: %(default)s)")
     enc.add_argument("--encoder_batch_size", type=number(int, 1, 65536), default=32,
                      help="frames per model call (default: %(default)s)")
-    enc.add_argument("--latent_dtype", choices=("float32", "float16"), default="float32",
+    enc.add_argument("--latent_dtype", choices=LATENT_DTYPES, default="float32",
                      help="how latents are stored; float16 halves the storage "
                           "(default: %(default)s)")
     win = p.add_argument_group("windows")

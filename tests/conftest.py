@@ -60,6 +60,15 @@ def run_job(input_glob: str, output_dir: str, *extra: str) -> None:
             assert_verified(output_dir)
 
 
+def run_jobs(root, jobs) -> dict[str, str]:
+    """Build one small dataset per (name, input under root, extra flags); name -> its path."""
+    made = {}
+    for name, inp, extra in jobs:
+        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
+        made[name] = str(root / name)
+    return made
+
+
 def assert_verified(output_dir) -> None:
     """When `output_dir` holds a dataset, every record of it checks out."""
     if str(output_dir).startswith("gs://") or not os.path.exists(

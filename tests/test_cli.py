@@ -12,8 +12,8 @@ import tensorflow as tf
 
 import readers
 from beam_jobs import make_shards
-from conftest import (random_videos, read_dataset_json, read_examples, run_job, solid_frames,
-                      write_frame_folder, write_manifest, write_videos)
+from conftest import (random_videos, read_dataset_json, read_examples, run_job, run_jobs,
+                      solid_frames, write_frame_folder, write_manifest, write_videos)
 
 NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
          "semi_persistent_directory", "Traceback")
@@ -160,15 +160,11 @@ def datasets(tmp_path_factory):
     write_frame_folder(root / "v", solid_frames(7))
     (root / "v.csv").write_text("heat,smoke\n" + "\n".join(f"{i},{2 * i}" for i in range(7)))
     write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v", "labels": "v.csv"}])
-    made = {}
-    for name, inp, extra in (
-            ("latent", "lat/*", []), ("gzip", "lat/*", ["--compression", "gzip"]),
-            ("float16", "half/*", []), ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
-            ("png", "m.jsonl", ["--frame_encoding", "png"]),
-            ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"])):
-        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
-        made[name] = str(root / name)
-    return made
+    return run_jobs(root, (
+        ("latent", "lat/*", []), ("gzip", "lat/*", ["--compression", "gzip"]),
+        ("float16", "half/*", []), ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
+        ("png", "m.jsonl", ["--frame_encoding", "png"]),
+        ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"])))
 
 
 @pytest.mark.parametrize("kind", ["latent", "gzip", "float16", "raw", "png", "jpeg"])
@@ -214,3 +210,21 @@ def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):
     with pytest.raises(ValueError, match=r"has 3 windows, fewer than batch_size 4"):
         readers.make_dataset(datasets["png"], batch_size=4)
     assert len(list(readers.make_dataset(datasets["png"], batch_size=4, repeat=True).take(2))) == 2
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--fps", "inf"), ("--fps", "nan"), ("--fps", "-1"), ("--shard_size_mb", "nan"),
+    ("--shard_size_mb", "0.0000001"), ("--shuffle_bucket_mb", "inf"), ("--window", "abc"),
+    ("--max_frame_bytes", "0"), ("--encoder_input_scale", "nan"), ("--seed", "-3"),
+])
+def test_numbers_out_of_range_are_refused_before_tensorflow(tmp_path, flag, value):
+    code = ("import sys\nfrom beam_jobs import make_shards\n"
+            f"try:\n    make_shards.run(['--input', 'x.jsonl', '--output_dir', 'o', "
+            f"'--window', '4', {flag!r}, {value!r}])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert flag in last and "Traceback" not in result.stderr
+    assert "_positive" not in last and "invalid" not in last

@@ -1,6 +1,7 @@
 """A frame encoder inside the job: latent windows from pixel videos."""
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -10,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import read_dataset_json, read_examples, run_job, write_frame_folder, write_manifest
+from conftest import (read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
+                      write_manifest)
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +132,23 @@ def test_a_model_failing_on_one_video_fails_only_that_video(tmp_path, videos):
     (row,) = [json.loads(line) for line in open(tmp_path / "out" / "failures.jsonl")]
     assert row["video_id"] == "a" and "the encoder failed" in row["reason"]
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"b"}
+
+
+def test_encoder_copies_of_remote_models_are_removed(tmp_path):
+    import tempfile
+
+    import fsspec
+    import keras
+
+    model = keras.Sequential([keras.Input((24, 32, 3)), keras.layers.GlobalAveragePooling2D()])
+    model.save(tmp_path / "enc.keras")
+    fs = fsspec.filesystem("memory")
+    fs.put(str(tmp_path / "enc.keras"), "/models/enc.keras")
+    write_frame_folder(tmp_path / "v", solid_frames(6))
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
+    before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("encoder-")}
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
+            "--encoder", "memory://models/enc.keras")
+    after = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("encoder-")}
+    assert after == before
+    assert len(read_examples(tmp_path / "out")) == 2

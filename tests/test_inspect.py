@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import (random_videos, run_job, solid_frames, write_frame_folder, write_manifest,
-                      write_videos)
+from conftest import (latent_example, random_videos, read_dataset_json, run_job, solid_frames,
+                      write_frame_folder, write_manifest, write_records, write_videos)
 from readers import inspect, preview
 
 
@@ -174,3 +174,24 @@ def test_stats(pixel_dataset):
 def test_a_directory_without_dataset_json_is_refused(tmp_path):
     result = _cli(str(tmp_path))
     assert result.returncode == 2 and "not a finished dataset" in result.stderr
+
+
+def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path):
+    write_records(str(tmp_path / "in" / "a.tfrecord"), [latent_example(np.full((12, 2), 0, np.float32), [0, 0])])
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",
+            "--splits", "train=0.999,empty=0.001")
+
+    def inspect(*args):
+        result = subprocess.run([sys.executable, "-m", "readers.inspect", *args],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    out = str(tmp_path / "out")
+    assert "split 'empty' has no windows" in inspect(out, "--split", "empty", "--stats")
+    assert "--sample: must be > 0" in inspect(out, "--stats", "--sample", "0")
+    assert "--preview: must be > 0" in inspect(out, "--preview", "-1")
+    meta = read_dataset_json(out)
+    del meta["splits"]
+    (tmp_path / "out" / "dataset.json").write_text(json.dumps(meta))
+    assert "cannot read its dataset.json" in inspect(out)

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import readers
 from readers.numpy import WindowSource, batches, epoch_order
-from conftest import (random_videos, read_dataset_json, run_job,
+from conftest import (random_videos, read_dataset_json, run_jobs,
                       write_frame_folder, write_manifest, write_videos)
 
 
@@ -26,15 +26,11 @@ def datasets(tmp_path_factory):
         0, 255, (9, 24, 32, 3), np.uint8)])
     write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v",
                                        "labels": list(range(9))}])
-    made = {}
-    for name, inp, extra in (
-            ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
-            ("float16", "half/*", []), ("png", "m.jsonl", ["--frame_encoding", "png"]),
-            ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
-            ("gzip", "lat/*", ["--compression", "gzip"])):
-        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
-        made[name] = str(root / name)
-    return made
+    return run_jobs(root, (
+        ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
+        ("float16", "half/*", []), ("png", "m.jsonl", ["--frame_encoding", "png"]),
+        ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
+        ("gzip", "lat/*", ["--compression", "gzip"])))
 
 
 def _by_key(batch_dicts):

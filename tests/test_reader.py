@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import random_videos, read_examples, run_job, write_videos
+from conftest import (latent_example, random_videos, read_dataset_json, read_examples, run_job,
+                      write_records, write_videos)
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +145,19 @@ def test_import_readers_does_not_import_beam():
     code = "import sys, readers; readers.make_dataset; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_the_reader_names_a_corrupt_shard(tmp_path):
+    import tensorflow as tf
+
+    write_records(str(tmp_path / "in" / "a.tfrecord"),
+                  [latent_example(np.full((12, 2), i, np.float32), [i, 0]) for i in range(10)])
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--num_shards", "2")
+    shard = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"][1]["file"]
+    data = bytearray((tmp_path / "out" / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "out" / shard).write_bytes(bytes(data))
+    for shuffle in (True, False):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=shard):
+            for _ in readers.make_dataset(str(tmp_path / "out"), batch_size=2, shuffle=shuffle):
+                pass

@@ -76,7 +76,6 @@ class EncoderSpec:
     input_shape: tuple[int, ...] = ()   # (H, W, C) of one frame
     kind: str = ""                      # fixed by `probe`, with the two below
     library: str = ""
-    probed_device: str = ""             # where the launcher's probe ran it
 
     @property
     def name(self) -> str:
@@ -177,7 +176,7 @@ def probe(spec: EncoderSpec, frame_shape: tuple[int, int, int]) -> EncoderSpec:
         raise EncoderError(f"{spec.name} outputs {out.dtype}, not floats")
     return dataclasses.replace(spec, latent_shape=tuple(out.shape[1:]),
                                input_shape=tuple(frame_shape), kind=encoder.kind,
-                               library=encoder.library, probed_device=encoder.device)
+                               library=encoder.library)
 
 
 def checksum(path: str) -> str:
