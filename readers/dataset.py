@@ -6,10 +6,19 @@ parse -> prefetch.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Optional, Sequence
 
 import tensorflow as tf
+# The two classes tf.data.TFRecordDataset(files, num_parallel_reads=N) is built from. Used
+# directly because the public ways cost a trainer's host CPU every epoch (measured in
+# benchmarks/bench_reader.py's README section): TFRecordDataset(file) wraps one file in
+# a flat_map whose function is instantiated again for every shard at every epoch's start
+# (about 1 ms a shard), and Dataset.interleave passes every record through one shared
+# queue, where this interleave gives each open shard its own thread and buffer. Both are
+# internal names of the pinned tensorflow (setup.py); the tests run through them.
+from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRecordDataset
 
 from readers import spec as spec_lib
 
@@ -21,10 +30,8 @@ from readers import spec as spec_lib
 SHUFFLE_BUFFER_BYTES = 16 << 20
 MAX_SHUFFLE_BUFFER = 1024
 MAX_CYCLE_LENGTH = 16
-# Shards read at once: on local disk two threads keep up with parsing, and more only add
-# handoffs (measured: AUTOTUNE cost a tenth more CPU a window); remote reads, whose
-# latency hides behind parallelism, get AUTOTUNE.
-LOCAL_PARALLEL_READS = 2
+# Shards opened ahead of the ones being read, so that a shard boundary waits for no open.
+PREFETCH_SHARDS = 2
 REMOTE_READ_BUFFER = 8 << 20
 
 
@@ -120,27 +127,25 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     local = "://" not in path or path.startswith("file://")
     compression = spec_lib.tf_compression_type(spec.compression)
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
+    read = functools.partial(shard_records, compression=compression, local=local)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(
-        lambda f, n: shard_records(f, n, compression, local),
-        cycle_length=(cycle_length or min(MAX_CYCLE_LENGTH, len(files))) if shuffle else 1,
-        block_length=1,
-        num_parallel_calls=(min(LOCAL_PARALLEL_READS, len(files)) if local
-                            else tf.data.AUTOTUNE) if shuffle else None,
-        deterministic=deterministic)
-    if shuffle:
+        ds = ParallelInterleaveDataset(
+            ds, read, cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)),
+            block_length=1, sloppy=not deterministic, buffer_output_elements=None,
+            prefetch_input_elements=PREFETCH_SHARDS)
         buffer = shuffle_buffer or max(batch_size, min(
             MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // _example_bytes(spec.features)))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    else:
+        ds = ds.flat_map(read)
     if repeat:  # after the shuffles: clean epochs, each in a new order
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     parse_spec = {f.name: f.parse_feature() for f in selected}
 
     def parse(serialized: tf.Tensor):
-        with tf.control_dependencies([_no_lost_records(serialized)]):
-            parsed = tf.io.parse_example(serialized, parse_spec)
+        parsed = tf.io.parse_example(serialized, parse_spec)
         values = {f.name: f.decode(parsed[f.name]) for f in selected}
         if float_pixels:
             values = {name: tf.cast(v, tf.float32) / 255.0 if v.dtype == tf.uint8 else v
@@ -155,40 +160,34 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
     images = any(f.encoding in spec_lib.IMAGE_ENCODINGS for f in selected)
-    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE if images else None,
-                deterministic=deterministic)
+    ds = (ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+          if images else ds.map(parse))
     return ds.prefetch(tf.data.AUTOTUNE)
-
-
-_LOST = "\x00"   # the first byte of a stand-in for a lost record; an Example's is 0x0A
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, compression: str,
                   local: bool = True) -> tf.data.Dataset:
     """The `expected` records of one shard; when it is corrupt or short, stand-ins that
-    name it take the places of the lost records, and the parse step stops at the first.
+    say so take the places of the lost records, and parsing stops at the first.
 
     TensorFlow's own error for a flipped byte says only "corrupted record at 1173132".
-    Here a read error ends the shard (`ignore_errors`), stand-in records (a zero byte,
-    then the shard's path; no Example starts so) follow, and `take` keeps dataset.json's
-    count, so the batches fall where they would: a whole shard never shows a stand-in.
-    All of it runs in tf.data's C++, with no function per record; the check is one
-    vectorized test per batch. Local shards are read without a buffer (each record
-    straight into its tensor: one copy less); remote ones with 8 MB reads (fewer
-    requests).
+    Here a read error ends the shard (`ignore_errors`), stand-in records follow, and
+    `take` keeps dataset.json's count, so the batches fall where they would. A stand-in
+    is the error message itself, and no Example: its first byte, "N", is a protobuf tag
+    of the undefined wire type 6, so `tf.io.parse_example` fails on it with "Could not
+    parse example input, value: 'No more readable records in shard ...'". A whole shard
+    costs nothing more: no function per record, no check per batch. A shard with more
+    records than dataset.json lists is read up to its count (`readers.inspect --verify`
+    reports it). Local shards are read without a buffer (each record straight into its
+    tensor: one copy less); remote ones with 8 MB reads (fewer requests).
     """
-    records = tf.data.TFRecordDataset(file, compression_type=compression,
-                                      buffer_size=0 if local else REMOTE_READ_BUFFER)
-    stand_ins = tf.data.Dataset.from_tensors(tf.strings.join([_LOST, file])).repeat()
-    return records.ignore_errors().concatenate(stand_ins).take(expected)
-
-
-def _no_lost_records(serialized: tf.Tensor) -> tf.Operation:
-    lost = tf.equal(tf.strings.substr(serialized, 0, 1), _LOST)
-    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(lost)), [
-        "shard", tf.strings.substr(tf.boolean_mask(serialized, lost)[:1], 1, -1),
-        "is corrupt or truncated: it has fewer readable records than dataset.json lists "
-        "(python -m readers.inspect DIR --verify lists what is wrong)"])
+    records = _TFRecordDataset(file, compression, 0 if local else REMOTE_READ_BUFFER)
+    lost = tf.strings.join([
+        "No more readable records in shard ", file, ": it is corrupt or truncated, with "
+        "fewer than the ", tf.strings.as_string(expected), " dataset.json lists (python -m "
+        "readers.inspect DIR --verify lists what is wrong)"])
+    return records.ignore_errors().concatenate(
+        tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 
 
 def _select_features(spec: spec_lib.DatasetSpec,

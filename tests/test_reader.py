@@ -147,17 +147,23 @@ def test_import_readers_does_not_import_beam():
     assert result.stdout.strip() == "False", result.stderr
 
 
-def test_the_reader_names_a_corrupt_shard(tmp_path):
+def test_the_reader_names_a_corrupt_or_short_shard(tmp_path):
     import tensorflow as tf
 
     write_records(str(tmp_path / "in" / "a.tfrecord"),
                   [latent_example(np.full((12, 2), i, np.float32), [i, 0]) for i in range(10)])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--num_shards", "2")
     shard = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"][1]["file"]
-    data = bytearray((tmp_path / "out" / shard).read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    (tmp_path / "out" / shard).write_bytes(bytes(data))
-    for shuffle in (True, False):
-        with pytest.raises(tf.errors.InvalidArgumentError, match=shard):
-            for _ in readers.make_dataset(str(tmp_path / "out"), batch_size=2, shuffle=shuffle):
-                pass
+    path = tmp_path / "out" / shard
+    good = path.read_bytes()
+    last_record_starts = int(np.fromfile(f"{path}.index", "<u8")[-2])
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0xFF
+    for broken in (bytes(flipped), good[:last_record_starts]):   # corrupt; short, cut cleanly
+        path.write_bytes(broken)
+        for shuffle in (True, False):
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=f"No more readable records in shard .*{shard}"):
+                for _ in readers.make_dataset(str(tmp_path / "out"), batch_size=2,
+                                              shuffle=shuffle, drop_remainder=False):
+                    pass

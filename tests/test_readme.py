@@ -82,7 +82,7 @@ def test_the_constants_the_readme_quotes(readme):
     assert f"a buffer of what fits in {dataset.SHUFFLE_BUFFER_BYTES >> 20} MB" in readme
     assert f"most {dataset.MAX_SHUFFLE_BUFFER} records" in readme
     assert f"interleaves up to {dataset.MAX_CYCLE_LENGTH} shards" in readme
-    assert f"read by {dataset.LOCAL_PARALLEL_READS} threads on local disk" in readme
+    assert f"{dataset.PREFETCH_SHARDS} shards opened ahead" in readme
     assert f"with {dataset.REMOTE_READ_BUFFER >> 20} MB reads" in readme
     assert f"renewed every {lease.HEARTBEAT_SECONDS:g} s" in readme
     assert f"not renewed for {lease.LEASE_SECONDS:g} s" in readme

@@ -15,7 +15,6 @@ the shards without TensorFlow at all.
 """
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import numpy as np
@@ -117,28 +116,60 @@ def _fields(buf: bytes, pos: int, end: int):
             pos = after
 
 
-@functools.lru_cache(maxsize=64)
-def _by_key(features: tuple[FeatureSpec, ...]) -> dict[bytes, FeatureSpec]:
-    return {f.name.encode("utf-8"): f for f in features}
-
-
 def decode_example(features: list[FeatureSpec], record: Union[bytes, bytearray],
                    start: int = 0, end: Optional[int] = None) -> dict[str, Any]:
     """A serialized tf.train.Example -> {name: value as stored}: float and int64 features
     as numpy arrays of their shape (views of `record`: writable when it is a bytearray),
-    `bytes` as bytes, `raw` as a
-    little-endian numpy array, png/jpeg as a list of encoded frames. The inverse of
-    `encode_example`, in numpy alone (readers.numpy reads without TensorFlow); it reads
-    any valid encoding of such an Example (packed or not), and raises ValueError on a
-    record that does not fit. The record may be a slice [start, end) of a larger buffer
-    (indexing a bytes or bytearray is cheaper than indexing a memoryview).
-
-    One flat loop over the map entries (a reader calls it for every window: tens of
-    thousands a second), descending only into the features it wants."""
-    wanted = _by_key(tuple(features))
-    read = read_varint
+    `bytes` as bytes, `raw` as a little-endian numpy array, png/jpeg as a list of encoded
+    frames. The inverse of `encode_example`, in numpy alone (readers.numpy reads without
+    TensorFlow); it reads any valid encoding of such an Example (packed or not), and
+    raises ValueError on a record that does not fit. The record may be a slice
+    [start, end) of a larger buffer (indexing a bytes or bytearray is cheaper than
+    indexing a memoryview)."""
+    end = len(record) if end is None else end
+    entries = _entries(record, start, end)
     out = {}
-    for number, _, first, last in _fields(record, start, len(record) if end is None else end):
+    for f in features:
+        entry = entries.get(f.name.encode("utf-8"))
+        if entry is None:
+            raise ValueError(f"feature {f.name!r} is missing")
+        kind, first, last = entry
+        out[f.name] = f.from_wire(kind, record, start + first, start + last)
+    return out
+
+
+# Every Example of a dataset has the same features and shapes, so its records take a few
+# layouts (where each feature's list sits), told apart by size and by the bytes outside
+# the lists (tags, lengths, keys: all that a walk's decisions depend on). A record whose
+# size and those bytes match a layout seen before reuses it; any other record is walked.
+_Layout = tuple[dict[bytes, tuple[str, int, int]], list[tuple[int, int, bytes]]]
+_LAYOUTS: dict[int, list[_Layout]] = {}
+_MAX_SIZES, _MAX_LAYOUTS_PER_SIZE = 1024, 8
+
+
+def _entries(record: Union[bytes, bytearray], start: int,
+             end: int) -> dict[bytes, tuple[str, int, int]]:
+    """key -> (list kind, first, last): each feature's list message, relative to start."""
+    layouts = _LAYOUTS.get(end - start, [])
+    for entries, skeleton in layouts:
+        if all(record[start + a:start + b] == same for a, b, same in skeleton):
+            return entries
+    entries = _walk(record, start, end)
+    spans = sorted((first, last) for _, first, last in entries.values())
+    gaps = zip([0] + [last for _, last in spans], [first for first, _ in spans] + [end - start])
+    if len(_LAYOUTS) >= _MAX_SIZES:
+        _LAYOUTS.clear()
+    skeleton = [(a, b, bytes(record[start + a:start + b])) for a, b in gaps if b > a]
+    _LAYOUTS[end - start] = [(entries, skeleton), *layouts[:_MAX_LAYOUTS_PER_SIZE - 1]]
+    return entries
+
+
+def _walk(record: Union[bytes, bytearray], start: int,
+          end: int) -> dict[bytes, tuple[str, int, int]]:
+    """One flat loop over the map entries of an Example, reading tags and lengths only."""
+    read = read_varint
+    entries = {}
+    for number, _, first, last in _fields(record, start, end):
         if number != 1:                              # Example.features
             continue
         pos = first
@@ -165,17 +196,15 @@ def decode_example(features: list[FeatureSpec], record: Union[bytes, bytearray],
                 else:
                     value = pos, pos + length
                 pos += length
-            f = wanted.get(key)
-            if f is not None and value is not None:
+            if key is not None and value is not None:
                 at = value[0]
                 kind_tag, length = record[at], record[at + 1]   # Feature: one list field
                 length, at = (length, at + 2) if length < 0x80 else read(record, at + 1)
-                out[f.name] = f.from_wire(_LIST_KINDS.get(kind_tag >> 3, "?"), record,
-                                          at, at + length)
-    missing = [f.name for f in features if f.name not in out]
-    if missing:
-        raise ValueError(f"feature {missing[0]!r} is missing")
-    return out
+                if at + length > value[1]:
+                    raise ValueError("not a tf.train.Example: a list overruns its feature")
+                entries[key] = (_LIST_KINDS.get(kind_tag >> 3, "?"), at - start,
+                                at + length - start)
+    return entries
 
 
 def list_values(kind: str, record: bytes, start: int, end: int) -> list:
