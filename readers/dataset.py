@@ -96,8 +96,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     spec = load_spec(path)
     if split not in spec.splits:
         raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer),
+                        ("cycle_length", cycle_length)):
+        if value is not None and value <= 0:   # AUTOTUNE (-1) too: these take counts
+            raise ValueError(f"{name} must be > 0, got {value}")
     if features is None and structure is not None:
         features = tf.nest.flatten(structure)
     selected = _select_features(spec, features)

@@ -102,6 +102,9 @@ def test_errors_name_the_problem(dataset, tmp_path):
         readers.make_dataset(str(tmp_path))
     with pytest.raises(ValueError, match=r"split 'test' is not in .*\['train', 'validation'\]"):
         readers.make_dataset(dataset, split="test")
+    for name in ("batch_size", "shuffle_buffer", "cycle_length"):
+        with pytest.raises(ValueError, match=f"{name} must be > 0, got -1"):
+            readers.make_dataset(dataset, **{name: -1})
     copy = tmp_path / "copy"
     shutil.copytree(dataset, copy)
     meta = json.loads((copy / "dataset.json").read_text())
