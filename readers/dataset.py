@@ -128,7 +128,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     deterministic = not shuffle or seed is not None
     local = "://" not in path or path.startswith("file://")
     compression = spec_lib.tf_compression_type(spec.compression)
-    ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
+    lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
+            f"than the {n} dataset.json lists (python -m readers.inspect {path} --verify "
+            "lists what is wrong)" for f, n in zip(files, counts)]
+    ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
     read = functools.partial(shard_records, compression=compression, local=local)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
@@ -167,10 +170,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def shard_records(file: tf.Tensor, expected: tf.Tensor, compression: str,
+def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,
                   local: bool = True) -> tf.data.Dataset:
-    """The `expected` records of one shard; when it is corrupt or short, stand-ins that
-    say so take the places of the lost records, and parsing stops at the first.
+    """The `expected` records of one shard; when it is corrupt or short, copies of `lost`
+    take the places of the lost records, and parsing stops at the first.
 
     TensorFlow's own error for a flipped byte says only "corrupted record at 1173132".
     Here a read error ends the shard (`ignore_errors`), stand-in records follow, and
@@ -184,10 +187,6 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, compression: str,
     tensor: one copy less); remote ones with 8 MB reads (fewer requests).
     """
     records = _TFRecordDataset(file, compression, 0 if local else REMOTE_READ_BUFFER)
-    lost = tf.strings.join([
-        "No more readable records in shard ", file, ": it is corrupt or truncated, with "
-        "fewer than the ", tf.strings.as_string(expected), " dataset.json lists (python -m "
-        "readers.inspect DIR --verify lists what is wrong)"])
     return records.ignore_errors().concatenate(
         tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 
