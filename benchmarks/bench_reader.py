@@ -21,20 +21,23 @@ times full epochs (batch 64, drop_remainder) of each contender, counting windows
 Each dataset is built once and iterated once per epoch, as a trainer does (Keras' fit
 makes an iterator per epoch); every epoch starts its iterator afresh, so no contender
 works ahead while another is timed. Each contender gets one warm-up epoch, then the
-contenders take turns for --repeats epochs each; the table shows medians. Windows per CPU-second counts the CPU time of this
-process and its children (the DataLoader's workers), not the busy processes.
+contenders take turns for --repeats epochs each, each round in a new order; the table
+shows medians. Windows per CPU-second counts the CPU time of this process and its
+children (the DataLoader's workers), not the busy processes.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import json
 import multiprocessing
 import os
+import random
 import statistics
 import tempfile
 import time
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 import psutil
 
@@ -94,11 +97,14 @@ def floor_dataset(shard_files: list[str]) -> tf.data.Dataset:
             .prefetch(AUTOTUNE))
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and its live children (DataLoader workers)."""
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
+def _cpu_seconds(skip: Collection[int] = ()) -> float:
+    """CPU seconds of this process (to the microsecond: psutil counts 10 ms ticks, a tenth
+    of a small epoch) and its live children (DataLoader workers, in ticks), less the
+    processes in `skip` (the busy ones: children too)."""
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        if child.pid in skip:
+            continue
         try:
             total += sum(child.cpu_times()[:2])
         except psutil.Error:
@@ -106,18 +112,19 @@ def _cpu_seconds() -> float:
     return total
 
 
-def time_epoch(batches: Iterable) -> dict:
-    """Windows, wall and CPU seconds (this process and its children) of one full pass.
+def time_epoch(batches: Iterable, busy: Collection[int] = ()) -> dict:
+    """Windows, wall and CPU seconds (this process and its children but the `busy` ones)
+    of one full pass.
 
     An iterator step hands back a batch already computed, so reading a shape is enough
     to be sure the whole batch was produced.
     """
     windows = 0
-    start, cpu_start = time.perf_counter(), _cpu_seconds()
+    start, cpu_start = time.perf_counter(), _cpu_seconds(busy)
     for batch in batches:
         first = batch["window"] if isinstance(batch, dict) else tf.nest.flatten(batch)[0]
         windows += first.shape[0]
-    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds(busy) - cpu_start
     return {"windows": windows, "seconds": seconds, "cpu_seconds": cpu,
             "windows_per_s": windows / seconds, "windows_per_cpu_s": windows / cpu}
 
@@ -132,6 +139,10 @@ class Busy:
 
     def __init__(self, n: int):
         self._n, self._procs = n, []
+
+    @property
+    def pids(self) -> set[int]:
+        return {p.pid for p in self._procs}
 
     def __enter__(self):
         self._procs = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(self._n)]
@@ -198,16 +209,25 @@ def contenders(input_files: list[str], out_dir: str) -> dict[str, Callable[[], I
     return made
 
 
-def run_contenders(made: dict[str, Callable[[], Iterable]], repeats: int) -> dict[str, list]:
-    """One warm-up epoch each, then `repeats` rounds of one epoch each, interleaved."""
+def run_contenders(made: dict[str, Callable[[], Iterable]], repeats: int,
+                   busy: Collection[int] = ()) -> dict[str, list]:
+    """One warm-up epoch each, then `repeats` rounds of one epoch each, interleaved.
+
+    Each round takes the contenders in a new order (seeded), so that none always runs
+    right after the same other one, whose freed memory and finishing threads it would
+    inherit. Garbage is collected before each epoch, outside its timing.
+    """
     for name, make in made.items():
-        run = time_epoch(make())
+        run = time_epoch(make(), busy)
         print(f"  warm-up {name:9s} {run['windows']:6d} windows {run['seconds']:6.2f} s",
               flush=True)
     runs: dict[str, list[dict]] = {name: [] for name in made}
+    order, rng = list(made), random.Random(0)
     for r in range(repeats):
-        for name, make in made.items():
-            run = time_epoch(make())
+        rng.shuffle(order)
+        for name in order:
+            gc.collect()
+            run = time_epoch(made[name](), busy)
             runs[name].append(run)
             print(f"  round {r + 1} {name:9s} {run['windows_per_s']:8.0f} windows/s "
                   f"{run['windows_per_cpu_s']:8.0f} windows/cpu-s", flush=True)
@@ -268,8 +288,8 @@ def main() -> None:
             for busy in (int(b) for b in args.busy.split(",")):
                 label = f"{videos} videos, {busy} busy"
                 print(label, flush=True)
-                with Busy(busy):
-                    runs = run_contenders(made, args.repeats)
+                with Busy(busy) as burners:
+                    runs = run_contenders(made, args.repeats, burners.pids)
                 summary = summarize(runs)
                 print_table(label, runs, summary)
                 results.append({"videos": videos, "busy": busy, "runs": runs,
