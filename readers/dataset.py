@@ -20,7 +20,7 @@ import tensorflow as tf
 # internal names of the pinned tensorflow (setup.py); the tests run through them.
 from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRecordDataset
 
-from readers import spec as spec_lib
+from readers import malloc, spec as spec_lib
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -125,6 +125,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             f"batch_size {batch_size}: with drop_remainder=True not one batch comes out; "
             "lower batch_size, or pass drop_remainder=False or repeat=True")
 
+    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
     deterministic = not shuffle or seed is not None
     local = "://" not in path or path.startswith("file://")
     compression = spec_lib.tf_compression_type(spec.compression)

@@ -1,5 +1,7 @@
 """The tf.data reader over a dataset written by the job."""
 import json
+import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -148,6 +150,39 @@ def test_import_readers_does_not_import_beam():
     code = "import sys, readers; readers.make_dataset; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+# Three 5 MB blocks, as a trainer's batches come and go: touched, freed, taken again.
+_FAULTS_PER_PAGE = """
+import ctypes, resource, sys
+import readers
+readers.make_dataset(sys.argv[1], batch_size=2)
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+size, rounds = 5 << 20, 4
+for round in range(rounds + 1):
+    if round == 1:
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [libc.malloc(size) for _ in range(3)]
+    for block in blocks:
+        ctypes.memset(block, 1, size)
+    for block in blocks:
+        libc.free(block)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start
+print(faults / (rounds * 3 * size / 4096))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc only")
+@pytest.mark.parametrize("env, kept", [({}, True), ({"READERS_TUNE_MALLOC": "0"}, False),
+                                       ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=8"}, False)])
+def test_make_dataset_keeps_freed_batch_memory_unless_the_user_chose(dataset, env, kept):
+    """Without it, every batch's block comes back from the kernel as fresh pages."""
+    result = subprocess.run([sys.executable, "-c", _FAULTS_PER_PAGE, dataset],
+                            capture_output=True, text=True, env={**os.environ, **env})
+    assert result.returncode == 0, result.stderr
+    faults_per_page = float(result.stdout.strip().splitlines()[-1])
+    assert (faults_per_page < 0.01) if kept else (faults_per_page > 0.5), result.stderr
 
 
 def test_the_reader_names_a_corrupt_or_short_shard(tmp_path):

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from beam_jobs import flags, lease
-from readers import dataset, inspect as inspect_cli, preview
+from readers import dataset, inspect as inspect_cli, malloc, preview
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,6 +84,9 @@ def test_the_constants_the_readme_quotes(readme):
     assert f"interleaves up to {dataset.MAX_CYCLE_LENGTH} shards" in readme
     assert f"{dataset.PREFETCH_SHARDS} shards opened ahead" in readme
     assert f"with {dataset.REMOTE_READ_BUFFER >> 20} MB reads" in readme
+    assert f"blocks under {malloc.MMAP_THRESHOLD >> 20} MB" in readme
+    assert f"keep up to {malloc.TRIM_THRESHOLD >> 20} MB of freed heap" in readme
+    assert f"`{malloc.OPT_OUT}=0`" in readme
     assert f"renewed every {lease.HEARTBEAT_SECONDS:g} s" in readme
     assert f"not renewed for {lease.LEASE_SECONDS:g} s" in readme
     assert f"at most {inspect_cli.MAX_PREVIEW}, larger N" in readme
