@@ -29,9 +29,14 @@ from readers import malloc, spec as spec_lib
 # (measured: 256 MB cut throughput by a fifth against 16 MB).
 SHUFFLE_BUFFER_BYTES = 16 << 20
 MAX_SHUFFLE_BUFFER = 1024
-MAX_CYCLE_LENGTH = 16
+MAX_CYCLE_LENGTH = 8
 # Shards opened ahead of the ones being read, so that a shard boundary waits for no open.
 PREFETCH_SHARDS = 2
+# Each open shard's thread hands over its records in groups of up to this many bytes (at
+# most MAX_GROUP records): a handover wakes a sleeping thread, which costs the CPU more than
+# moving a record, all the more when another process is busy on the cores.
+GROUP_BYTES = 1 << 20
+MAX_GROUP = 8
 REMOTE_READ_BUFFER = 8 << 20
 
 
@@ -85,7 +90,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         num_input_pipelines-th shard, taken before any shuffle.
       shuffle_buffer: records in the shuffle buffer (default: what fits in 16 MB,
         at least batch_size, at most 1024).
-      cycle_length: shards read at once (default: min(16, shards)).
+      cycle_length: shards read at once (default: min(8, shards)).
       float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: uint8 as stored).
       keep_float16: float16 and bfloat16 latents stay as stored (default: cast to
         float32).
@@ -135,11 +140,13 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
     read = functools.partial(shard_records, compression=compression, local=local)
     if shuffle:
+        group = max(1, min(MAX_GROUP, GROUP_BYTES // _example_bytes(spec.features)))
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
         ds = ParallelInterleaveDataset(
-            ds, read, cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)),
+            ds, lambda *shard: read(*shard).batch(group),
+            cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)),
             block_length=1, sloppy=not deterministic, buffer_output_elements=None,
-            prefetch_input_elements=PREFETCH_SHARDS)
+            prefetch_input_elements=PREFETCH_SHARDS).unbatch()
         buffer = shuffle_buffer or max(batch_size, min(
             MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // _example_bytes(spec.features)))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
@@ -165,10 +172,15 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
-    images = any(f.encoding in spec_lib.IMAGE_ENCODINGS for f in selected)
-    ds = (ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-          if images else ds.map(parse))
-    return ds.prefetch(tf.data.AUTOTUNE)
+    if any(f.encoding in spec_lib.IMAGE_ENCODINGS for f in selected):
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                      deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
+    # Nothing here is left to tune but the prefetch depth, which grows as it is drained
+    # without tf.data's autotuning too. With autotuning, whole epochs of latent windows
+    # ran at half speed from time to time (benchmarks/bench_reader.py; README).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.map(parse).prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,

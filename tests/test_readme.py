@@ -83,6 +83,8 @@ def test_the_constants_the_readme_quotes(readme):
     assert f"most {dataset.MAX_SHUFFLE_BUFFER} records" in readme
     assert f"interleaves up to {dataset.MAX_CYCLE_LENGTH} shards" in readme
     assert f"{dataset.PREFETCH_SHARDS} shards opened ahead" in readme
+    assert (f"groups of up to {dataset.GROUP_BYTES >> 20} MB, at most {dataset.MAX_GROUP} "
+            "records") in readme
     assert f"with {dataset.REMOTE_READ_BUFFER >> 20} MB reads" in readme
     assert f"blocks under {malloc.MMAP_THRESHOLD >> 20} MB" in readme
     assert f"keep up to {malloc.TRIM_THRESHOLD >> 20} MB of freed heap" in readme
