@@ -140,7 +140,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
     read = functools.partial(shard_records, compression=compression, local=local)
     if shuffle:
-        group = max(1, min(MAX_GROUP, GROUP_BYTES // _example_bytes(spec.features)))
+        example_bytes = _example_bytes(spec.features)
+        group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
         ds = ParallelInterleaveDataset(
             ds, lambda *shard: read(*shard).batch(group),
@@ -148,7 +149,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             block_length=1, sloppy=not deterministic, buffer_output_elements=None,
             prefetch_input_elements=PREFETCH_SHARDS).unbatch()
         buffer = shuffle_buffer or max(batch_size, min(
-            MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // _example_bytes(spec.features)))
+            MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     else:
         ds = ds.flat_map(read)

@@ -1,7 +1,7 @@
 """Keep freed batch memory in the process, so that the next batch does not page-fault.
 
-Each batch the readers hand out is a fresh block of a few MB (64 latent windows of
-[100, 200] float32: 5 MB). glibc's malloc serves blocks that large with mmap, or returns
+Each batch the tf.data reader hands out is a fresh block of a few MB (64 latent windows
+of [100, 200] float32: 5 MB). glibc's malloc serves blocks that large with mmap, or returns
 them to the kernel on free once its heap's free top passes a threshold (by default twice
 the largest block freed so far); the next batch then gets new zeroed pages from the
 kernel, one page fault per 4 KB touched. Measured side by side (README, "Reader
