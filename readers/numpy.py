@@ -7,8 +7,9 @@
         ...
 
 Neither TensorFlow nor Beam is imported. Records are found with the offset index beside
-each shard (one seek each, so any window in any order) and parsed from the protobuf wire
-format by `readers.spec.decode_example`; CRCs are checked. The values are those of
+each shard (one seek each, so any window in any order) and read from the protobuf wire
+format with the layouts of `readers.spec.layout`: each record's fixed-width values go
+straight from the file into their row of the batch; CRCs are checked. The values are those of
 `readers.make_dataset`: float16 and bfloat16 become float32 unless `keep_float16`, PNG
 and JPEG frames are decoded (with Pillow), `float_pixels` gives float32 in [0, 1].
 
@@ -19,25 +20,21 @@ access is not possible there (use the tf.data reader).
 """
 from __future__ import annotations
 
-import bisect
 import collections
 import concurrent.futures
 import io
-import itertools
 import os
 import struct
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence
 
 import google_crc32c
 import numpy as np
 
 from readers import spec as spec_lib
 
-_HEADER = struct.Struct("<QI")
 
-
-def _masked_crc(data: np.ndarray) -> int:
-    crc = google_crc32c.value(data)
+def _mask(crc: int) -> int:
+    """TFRecord's masked CRC32C."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -89,10 +86,15 @@ class WindowSource:
         if missing:
             raise ValueError(f"{path}: shard {missing[0]} has no offset index (written by "
                              "a job older than 0.2.0); rerun the job for random access")
-        self._ends = list(itertools.accumulate(s.examples for s in self._shards))
-        self._size = self._ends[-1] if self._ends else 0
+        counts = np.array([s.examples for s in self._shards], np.int64)
+        self._ends = np.cumsum(counts)
+        self._starts = self._ends - counts
+        self._size = int(self._ends[-1]) if len(counts) else 0
         self._offsets: dict[int, np.ndarray] = {}
         self._files: dict[int, int] = {}
+        self._plans: dict[int, list[_Plan]] = {}   # frame size -> ways to read it
+        self._remote = "://" in path and not path.startswith("file://")
+        self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
 
     def __len__(self) -> int:
         return self._size
@@ -103,15 +105,17 @@ class WindowSource:
         return state
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        frame, size = self._frame(i)
-        return self._parse(frame, 12, size - 4)
+        return {name: column[0] if column.dtype == object else column[0, ...]
+                for name, column in self.read_batch([i]).items()}
 
-    def _locate(self, i: int) -> tuple[int, int]:
-        if not -self._size <= i < self._size:
-            raise IndexError(f"window {i} of a split of {self._size}")
-        i %= self._size
-        shard = bisect.bisect_right(self._ends, i)
-        return shard, i - (int(self._ends[shard - 1]) if shard else 0)
+    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, record in that shard) of each window index; negative ones count back."""
+        outside = (indices < -self._size) | (indices >= self._size)
+        if outside.any():
+            raise IndexError(f"window {int(indices[outside][0])} of a split of {self._size}")
+        indices = indices % max(self._size, 1)
+        shards = np.searchsorted(self._ends, indices, side="right")
+        return shards, indices - self._starts[shards]
 
     def _index(self, shard: int) -> np.ndarray:
         offsets = self._offsets.get(shard)
@@ -125,87 +129,221 @@ class WindowSource:
             self._offsets[shard] = offsets
         return offsets
 
-    def record(self, i: int) -> memoryview:
-        """The serialized example of window i, its frame and CRCs checked."""
-        frame, size = self._frame(i)
-        return memoryview(frame)[12:size - 4]
-
-    def _frame(self, i: int, buffer: Optional[bytearray] = None) -> tuple[bytearray, int]:
-        """Window i's TFRecord frame, its CRCs checked, and its size: in memory of its
-        own, or in `buffer` when given and large enough (reused by `read_batch`); the
-        arrays parsed from it are writable, as PyTorch wants them."""
-        shard, local = self._locate(i)
+    def _span(self, shard: int, local: int) -> tuple[int, int]:
         offsets = self._index(shard)
-        start, end = int(offsets[local]), int(offsets[local + 1])
-        size = end - start
-        frame = self._read(shard, start, end, buffer)
-        view = np.frombuffer(frame, np.uint8, size)   # the CRC function takes arrays
-        if (_HEADER.unpack_from(frame) != (size - 16, _masked_crc(view[:8]))
-                or _masked_crc(view[12:-4]) != struct.unpack_from("<I", frame, size - 4)[0]):
+        return int(offsets[local]), int(offsets[local + 1])
+
+    def _frame(self, shard: int, local: int) -> tuple[bytearray, int]:
+        """A record's TFRecord frame in memory of its own, its CRCs checked, and its size."""
+        start, end = self._span(shard, local)
+        frame = bytearray(end - start)
+        self._read(shard, [frame], start, end)
+        view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
+        self._check(shard, local, start, frame, [view[12:-4]], _header(end - start))
+        return frame, end - start
+
+    def _check(self, shard: int, local: int, start: int, frame: bytearray,
+               data: list[np.ndarray], header: bytes) -> None:
+        """A frame's length and CRCs: `frame` starts with its 12 header bytes, which must
+        be `header` (they hang on the size alone), and ends with its 4 footer bytes, the
+        CRC of its example, which `data` holds in pieces."""
+        crc = 0
+        for piece in data:
+            crc = google_crc32c.extend(crc, piece)
+        if frame[:12] != header or _mask(crc) != struct.unpack_from("<I", frame,
+                                                                    len(frame) - 4)[0]:
             raise OSError(f"shard {self._shards[shard].file} is corrupt at record {local} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
-        return frame, size
 
-    def _read(self, shard: int, start: int, end: int,
-              buffer: Optional[bytearray] = None) -> bytearray:
-        """Bytes [start, end) of a shard, into `buffer` (grown if short) or a new one."""
-        size = end - start
-        path = os.path.join(self.path, self._shards[shard].file)
-        if "://" in path and not path.startswith("file://"):
-            data = _read_file(path, start, end)
+    def _read(self, shard: int, pieces: list, start: int, end: int) -> None:
+        """Bytes [start, end) of a shard, into `pieces` (writable buffers, in order, that
+        add up to end - start bytes): one preadv, or one ranged read of a remote shard."""
+        path = self._paths[shard]
+        if self._remote:
+            data, done = _read_file(path, start, end), 0
+            for piece in pieces:
+                view = memoryview(piece).cast("B")
+                view[:] = data[done:done + len(view)]
+                done += len(view)
+            read = len(data)
         else:
             fd = self._files.get(shard)
             if fd is None:
-                fd = self._files[shard] = os.open(path.removeprefix("file://"), os.O_RDONLY)
-            if buffer is None or len(buffer) < size:
-                buffer = bytearray(2 * size)
+                fd = self._files[shard] = os.open(path, os.O_RDONLY)
             # pread: no shared file position, so threads may share the descriptor
-            data = buffer if os.preadv(fd, [memoryview(buffer)[:size]], start) == size else b""
-        if len(data) < size:
+            read = os.preadv(fd, pieces, start)
+        if read < end - start:
             raise OSError(f"shard {self._shards[shard].file} ends before byte {end}")
-        return data if isinstance(data, bytearray) else bytearray(data)
 
     def read_batch(self, indices: Sequence[int]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` an object array
-        of bytes. Each record is read into one reused buffer and its values copied
-        straight into the batch's arrays (no array per window)."""
-        buffer = bytearray(0)
-        columns: dict[str, np.ndarray] = {}
-        for row, i in enumerate(indices):
-            frame, size = self._frame(int(i), buffer)
-            buffer = frame
-            values = self._parse(frame, 12, size - 4)
-            if not columns:
-                columns = {name: np.empty(len(indices), object) if isinstance(value, bytes)
-                           else np.empty((len(indices), *value.shape), value.dtype)
-                           for name, value in values.items()}
-            for name, column in columns.items():
-                column[row] = values[name]
-        return columns
+        of bytes.
 
-    def parse(self, record: Union[bytes, bytearray]) -> dict[str, Any]:
-        """A serialized example -> {name: value}, as readers.make_dataset gives them."""
-        return self._parse(record, 0, len(record))
+        Every example of a dataset has the same features and shapes, so the records of one
+        size take one layout (readers.spec.wire.Layout), learnt from the first read whole.
+        Each later record of that size is read by one preadv in pieces: its fixed-width
+        features' values straight into their rows of the batch (one copy, from the page
+        cache), the rest into a small buffer; its CRCs are checked over the pieces, and
+        the bytes outside the lists must match the layout's, else it is read whole again
+        and its own layout learnt."""
+        shards, records = self._locate(np.asarray(indices, np.int64).reshape(-1))
+        batch = _Batch(self.features, len(shards))
+        for row, (shard, local) in enumerate(zip(shards.tolist(), records.tolist())):
+            start, end = self._span(shard, local)
+            plans = self._plans.get(end - start)
+            if plans:
+                plan = plans[0]
+                rest = batch.rest(plan)
+                pieces = batch.pieces(plan, row, rest)
+                self._read(shard, pieces, start, end)
+                data = pieces[:]
+                data[0::2] = rest.data
+                self._check(shard, local, start, rest.buffer, data, plan.header)
+                layout = plan.layout_of(rest.buffer)
+                if layout is not None:
+                    batch.store(plan, layout, row, rest)
+                    continue
+            frame, size = self._frame(shard, local)
+            layout = spec_lib.layout(self.features, frame, 12, size - 4)
+            plan = self._plan(size, layout)
+            rest = batch.rest(plan)
+            done = 0
+            for piece in batch.pieces(plan, row, rest):
+                piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
+                done += len(piece)
+            batch.store(plan, layout, row, rest)
+        return {f.name: self._finish(f, batch.columns[f.name]) for f in self.features}
 
-    def _parse(self, buffer: Union[bytes, bytearray], start: int, end: int) -> dict[str, Any]:
-        values = spec_lib.decode_example(self.features, buffer, start, end)
-        return {f.name: self._finish(f, values[f.name]) for f in self.features}
+    def _plan(self, size: int, layout: spec_lib.Layout) -> _Plan:
+        """The plan that reads frames of `size` as `layout` wants, now the first tried."""
+        if len(self._plans) >= _MAX_SIZES:
+            self._plans.clear()
+        plans = self._plans.setdefault(size, [])
+        plan = next((p for p in plans if p.direct_spans == layout.direct), None)
+        if plan is None:
+            plan = _Plan(layout, self.features)
+        else:
+            plans.remove(plan)
+        plans.insert(0, plan)
+        del plans[_MAX_PLANS_PER_SIZE:]
+        plan.learn(layout)
+        return plan
 
-    def _finish(self, f: spec_lib.FeatureSpec, value: Any) -> Any:
-        if f.encoding in spec_lib.IMAGE_ENCODINGS:
-            value = np.stack([_decode_image(data, f.shape[1:]) for data in value])
-        if isinstance(value, np.ndarray):
-            if f.dtype in ("float16", "bfloat16") and not self.keep_float16:
-                value = _to_float32(value, f.dtype)
-            elif self.float_pixels and value.dtype == np.uint8:
-                value = value.astype(np.float32) / 255.0
-        return value
+    def _finish(self, f: spec_lib.FeatureSpec, stored: np.ndarray) -> np.ndarray:
+        """A feature's values of a batch, as stored, as readers.make_dataset gives them."""
+        if f.dtype == "bfloat16":            # stored as its bits: no ml_dtypes needed
+            if self.keep_float16:
+                return stored.view(spec_lib.np_dtype("bfloat16"))
+            return (stored.astype(np.uint32) << 16).view(np.float32)
+        if f.dtype == "float16" and not self.keep_float16:
+            return stored.astype(np.float32)
+        if self.float_pixels and stored.dtype == np.uint8:
+            return stored.astype(np.float32) / np.float32(255.0)
+        return stored
 
 
-def _to_float32(value: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bfloat16":   # the upper half of a float32's bits: no ml_dtypes needed
-        return (value.view("<u2").astype(np.uint32) << 16).view(np.float32)
-    return value.astype(np.float32)
+# Records of one size read the same way as long as their direct features sit in the same
+# places: in this job's examples always, since the lists that vary in size (video_id,
+# start) sit between the fixed-width ones before and after them (keys sorted). Their rests
+# may still differ inside (a longer id, a shorter varint): a plan keeps a few layouts.
+_MAX_SIZES, _MAX_PLANS_PER_SIZE, _MAX_LAYOUTS_PER_PLAN = 1024, 4, 8
+
+
+def _header(size: int) -> bytes:
+    """The 12 header bytes of a TFRecord frame of `size` bytes: the data's length and its
+    masked CRC."""
+    length = struct.pack("<Q", size - 16)
+    return length + struct.pack("<I", _mask(google_crc32c.value(length)))
+
+
+class _Plan:
+    """How frames of one size whose direct features sit in the same places are read: the
+    frame cut into pieces, in order: spans of a rest buffer (the 12 header bytes, the
+    example's rest, the 4 footer bytes) with a direct feature's row of the batch between
+    each two; and the layouts their rests have been seen to take.
+    """
+
+    def __init__(self, layout: spec_lib.Layout, features: Sequence[spec_lib.FeatureSpec]):
+        self.direct_spans = layout.direct
+        self.header = _header(12 + layout.size + 4)
+        self.layouts: list[spec_lib.Layout] = []
+        self.rest_size = 12 + layout.rest_size + 4
+        self.direct = [name for name, _, _ in layout.direct]
+        self.others = [f for f in features if f.name not in self.direct]
+        self.rest_spans, at, done = [], 0, -12    # done: example bytes placed so far
+        for _, first, last in layout.direct:
+            self.rest_spans.append((at, at + first - done))
+            at, done = at + first - done, last
+        self.rest_spans.append((at, self.rest_size))
+
+    def learn(self, layout: spec_lib.Layout) -> None:
+        if layout not in self.layouts:
+            self.layouts.insert(0, layout)
+            del self.layouts[_MAX_LAYOUTS_PER_PLAN:]
+
+    def layout_of(self, rest: bytearray) -> Optional[spec_lib.Layout]:
+        """The layout a frame's rest has, if it is one of those seen."""
+        for layout in self.layouts:
+            if layout.fits(rest, 12):
+                return layout
+        return None
+
+
+class _Rest:
+    """A plan's rest buffer in one batch, and its spans as arrays (preadv writes into
+    them; the CRC function reads them), with and without the header and footer."""
+
+    def __init__(self, plan: _Plan):
+        self.buffer = bytearray(plan.rest_size)
+        view = np.frombuffer(self.buffer, np.uint8)
+        self.pieces = [view[a:b] for a, b in plan.rest_spans]
+        self.data = [view[max(a, 12):min(b, plan.rest_size - 4)] for a, b in plan.rest_spans]
+
+
+class _Batch:
+    """The columns of one batch being read, as stored, and a rest buffer per plan."""
+
+    def __init__(self, features: Sequence[spec_lib.FeatureSpec], n: int):
+        self.columns = {f.name: _column(f, n) for f in features}
+        self.rows = {name: column.reshape(n, -1).view(np.uint8)
+                     for name, column in self.columns.items() if column.dtype != object}
+        self._rests: dict[_Plan, _Rest] = {}
+
+    def rest(self, plan: _Plan) -> _Rest:
+        rest = self._rests.get(plan)
+        if rest is None:
+            rest = self._rests[plan] = _Rest(plan)
+        return rest
+
+    def pieces(self, plan: _Plan, row: int, rest: _Rest) -> list[np.ndarray]:
+        """Where a frame of this plan for row `row` is read to, piece by piece."""
+        pieces = [None] * (2 * len(plan.direct) + 1)
+        pieces[0::2] = rest.pieces
+        pieces[1::2] = [self.rows[name][row] for name in plan.direct]
+        return pieces
+
+    def store(self, plan: _Plan, layout: spec_lib.Layout, row: int, rest: _Rest) -> None:
+        """The values that the rest holds (the features that are not direct), into row
+        `row` of their columns."""
+        values = layout.values(plan.others, rest.buffer, 12)
+        for f in plan.others:
+            column, value = self.columns[f.name], values[f.name]
+            if f.encoding in spec_lib.IMAGE_ENCODINGS:
+                for k, data in enumerate(value):
+                    column[row, k] = _decode_image(data, f.shape[1:])
+            elif f.encoding == "raw" and f.dtype == "bfloat16":
+                column[row] = value.view("<u2")
+            else:
+                column[row] = value
+
+
+def _column(f: spec_lib.FeatureSpec, n: int) -> np.ndarray:
+    """An empty column of n values of a feature, as stored (bfloat16 as its bits)."""
+    if f.encoding == "bytes":
+        return np.empty(n, object)
+    dtype = {"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
+        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<"))
+    return np.empty((n, *f.shape), dtype)
 
 
 def _decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:

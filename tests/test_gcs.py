@@ -52,6 +52,13 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
     batch = next(iter(readers.make_dataset(str(tmp_path / "copy"), batch_size=4)))
     assert batch["window"].shape == (4, 10, 3)
 
+    from readers.numpy import WindowSource    # reads gs:// itself, through fsspec
+    remote, local = WindowSource("gs://bkt/out"), WindowSource(str(tmp_path / "copy"))
+    everything = list(range(len(local))) * 2    # its layouts learnt, then used
+    theirs = local.read_batch(everything)
+    for name, column in remote.read_batch(everything).items():
+        np.testing.assert_array_equal(column, theirs[name], err_msg=name)
+
 
 def test_manifest_frames_and_encoder_from_gcs(gcs, tmp_path):
     local = tmp_path / "frames"

@@ -1,7 +1,9 @@
 """Random access through the shard index, readers.numpy without TensorFlow, exact resume
 in both readers, and the PyTorch and Grain adapters."""
+import collections
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -10,8 +12,10 @@ import pytest
 import tensorflow as tf
 
 import readers
+from beam_jobs.tfrecords import frame
 from readers.numpy import WindowSource, batches, epoch_order
-from conftest import (random_videos, read_dataset_json, run_jobs,
+from readers.spec.wire import read_varint
+from conftest import (assert_verified, random_videos, read_dataset_json, run_jobs,
                       write_frame_folder, write_manifest, write_videos)
 
 
@@ -22,13 +26,17 @@ def datasets(tmp_path_factory):
     write_videos(str(root / "lat"), random_videos(rng, 12, lengths=(20, 40)), files=3)
     half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
     write_videos(str(root / "half"), half, files=1)
+    # ids of one and two digits, starts of one and two varint bytes: records of one size
+    # in more than one layout
+    write_videos(str(root / "longin"), random_videos(rng, 12, lengths=(150, 300)), files=1)
     write_frame_folder(root / "v", [np.asarray(f) for f in rng.integers(
         0, 255, (9, 24, 32, 3), np.uint8)])
     write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v",
                                        "labels": list(range(9))}])
     return run_jobs(root, (
         ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
-        ("float16", "half/*", []), ("png", "m.jsonl", ["--frame_encoding", "png"]),
+        ("float16", "half/*", []), ("long", "longin/*", ["--num_shards", "2"]),
+        ("png", "m.jsonl", ["--frame_encoding", "png"]),
         ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
         ("gzip", "lat/*", ["--compression", "gzip"])))
 
@@ -66,7 +74,7 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_
     assert result.returncode == 1 and "record 0 at byte 0 does not match" in result.stderr
 
 
-@pytest.mark.parametrize("kind", ["latent", "float16", "png", "jpeg"])
+@pytest.mark.parametrize("kind", ["latent", "float16", "long", "png", "jpeg"])
 def test_window_source_gives_the_tf_readers_values(datasets, kind):
     path = datasets[kind]
     source = WindowSource(path, "train")
@@ -82,6 +90,76 @@ def test_window_source_gives_the_tf_readers_values(datasets, kind):
                 assert value.dtype == theirs[key][name].dtype, name
     floats = WindowSource(path, "train", float_pixels=True)[0]["window"]
     assert floats.dtype == (np.float32 if kind != "float16" else np.float32)
+
+
+def _assert_same(ours: dict, theirs: dict) -> None:
+    assert ours.keys() == theirs.keys()
+    for key, values in ours.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{key} {name}")
+
+
+def test_records_of_one_size_in_several_layouts_read_right_in_any_order(datasets):
+    path = datasets["long"]
+    theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
+    layouts = collections.defaultdict(set)     # size -> (id length, start varint length)
+    for vid, start in theirs:
+        layouts[len(vid) + (start >= 128)].add(len(vid))
+    assert max(map(len, layouts.values())) > 1
+    for seed in range(2):
+        _assert_same(_by_key(batches(path, "train", 7, seed=seed, drop_remainder=False)),
+                     theirs)
+
+
+def _entries_reversed(example: bytes) -> bytes:
+    """The same Example with its map entries in the opposite order (as another writer
+    may put them): same size, every feature somewhere else."""
+    _, first = read_varint(example, 1)            # Example.features: tag 0x0A, length
+    entries, pos = [], first
+    while pos < len(example):                       # Features.feature entries: 0x0A, length
+        length, at = read_varint(example, pos + 1)
+        entries.append(example[pos:at + length])
+        pos = at + length
+    return example[:first] + b"".join(reversed(entries))
+
+
+def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datasets, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    original = WindowSource(datasets["latent"], "train")
+    shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
+    offsets = np.fromfile(copy / shard["index"], "<u8").tolist()
+    data = (copy / shard["file"]).read_bytes()
+    records = [data[a + 12:b - 4] for a, b in zip(offsets, offsets[1:])]
+    with open(copy / shard["file"], "wb") as f:
+        for i, record in enumerate(records):
+            f.write(frame(_entries_reversed(record) if i % 2 else record))
+    assert_verified(copy)
+    everything = range(len(original))
+    for source in (WindowSource(str(copy), "train"),) * 2:   # learning, then learnt
+        _assert_same(_by_key([source.read_batch(everything)]),
+                     _by_key([original.read_batch(everything)]))
+
+
+def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
+    offsets = np.fromfile(copy / shard["index"], "<u8")
+    learnt = WindowSource(str(copy), "train")
+    learnt.read_batch(range(len(learnt)))
+    with open(copy / shard["file"], "r+b") as f:     # a byte of record 3's window values
+        f.seek(int(offsets[4]) - 4 - 5)                 # (the last feature: keys are sorted)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    message = rf"shard {shard['file']} is corrupt at record 3 .*readers.inspect"
+    for source in (learnt, WindowSource(str(copy), "train")):
+        with pytest.raises(OSError, match=message):
+            source.read_batch(range(len(source)))
+        with pytest.raises(OSError, match=message):
+            source[3]
+        assert source[2]["window"].shape == (4, 3)
 
 
 def test_window_source_refuses_what_it_cannot_do(datasets):

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import numpy as np
 
 from readers.spec.wire import (ENCODINGS, IMAGE_ENCODINGS, list_values, read_varint)
-from readers.spec.wire import decode_example, encode_example  # noqa: F401 (the format's API)
+from readers.spec.wire import (Layout, decode_example, encode_example,  # noqa: F401 (the
+                               layout)                                  # format's API)
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -141,6 +142,11 @@ class FeatureSpec:
                     return np.frombuffer(record, "<f4", length // 4, at).reshape(self.shape)
                 if self.encoding == "bytes":
                     return bytes(record[at:end])
+                if self.encoding == "int64" and not self.shape:   # one packed varint
+                    value, after = read_varint(record, at)
+                    if after == end:
+                        return np.array(value - (1 << 64) if value >= 1 << 63 else value,
+                                        np.int64)
         values = list_values(kind, record, start, end)
         if self.encoding == "float":
             array = values[0] if len(values) == 1 else (

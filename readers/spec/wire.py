@@ -15,6 +15,7 @@ the shards without TensorFlow at all.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import numpy as np
@@ -162,6 +163,98 @@ def _entries(record: Union[bytes, bytearray], start: int,
     skeleton = [(a, b, bytes(record[start + a:start + b])) for a, b in gaps if b > a]
     _LAYOUTS[end - start] = [(entries, skeleton), *layouts[:_MAX_LAYOUTS_PER_SIZE - 1]]
     return entries
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the features sit in the examples of one size and structure, so that a reader
+    can put each fixed-width feature's values straight where they go (readers.numpy reads
+    them into their rows of a batch) and read the rest, a few hundred bytes, on its own.
+
+    `direct`: (name, first, last) of each such feature, in order: its values are bytes
+    [first, last) of the example, the array as stored (a packed FloatList of float32, or
+    a raw array's bytes). Cut out, they leave the *rest* of the example, `rest_size`
+    bytes, which holds the other features' lists (`lists`: name -> (kind, first, last) in
+    the rest) and the bytes every example of this layout shares (`fixed`: (first, last,
+    bytes) spans of the rest: tags, lengths and keys, all that a walk's decisions depend
+    on). A record whose rest has those bytes has this layout.
+    """
+    size: int
+    direct: tuple[tuple[str, int, int], ...]
+    lists: dict[str, tuple[str, int, int]]
+    fixed: tuple[tuple[int, int, bytes], ...]
+
+    @property
+    def rest_size(self) -> int:
+        return self.size - sum(last - first for _, first, last in self.direct)
+
+    def fits(self, rest: Union[bytes, bytearray], start: int = 0) -> bool:
+        """Whether the rest at rest[start:] is that of an example of this layout."""
+        for a, b, same in self.fixed:
+            if rest[start + a:start + b] != same:
+                return False
+        return True
+
+    def values(self, features: list[FeatureSpec], rest: Union[bytes, bytearray],
+               start: int = 0) -> dict[str, Any]:
+        """The values of `features` (none of them direct) from a rest that `fits`, as
+        `decode_example` gives them."""
+        out = {}
+        for f in features:
+            kind, first, last = self.lists[f.name]
+            out[f.name] = f.from_wire(kind, rest, start + first, start + last)
+        return out
+
+
+def stored_itemsize(f: FeatureSpec) -> Optional[int]:
+    """Bytes per value of a feature whose values are stored as a plain array (float and
+    raw encodings), else None."""
+    if f.encoding == "float":
+        return 4
+    if f.encoding == "raw":
+        return 2 if f.dtype == "bfloat16" else np.dtype(f.dtype).itemsize
+    return None
+
+
+def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: int = 0,
+           end: Optional[int] = None) -> Layout:
+    """The layout of the example record[start:end]: `features` that are stored as plain
+    arrays in one packed field are direct. Raises ValueError as `decode_example` does."""
+    end = len(record) if end is None else end
+    entries = {key.decode("utf-8", "replace"): entry
+               for key, entry in _entries(record, start, end).items()}
+    direct = []
+    for f in features:
+        if f.name not in entries:
+            raise ValueError(f"feature {f.name!r} is missing")
+        kind, first, last = entries[f.name]
+        itemsize = stored_itemsize(f)
+        if (itemsize is None or kind != ("float" if f.encoding == "float" else "bytes")
+                or last - first < 2 or record[start + first] != 0x0A):
+            continue
+        length, at = read_varint(record, start + first + 1)
+        count = 1
+        for dim in f.shape:
+            count *= dim
+        if length == count * itemsize > 0 and at + length == start + last:
+            direct.append((f.name, at - start, last))
+    direct.sort(key=lambda d: d[1])
+    cuts = [(first, last) for _, first, last in direct]
+
+    def in_rest(pos: int) -> int:
+        return pos - sum(last - first for first, last in cuts if last <= pos)
+
+    rest = b"".join(bytes(record[start + a:start + b]) for a, b in
+                    zip([0] + [last for _, last in cuts], [first for first, _ in cuts]
+                        + [end - start]))
+    names = {name for name, _, _ in direct}
+    lists = {name: (kind, in_rest(first), in_rest(last))
+             for name, (kind, first, last) in entries.items() if name not in names}
+    spans = sorted((first, last) for _, first, last in lists.values())
+    fixed = tuple((a, b, rest[a:b]) for a, b in zip(
+        [0] + [last for _, last in spans], [first for first, _ in spans] + [len(rest)])
+        if b > a)
+    return Layout(end - start, tuple(direct), lists, fixed)
 
 
 def _walk(record: Union[bytes, bytearray], start: int,
