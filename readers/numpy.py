@@ -20,9 +20,11 @@ access is not possible there (use the tf.data reader).
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import concurrent.futures
 import io
+import itertools
 import os
 import struct
 from typing import Any, Iterator, Optional, Sequence
@@ -81,15 +83,16 @@ class WindowSource:
             raise ValueError(f"unknown feature(s) {unknown}; this dataset has {names}")
         self.features = [f for f in self.spec.features if features is None or f.name in features]
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
+        self._columns = {f.name: _stored_column(f) for f in self.features}
+        self._fixed_width = [f.name for f in self.features if spec_lib.stored_itemsize(f)]
         self._shards = [s for s in self.spec.splits[split].shards]
         missing = [s.file for s in self._shards if not s.index]
         if missing:
             raise ValueError(f"{path}: shard {missing[0]} has no offset index (written by "
                              "a job older than 0.2.0); rerun the job for random access")
-        counts = np.array([s.examples for s in self._shards], np.int64)
-        self._ends = np.cumsum(counts)
-        self._starts = self._ends - counts
-        self._size = int(self._ends[-1]) if len(counts) else 0
+        self._ends = list(itertools.accumulate(s.examples for s in self._shards))
+        self._starts = [end - s.examples for end, s in zip(self._ends, self._shards)]
+        self._size = self._ends[-1] if self._ends else 0
         self._offsets: dict[int, np.ndarray] = {}
         self._files: dict[int, int] = {}
         self._plans: dict[int, list[_Plan]] = {}   # frame size -> ways to read it
@@ -108,14 +111,13 @@ class WindowSource:
         return {name: column[0] if column.dtype == object else column[0, ...]
                 for name, column in self.read_batch([i]).items()}
 
-    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(shard, record in that shard) of each window index; negative ones count back."""
-        outside = (indices < -self._size) | (indices >= self._size)
-        if outside.any():
-            raise IndexError(f"window {int(indices[outside][0])} of a split of {self._size}")
-        indices = indices % max(self._size, 1)
-        shards = np.searchsorted(self._ends, indices, side="right")
-        return shards, indices - self._starts[shards]
+    def _locate(self, i: int) -> tuple[int, int]:
+        """(shard, record in that shard) of window i; a negative i counts back."""
+        if not -self._size <= i < self._size:
+            raise IndexError(f"window {i} of a split of {self._size}")
+        i %= self._size
+        shard = bisect.bisect_right(self._ends, i)
+        return shard, i - self._starts[shard]
 
     def _index(self, shard: int) -> np.ndarray:
         offsets = self._offsets.get(shard)
@@ -186,9 +188,9 @@ class WindowSource:
         cache), the rest into a small buffer; its CRCs are checked over the pieces, and
         the bytes outside the lists must match the layout's, else it is read whole again
         and its own layout learnt."""
-        shards, records = self._locate(np.asarray(indices, np.int64).reshape(-1))
-        batch = _Batch(self.features, len(shards))
-        for row, (shard, local) in enumerate(zip(shards.tolist(), records.tolist())):
+        batch = _Batch(self._columns, self._fixed_width, len(indices))
+        for row, i in enumerate(indices):
+            shard, local = self._locate(int(i))
             start, end = self._span(shard, local)
             plans = self._plans.get(end - start)
             if plans:
@@ -303,10 +305,12 @@ class _Rest:
 class _Batch:
     """The columns of one batch being read, as stored, and a rest buffer per plan."""
 
-    def __init__(self, features: Sequence[spec_lib.FeatureSpec], n: int):
-        self.columns = {f.name: _column(f, n) for f in features}
-        self.rows = {name: column.reshape(n, -1).view(np.uint8)
-                     for name, column in self.columns.items() if column.dtype != object}
+    def __init__(self, columns: dict[str, tuple[tuple[int, ...], np.dtype]],
+                 fixed_width: Sequence[str], n: int):
+        self.columns = {name: np.empty((n, *shape), dtype)
+                        for name, (shape, dtype) in columns.items()}
+        self.rows = {name: self.columns[name].reshape(n, -1).view(np.uint8)
+                     for name in fixed_width}
         self._rests: dict[_Plan, _Rest] = {}
 
     def rest(self, plan: _Plan) -> _Rest:
@@ -337,13 +341,12 @@ class _Batch:
                 column[row] = value
 
 
-def _column(f: spec_lib.FeatureSpec, n: int) -> np.ndarray:
-    """An empty column of n values of a feature, as stored (bfloat16 as its bits)."""
+def _stored_column(f: spec_lib.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
     if f.encoding == "bytes":
-        return np.empty(n, object)
-    dtype = {"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
-        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<"))
-    return np.empty((n, *f.shape), dtype)
+        return f.shape, np.dtype(object)
+    return f.shape, np.dtype({"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
+        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<")))
 
 
 def _decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
