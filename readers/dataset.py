@@ -19,6 +19,10 @@ import tensorflow as tf
 # queue, where this interleave gives each open shard its own thread and buffer. Both are
 # internal names of the pinned tensorflow (setup.py); the tests run through them.
 from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRecordDataset
+# And the class behind Dataset.map, for its use_inter_op_parallelism=False: the parse then
+# runs in the thread that asks for the batch, not handed to the inter-op pool, whose
+# threads spin while they wait for work (2% of the CPU per window, measured side by side).
+from tensorflow.python.data.ops.map_op import _MapDataset
 
 from readers import malloc, spec as spec_lib
 
@@ -181,7 +185,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     # ran at half speed from time to time (benchmarks/bench_reader.py; README).
     options = tf.data.Options()
     options.autotune.enabled = False
-    return ds.map(parse).prefetch(tf.data.AUTOTUNE).with_options(options)
+    return _MapDataset(ds, parse, use_inter_op_parallelism=False).prefetch(
+        tf.data.AUTOTUNE).with_options(options)
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,
