@@ -287,7 +287,7 @@ def main() -> None:
             work_dir = os.path.join(args.work_dir or temp_dir, f"videos-{videos}")
             input_files, out_dir = make_data(work_dir, videos, args.files)
             checkpoint = checkpoint_bytes(out_dir, work_dir)
-            print(f"checkpoint of a make_dataset iterator: {checkpoint / 2**20:.1f} MB")
+            print(f"checkpoint of a make_dataset iterator: {checkpoint / 2**20:.1f} MiB")
             made = contenders(input_files, out_dir)
             for busy in (int(b) for b in args.busy.split(",")):
                 label = f"{videos} videos, {busy} busy"

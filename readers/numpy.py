@@ -25,6 +25,7 @@ import collections
 import concurrent.futures
 import io
 import itertools
+import math
 import os
 import struct
 from typing import Any, Iterator, Optional, Sequence
@@ -309,8 +310,8 @@ class _Batch:
                  fixed_width: Sequence[str], n: int):
         self.columns = {name: np.empty((n, *shape), dtype)
                         for name, (shape, dtype) in columns.items()}
-        self.rows = {name: self.columns[name].reshape(n, -1).view(np.uint8)
-                     for name in fixed_width}
+        self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
+                     np.uint8) for name in fixed_width}
         self._rests: dict[_Plan, _Rest] = {}
 
     def rest(self, plan: _Plan) -> _Rest:
