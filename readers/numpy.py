@@ -183,7 +183,8 @@ class WindowSource:
         of bytes.
 
         Every example of a dataset has the same features and shapes, so the records of one
-        size take one layout (readers.spec.wire.Layout), learnt from the first read whole.
+        size take a few layouts (readers.spec.Layout), each learnt from the first record
+        that has it, read whole.
         Each later record of that size is read by one preadv in pieces: its fixed-width
         features' values straight into their rows of the batch (one copy, from the page
         cache), the rest into a small buffer; its CRCs are checked over the pieces, and
@@ -207,7 +208,10 @@ class WindowSource:
                     batch.store(plan, layout, row, rest)
                     continue
             frame, size = self._frame(shard, local)
-            layout = spec_lib.layout(self.features, frame, 12, size - 4)
+            try:
+                layout = spec_lib.layout(self.features, frame, 12, size - 4)
+            except ValueError as e:
+                raise ValueError(f"shard {self._shards[shard].file}, record {local}: {e}") from None
             plan = self._plan(size, layout)
             rest = batch.rest(plan)
             done = 0
@@ -221,15 +225,13 @@ class WindowSource:
         """The plan that reads frames of `size` as `layout` wants, now the first tried."""
         if len(self._plans) >= _MAX_SIZES:
             self._plans.clear()
-        plans = self._plans.setdefault(size, [])
+        plans = self._plans.get(size, [])
         plan = next((p for p in plans if p.direct_spans == layout.direct), None)
         if plan is None:
             plan = _Plan(layout, self.features)
-        else:
-            plans.remove(plan)
-        plans.insert(0, plan)
-        del plans[_MAX_PLANS_PER_SIZE:]
         plan.learn(layout)
+        # a new list, not one changed in place: threads of `batches` may read it meanwhile
+        self._plans[size] = [plan, *(p for p in plans if p is not plan)][:_MAX_PLANS_PER_SIZE]
         return plan
 
     def _finish(self, f: spec_lib.FeatureSpec, stored: np.ndarray) -> np.ndarray:
@@ -281,8 +283,7 @@ class _Plan:
 
     def learn(self, layout: spec_lib.Layout) -> None:
         if layout not in self.layouts:
-            self.layouts.insert(0, layout)
-            del self.layouts[_MAX_LAYOUTS_PER_PLAN:]
+            self.layouts = [layout, *self.layouts][:_MAX_LAYOUTS_PER_PLAN]
 
     def layout_of(self, rest: bytearray) -> Optional[spec_lib.Layout]:
         """The layout a frame's rest has, if it is one of those seen."""

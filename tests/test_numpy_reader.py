@@ -162,6 +162,20 @@ def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
         assert source[2]["window"].shape == (4, 3)
 
 
+@pytest.mark.parametrize("garbage", [b"\xff", b"N"])
+def test_a_record_that_is_no_example_is_named(datasets, tmp_path, garbage):
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
+    offsets = np.fromfile(copy / shard["index"], "<u8").tolist()
+    data = bytearray((copy / shard["file"]).read_bytes())
+    a, b = offsets[2], offsets[3]                    # record 2, its CRCs sound
+    data[a:b] = frame(garbage * (b - a - 16))
+    (copy / shard["file"]).write_bytes(data)
+    with pytest.raises(ValueError, match=rf"shard {shard['file']}, record 2: not a tf.train"):
+        WindowSource(str(copy), "train").read_batch(range(4))
+
+
 def test_window_source_refuses_what_it_cannot_do(datasets):
     with pytest.raises(ValueError, match="random access needs uncompressed shards"):
         WindowSource(datasets["gzip"])

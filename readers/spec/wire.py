@@ -155,7 +155,10 @@ def _entries(record: Union[bytes, bytearray], start: int,
     for entries, skeleton in layouts:
         if all(record[start + a:start + b] == same for a, b, same in skeleton):
             return entries
-    entries = _walk(record, start, end)
+    try:
+        entries = _walk(record, start, end)
+    except IndexError:
+        raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
     spans = sorted((first, last) for _, first, last in entries.values())
     gaps = zip([0] + [last for _, last in spans], [first for first, _ in spans] + [end - start])
     if len(_LAYOUTS) >= _MAX_SIZES:
