@@ -23,9 +23,7 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
-import io
 import itertools
-import math
 import os
 import struct
 from typing import Any, Iterator, Optional, Sequence
@@ -33,12 +31,7 @@ from typing import Any, Iterator, Optional, Sequence
 import google_crc32c
 import numpy as np
 
-from readers import spec as spec_lib
-
-
-def _mask(crc: int) -> int:
-    """TFRecord's masked CRC32C."""
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+from readers import scatter, spec as spec_lib
 
 
 def load_spec(path: str) -> spec_lib.DatasetSpec:
@@ -84,7 +77,7 @@ class WindowSource:
             raise ValueError(f"unknown feature(s) {unknown}; this dataset has {names}")
         self.features = [f for f in self.spec.features if features is None or f.name in features]
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
-        self._columns = {f.name: _stored_column(f) for f in self.features}
+        self._columns = {f.name: scatter.stored_column(f) for f in self.features}
         self._fixed_width = [f.name for f in self.features if spec_lib.stored_itemsize(f)]
         self._shards = [s for s in self.spec.splits[split].shards]
         missing = [s.file for s in self._shards if not s.index]
@@ -96,7 +89,7 @@ class WindowSource:
         self._size = self._ends[-1] if self._ends else 0
         self._offsets: dict[int, np.ndarray] = {}
         self._files: dict[int, int] = {}
-        self._plans: dict[int, list[_Plan]] = {}   # frame size -> ways to read it
+        self._plans = scatter.Plans(self.features)
         self._remote = "://" in path and not path.startswith("file://")
         self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
 
@@ -142,7 +135,7 @@ class WindowSource:
         frame = bytearray(end - start)
         self._read(shard, [frame], start, end)
         view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
-        self._check(shard, local, start, frame, [view[12:-4]], _header(end - start))
+        self._check(shard, local, start, frame, [view[12:-4]], scatter.header(end - start))
         return frame, end - start
 
     def _check(self, shard: int, local: int, start: int, frame: bytearray,
@@ -153,7 +146,7 @@ class WindowSource:
         crc = 0
         for piece in data:
             crc = google_crc32c.extend(crc, piece)
-        if frame[:12] != header or _mask(crc) != struct.unpack_from("<I", frame,
+        if frame[:12] != header or scatter.mask(crc) != struct.unpack_from("<I", frame,
                                                                     len(frame) - 4)[0]:
             raise OSError(f"shard {self._shards[shard].file} is corrupt at record {local} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
@@ -190,13 +183,12 @@ class WindowSource:
         cache), the rest into a small buffer; its CRCs are checked over the pieces, and
         the bytes outside the lists must match the layout's, else it is read whole again
         and its own layout learnt."""
-        batch = _Batch(self._columns, self._fixed_width, len(indices))
+        batch = scatter.Batch(self._columns, self._fixed_width, len(indices))
         for row, i in enumerate(indices):
             shard, local = self._locate(int(i))
             start, end = self._span(shard, local)
-            plans = self._plans.get(end - start)
-            if plans:
-                plan = plans[0]
+            plan = self._plans.first(end - start)
+            if plan is not None:
                 rest = batch.rest(plan)
                 pieces = batch.pieces(plan, row, rest)
                 self._read(shard, pieces, start, end)
@@ -212,7 +204,7 @@ class WindowSource:
                 layout = spec_lib.layout(self.features, frame, 12, size - 4)
             except ValueError as e:
                 raise ValueError(f"shard {self._shards[shard].file}, record {local}: {e}") from None
-            plan = self._plan(size, layout)
+            plan = self._plans.learn(size, layout)
             rest = batch.rest(plan)
             done = 0
             for piece in batch.pieces(plan, row, rest):
@@ -220,19 +212,6 @@ class WindowSource:
                 done += len(piece)
             batch.store(plan, layout, row, rest)
         return {f.name: self._finish(f, batch.columns[f.name]) for f in self.features}
-
-    def _plan(self, size: int, layout: spec_lib.Layout) -> _Plan:
-        """The plan that reads frames of `size` as `layout` wants, now the first tried."""
-        if len(self._plans) >= _MAX_SIZES:
-            self._plans.clear()
-        plans = self._plans.get(size, [])
-        plan = next((p for p in plans if p.direct_spans == layout.direct), None)
-        if plan is None:
-            plan = _Plan(layout, self.features)
-        plan.learn(layout)
-        # a new list, not one changed in place: threads of `batches` may read it meanwhile
-        self._plans[size] = [plan, *(p for p in plans if p is not plan)][:_MAX_PLANS_PER_SIZE]
-        return plan
 
     def _finish(self, f: spec_lib.FeatureSpec, stored: np.ndarray) -> np.ndarray:
         """A feature's values of a batch, as stored, as readers.make_dataset gives them."""
@@ -245,119 +224,6 @@ class WindowSource:
         if self.float_pixels and stored.dtype == np.uint8:
             return stored.astype(np.float32) / np.float32(255.0)
         return stored
-
-
-# Records of one size read the same way as long as their direct features sit in the same
-# places: in this job's examples always, since the lists that vary in size (video_id,
-# start) sit between the fixed-width ones before and after them (keys sorted). Their rests
-# may still differ inside (a longer id, a shorter varint): a plan keeps a few layouts.
-_MAX_SIZES, _MAX_PLANS_PER_SIZE, _MAX_LAYOUTS_PER_PLAN = 1024, 4, 8
-
-
-def _header(size: int) -> bytes:
-    """The 12 header bytes of a TFRecord frame of `size` bytes: the data's length and its
-    masked CRC."""
-    length = struct.pack("<Q", size - 16)
-    return length + struct.pack("<I", _mask(google_crc32c.value(length)))
-
-
-class _Plan:
-    """How frames of one size whose direct features sit in the same places are read: the
-    frame cut into pieces, in order: spans of a rest buffer (the 12 header bytes, the
-    example's rest, the 4 footer bytes) with a direct feature's row of the batch between
-    each two; and the layouts their rests have been seen to take.
-    """
-
-    def __init__(self, layout: spec_lib.Layout, features: Sequence[spec_lib.FeatureSpec]):
-        self.direct_spans = layout.direct
-        self.header = _header(12 + layout.size + 4)
-        self.layouts: list[spec_lib.Layout] = []
-        self.rest_size = 12 + layout.rest_size + 4
-        self.direct = [name for name, _, _ in layout.direct]
-        self.others = [f for f in features if f.name not in self.direct]
-        self.rest_spans, at, done = [], 0, -12    # done: example bytes placed so far
-        for _, first, last in layout.direct:
-            self.rest_spans.append((at, at + first - done))
-            at, done = at + first - done, last
-        self.rest_spans.append((at, self.rest_size))
-
-    def learn(self, layout: spec_lib.Layout) -> None:
-        if layout not in self.layouts:
-            self.layouts = [layout, *self.layouts][:_MAX_LAYOUTS_PER_PLAN]
-
-    def layout_of(self, rest: bytearray) -> Optional[spec_lib.Layout]:
-        """The layout a frame's rest has, if it is one of those seen."""
-        for layout in self.layouts:
-            if layout.fits(rest, 12):
-                return layout
-        return None
-
-
-class _Rest:
-    """A plan's rest buffer in one batch, and its spans as arrays (preadv writes into
-    them; the CRC function reads them), with and without the header and footer."""
-
-    def __init__(self, plan: _Plan):
-        self.buffer = bytearray(plan.rest_size)
-        view = np.frombuffer(self.buffer, np.uint8)
-        self.pieces = [view[a:b] for a, b in plan.rest_spans]
-        self.data = [view[max(a, 12):min(b, plan.rest_size - 4)] for a, b in plan.rest_spans]
-
-
-class _Batch:
-    """The columns of one batch being read, as stored, and a rest buffer per plan."""
-
-    def __init__(self, columns: dict[str, tuple[tuple[int, ...], np.dtype]],
-                 fixed_width: Sequence[str], n: int):
-        self.columns = {name: np.empty((n, *shape), dtype)
-                        for name, (shape, dtype) in columns.items()}
-        self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
-                     np.uint8) for name in fixed_width}
-        self._rests: dict[_Plan, _Rest] = {}
-
-    def rest(self, plan: _Plan) -> _Rest:
-        rest = self._rests.get(plan)
-        if rest is None:
-            rest = self._rests[plan] = _Rest(plan)
-        return rest
-
-    def pieces(self, plan: _Plan, row: int, rest: _Rest) -> list[np.ndarray]:
-        """Where a frame of this plan for row `row` is read to, piece by piece."""
-        pieces = [None] * (2 * len(plan.direct) + 1)
-        pieces[0::2] = rest.pieces
-        pieces[1::2] = [self.rows[name][row] for name in plan.direct]
-        return pieces
-
-    def store(self, plan: _Plan, layout: spec_lib.Layout, row: int, rest: _Rest) -> None:
-        """The values that the rest holds (the features that are not direct), into row
-        `row` of their columns."""
-        values = layout.values(plan.others, rest.buffer, 12)
-        for f in plan.others:
-            column, value = self.columns[f.name], values[f.name]
-            if f.encoding in spec_lib.IMAGE_ENCODINGS:
-                for k, data in enumerate(value):
-                    column[row, k] = _decode_image(data, f.shape[1:])
-            elif f.encoding == "raw" and f.dtype == "bfloat16":
-                column[row] = value.view("<u2")
-            else:
-                column[row] = value
-
-
-def _stored_column(f: spec_lib.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
-    """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
-    if f.encoding == "bytes":
-        return f.shape, np.dtype(object)
-    return f.shape, np.dtype({"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
-        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<")))
-
-
-def _decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
-        image = image.convert("RGB" if shape[-1] == 3 else "L")
-        array = np.asarray(image, dtype=np.uint8)
-    return array.reshape(shape)
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,

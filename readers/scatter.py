@@ -1,0 +1,162 @@
+"""How readers.numpy reads a batch: each record by one scatter read (preadv) in pieces,
+its fixed-width values straight into their rows of the batch, the rest of it into a small
+buffer.
+
+A `Plan` says how the frames of one size are cut into those pieces; `Plans` keeps the
+plans learnt so far; a `Batch` holds the columns being filled and a `Rest` buffer per
+plan. The format itself, where each feature sits in an Example, is `readers.spec.Layout`.
+"""
+from __future__ import annotations
+
+import io
+import math
+import struct
+from typing import Optional, Sequence
+
+import google_crc32c
+import numpy as np
+
+from readers import spec as spec_lib
+
+
+def mask(crc: int) -> int:
+    """TFRecord's masked CRC32C."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+# Records of one size read the same way as long as their direct features sit in the same
+# places: in this job's examples always, since the lists that vary in size (video_id,
+# start) sit between the fixed-width ones before and after them (keys sorted). Their rests
+# may still differ inside (a longer id, a shorter varint): a plan keeps a few layouts.
+MAX_SIZES, MAX_PLANS_PER_SIZE, MAX_LAYOUTS_PER_PLAN = 1024, 4, 8
+
+
+def header(size: int) -> bytes:
+    """The 12 header bytes of a TFRecord frame of `size` bytes: the data's length and its
+    masked CRC."""
+    length = struct.pack("<Q", size - 16)
+    return length + struct.pack("<I", mask(google_crc32c.value(length)))
+
+
+class Plans:
+    """The plans learnt so far, by frame size, the one to try first at the front."""
+
+    def __init__(self, features: Sequence[spec_lib.FeatureSpec]):
+        self.features = list(features)
+        self._by_size: dict[int, list[Plan]] = {}
+
+    def first(self, size: int) -> Optional[Plan]:
+        plans = self._by_size.get(size)
+        return plans[0] if plans else None
+
+    def learn(self, size: int, layout: spec_lib.Layout) -> Plan:
+        """The plan that reads frames of `size` as `layout` wants, now the first tried."""
+        if len(self._by_size) >= MAX_SIZES:
+            self._by_size.clear()
+        plans = self._by_size.get(size, [])
+        plan = next((p for p in plans if p.direct_spans == layout.direct), None)
+        if plan is None:
+            plan = Plan(layout, self.features)
+        plan.learn(layout)
+        # a new list, not one changed in place: threads of `batches` may read it meanwhile
+        self._by_size[size] = [plan, *(p for p in plans if p is not plan)][:MAX_PLANS_PER_SIZE]
+        return plan
+
+
+class Plan:
+    """How frames of one size whose direct features sit in the same places are read: the
+    frame cut into pieces, in order: spans of a rest buffer (the 12 header bytes, the
+    example's rest, the 4 footer bytes) with a direct feature's row of the batch between
+    each two; and the layouts their rests have been seen to take.
+    """
+
+    def __init__(self, layout: spec_lib.Layout, features: Sequence[spec_lib.FeatureSpec]):
+        self.direct_spans = layout.direct
+        self.header = header(12 + layout.size + 4)
+        self.layouts: list[spec_lib.Layout] = []
+        self.rest_size = 12 + layout.rest_size + 4
+        self.direct = [name for name, _, _ in layout.direct]
+        self.others = [f for f in features if f.name not in self.direct]
+        self.rest_spans, at, done = [], 0, -12    # done: example bytes placed so far
+        for _, first, last in layout.direct:
+            self.rest_spans.append((at, at + first - done))
+            at, done = at + first - done, last
+        self.rest_spans.append((at, self.rest_size))
+
+    def learn(self, layout: spec_lib.Layout) -> None:
+        if layout not in self.layouts:
+            self.layouts = [layout, *self.layouts][:MAX_LAYOUTS_PER_PLAN]
+
+    def layout_of(self, rest: bytearray) -> Optional[spec_lib.Layout]:
+        """The layout a frame's rest has, if it is one of those seen."""
+        for layout in self.layouts:
+            if layout.fits(rest, 12):
+                return layout
+        return None
+
+
+class Rest:
+    """A plan's rest buffer in one batch, and its spans as arrays (preadv writes into
+    them; the CRC function reads them), with and without the header and footer."""
+
+    def __init__(self, plan: Plan):
+        self.buffer = bytearray(plan.rest_size)
+        view = np.frombuffer(self.buffer, np.uint8)
+        self.pieces = [view[a:b] for a, b in plan.rest_spans]
+        self.data = [view[max(a, 12):min(b, plan.rest_size - 4)] for a, b in plan.rest_spans]
+
+
+class Batch:
+    """The columns of one batch being read, as stored, and a rest buffer per plan."""
+
+    def __init__(self, columns: dict[str, tuple[tuple[int, ...], np.dtype]],
+                 fixed_width: Sequence[str], n: int):
+        self.columns = {name: np.empty((n, *shape), dtype)
+                        for name, (shape, dtype) in columns.items()}
+        self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
+                     np.uint8) for name in fixed_width}
+        self._rests: dict[Plan, Rest] = {}
+
+    def rest(self, plan: Plan) -> Rest:
+        rest = self._rests.get(plan)
+        if rest is None:
+            rest = self._rests[plan] = Rest(plan)
+        return rest
+
+    def pieces(self, plan: Plan, row: int, rest: Rest) -> list[np.ndarray]:
+        """Where a frame of this plan for row `row` is read to, piece by piece."""
+        pieces = [None] * (2 * len(plan.direct) + 1)
+        pieces[0::2] = rest.pieces
+        pieces[1::2] = [self.rows[name][row] for name in plan.direct]
+        return pieces
+
+    def store(self, plan: Plan, layout: spec_lib.Layout, row: int, rest: Rest) -> None:
+        """The values that the rest holds (the features that are not direct), into row
+        `row` of their columns."""
+        values = layout.values(plan.others, rest.buffer, 12)
+        for f in plan.others:
+            column, value = self.columns[f.name], values[f.name]
+            if f.encoding in spec_lib.IMAGE_ENCODINGS:
+                for k, data in enumerate(value):
+                    column[row, k] = decode_image(data, f.shape[1:])
+            elif f.encoding == "raw" and f.dtype == "bfloat16":
+                column[row] = value.view("<u2")
+            else:
+                column[row] = value
+
+
+def stored_column(f: spec_lib.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
+    if f.encoding == "bytes":
+        return f.shape, np.dtype(object)
+    return f.shape, np.dtype({"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
+        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<")))
+
+
+def decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        image = image.convert("RGB" if shape[-1] == 3 else "L")
+        array = np.asarray(image, dtype=np.uint8)
+    return array.reshape(shape)
