@@ -290,6 +290,13 @@ def test_bfloat16_latents_are_kept(tmp_path):
     order = np.argsort(batch["start"].numpy())
     np.testing.assert_array_equal(batch["window"].numpy()[order].reshape(-1, 2), frames)
 
+    from readers.numpy import WindowSource
+    for keep in (False, True):
+        ours = WindowSource(str(tmp_path / "out"), keep_float16=keep).read_batch(range(4))
+        assert ours["window"].dtype == (tf.bfloat16.as_numpy_dtype if keep else np.float32)
+        np.testing.assert_array_equal(
+            ours["window"][np.argsort(ours["start"])].astype(np.float32).reshape(-1, 2), frames)
+
 
 # --- ids -------------------------------------------------------------------------------
 
