@@ -78,7 +78,7 @@ class WindowSource:
         self.features = [f for f in self.spec.features if features is None or f.name in features]
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
         self._columns = {f.name: scatter.stored_column(f) for f in self.features}
-        self._fixed_width = [f.name for f in self.features if spec_lib.stored_itemsize(f)]
+        self._fixed_width = [f.name for f in self.features if spec_lib.stored_dtype(f)]
         self._shards = [s for s in self.spec.splits[split].shards]
         missing = [s.file for s in self._shards if not s.index]
         if missing:

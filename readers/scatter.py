@@ -147,10 +147,10 @@ class Batch:
 
 def stored_column(f: spec_lib.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
-    if f.encoding == "bytes":
-        return f.shape, np.dtype(object)
-    return f.shape, np.dtype({"float": "<f4", "int64": "<i8"}.get(f.encoding) or (
-        "<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<")))
+    dtype = spec_lib.stored_dtype(f)
+    if dtype is None:
+        dtype = np.dtype({"int64": "<i8", "bytes": object}.get(f.encoding, np.uint8))
+    return f.shape, dtype
 
 
 def decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:

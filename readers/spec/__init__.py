@@ -21,7 +21,7 @@ import numpy as np
 
 from readers.spec.wire import (ENCODINGS, IMAGE_ENCODINGS, list_values, read_varint)
 from readers.spec.wire import (Layout, decode_example, encode_example,  # noqa: F401 (the
-                               layout, stored_itemsize)                 # format's API)
+                               layout, stored_dtype)                    # format's API)
 
 if TYPE_CHECKING:
     import tensorflow as tf

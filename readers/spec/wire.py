@@ -209,13 +209,13 @@ class Layout:
         return out
 
 
-def stored_itemsize(f: FeatureSpec) -> Optional[int]:
-    """Bytes per value of a feature whose values are stored as a plain array (float and
-    raw encodings), else None."""
+def stored_dtype(f: FeatureSpec) -> Optional[np.dtype]:
+    """The little-endian dtype of a feature whose values are stored as a plain array (float
+    and raw encodings; bfloat16 as its 16 bits, so that no ml_dtypes is needed), else None."""
     if f.encoding == "float":
-        return 4
+        return np.dtype("<f4")
     if f.encoding == "raw":
-        return 2 if f.dtype == "bfloat16" else np.dtype(f.dtype).itemsize
+        return np.dtype("<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<"))
     return None
 
 
@@ -231,15 +231,15 @@ def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: 
         if f.name not in entries:
             raise ValueError(f"feature {f.name!r} is missing")
         kind, first, last = entries[f.name]
-        itemsize = stored_itemsize(f)
-        if (itemsize is None or kind != ("float" if f.encoding == "float" else "bytes")
+        dtype = stored_dtype(f)
+        if (dtype is None or kind != ("float" if f.encoding == "float" else "bytes")
                 or last - first < 2 or record[start + first] != 0x0A):
             continue
         length, at = read_varint(record, start + first + 1)
         count = 1
         for dim in f.shape:
             count *= dim
-        if length == count * itemsize > 0 and at + length == start + last:
+        if length == count * dtype.itemsize > 0 and at + length == start + last:
             direct.append((f.name, at - start, last))
     direct.sort(key=lambda d: d[1])
     cuts = [(first, last) for _, first, last in direct]
