@@ -26,7 +26,7 @@ import concurrent.futures
 import itertools
 import os
 import struct
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Collection, Iterator, Optional, Sequence
 
 import google_crc32c
 import numpy as np
@@ -46,14 +46,27 @@ def load_spec(path: str) -> spec_lib.DatasetSpec:
     return spec_lib.DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
 
 
-def _read_file(path: str, start: int = 0, end: Optional[int] = None) -> bytes:
-    if "://" in path and not path.startswith("file://"):
+def _read_file(path: str) -> bytes:
+    return _read_files([path])[0]
+
+
+def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
+                ends: Optional[Sequence[int]] = None) -> list[bytes]:
+    """Files, or their byte ranges [start, end), local or of any fsspec scheme, of one
+    scheme. Remote ones are asked for all at once: gcsfs sends the requests concurrently,
+    so a batch of windows on gs:// waits about one request's latency, not one per window."""
+    starts = list(starts) if starts is not None else [None] * len(paths)
+    ends = list(ends) if ends is not None else [None] * len(paths)
+    if paths and "://" in paths[0] and not paths[0].startswith("file://"):
         import fsspec
-        fs, remote = fsspec.core.url_to_fs(path)
-        return fs.cat_file(remote, start=start, end=end)
-    with open(path.removeprefix("file://"), "rb") as f:
-        f.seek(start)
-        return f.read() if end is None else f.read(end - start)
+        fs, _ = fsspec.core.url_to_fs(paths[0])
+        return fs.cat_ranges(list(paths), starts, ends, on_error="raise")
+    out = []
+    for path, start, end in zip(paths, starts, ends):
+        with open(path.removeprefix("file://"), "rb") as f:
+            f.seek(start or 0)
+            out.append(f.read() if end is None else f.read(end - (start or 0)))
+    return out
 
 
 class WindowSource:
@@ -102,8 +115,15 @@ class WindowSource:
         return state
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {name: column[0] if column.dtype == object else column[0, ...]
-                for name, column in self.read_batch([i]).items()}
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Windows `indices`, one dict each, read as one `read_batch`: a PyTorch
+        DataLoader's workers fetch their batches through it (on gs://, a batch's requests
+        all at once)."""
+        batch = self.read_batch(indices)
+        return [{name: column[row] if column.dtype == object else column[row, ...]
+                 for name, column in batch.items()} for row in range(len(indices))]
 
     def _locate(self, i: int) -> tuple[int, int]:
         """(shard, record in that shard) of window i; a negative i counts back."""
@@ -113,27 +133,28 @@ class WindowSource:
         shard = bisect.bisect_right(self._ends, i)
         return shard, i - self._starts[shard]
 
-    def _index(self, shard: int) -> np.ndarray:
-        offsets = self._offsets.get(shard)
-        if offsets is None:
+    def _load_indexes(self, shards: Collection[int]) -> None:
+        """The offset indexes of `shards` not yet in memory, read together."""
+        missing = sorted(set(shards) - self._offsets.keys())
+        paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
+        for shard, data in zip(missing, _read_files(paths)):
             entry = self._shards[shard]
-            data = _read_file(os.path.join(self.path, entry.index))
             offsets = np.frombuffer(data, "<u8")
             if len(offsets) != entry.examples + 1:
                 raise ValueError(f"{entry.index}: {len(offsets) - 1} records indexed, "
                                  f"dataset.json says {entry.examples}")
             self._offsets[shard] = offsets
-        return offsets
 
     def _span(self, shard: int, local: int) -> tuple[int, int]:
-        offsets = self._index(shard)
+        offsets = self._offsets[shard]
         return int(offsets[local]), int(offsets[local + 1])
 
-    def _frame(self, shard: int, local: int) -> tuple[bytearray, int]:
+    def _frame(self, shard: int, local: int, fetched: Optional[bytes]
+               ) -> tuple[bytearray, int]:
         """A record's TFRecord frame in memory of its own, its CRCs checked, and its size."""
         start, end = self._span(shard, local)
         frame = bytearray(end - start)
-        self._read(shard, [frame], start, end)
+        self._read(shard, [frame], start, end, fetched)
         view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
         self._check(shard, local, start, frame, [view[12:-4]], scatter.header(end - start))
         return frame, end - start
@@ -151,17 +172,19 @@ class WindowSource:
             raise OSError(f"shard {self._shards[shard].file} is corrupt at record {local} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
 
-    def _read(self, shard: int, pieces: list, start: int, end: int) -> None:
+    def _read(self, shard: int, pieces: list, start: int, end: int,
+              fetched: Optional[bytes]) -> None:
         """Bytes [start, end) of a shard, into `pieces` (writable buffers, in order, that
-        add up to end - start bytes): one preadv, or one ranged read of a remote shard."""
+        add up to end - start bytes): one preadv, or from `fetched`, those bytes of a
+        remote shard."""
         path = self._paths[shard]
-        if self._remote:
-            data, done = _read_file(path, start, end), 0
+        if fetched is not None:
+            done = 0
             for piece in pieces:
                 view = memoryview(piece).cast("B")
-                view[:] = data[done:done + len(view)]
+                view[:] = fetched[done:done + len(view)]
                 done += len(view)
-            read = len(data)
+            read = len(fetched)
         else:
             fd = self._files.get(shard)
             if fd is None:
@@ -182,24 +205,30 @@ class WindowSource:
         features' values straight into their rows of the batch (one copy, from the page
         cache), the rest into a small buffer; its CRCs are checked over the pieces, and
         the bytes outside the lists must match the layout's, else it is read whole again
-        and its own layout learnt."""
+        and its own layout learnt. The records of a remote split are fetched first, all
+        at once, and taken from memory in the same way."""
         batch = scatter.Batch(self._columns, self._fixed_width, len(indices))
-        for row, i in enumerate(indices):
-            shard, local = self._locate(int(i))
-            start, end = self._span(shard, local)
+        located = [self._locate(int(i)) for i in indices]
+        self._load_indexes({shard for shard, _ in located})
+        spans = [self._span(shard, local) for shard, local in located]
+        fetched = (_read_files([self._paths[shard] for shard, _ in located],
+                               *zip(*spans)) if self._remote and located
+                   else [None] * len(located))
+        for row, ((shard, local), (start, end), data) in enumerate(
+                zip(located, spans, fetched)):
             plan = self._plans.first(end - start)
             if plan is not None:
                 rest = batch.rest(plan)
                 pieces = batch.pieces(plan, row, rest)
-                self._read(shard, pieces, start, end)
-                data = pieces[:]
-                data[0::2] = rest.data
-                self._check(shard, local, start, rest.buffer, data, plan.header)
+                self._read(shard, pieces, start, end, data)
+                crc_data = pieces[:]
+                crc_data[0::2] = rest.data
+                self._check(shard, local, start, rest.buffer, crc_data, plan.header)
                 layout = plan.layout_of(rest.buffer)
                 if layout is not None:
                     batch.store(plan, layout, row, rest)
                     continue
-            frame, size = self._frame(shard, local)
+            frame, size = self._frame(shard, local, data)
             try:
                 layout = spec_lib.layout(self.features, frame, 12, size - 4)
             except ValueError as e:

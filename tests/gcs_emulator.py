@@ -3,6 +3,9 @@ things real GCS does that it does not.
 
 - Generation preconditions: `ifGenerationMatch` on uploads and deletes (0: the object
   must not exist), answered 412 as GCS does. The job's lease relies on them.
+- Requests served at once, each after an optional latency (`running(latency_s=...)`), as
+  GCS serves them, for benchmarks of how a reader copes with a remote store; the
+  emulator alone serves one request at a time, at once.
 - A count of the requests served, by kind (create, upload, read, metadata, list,
   delete, batch; objects_deleted, each object deleted alone or inside a batch
   request; bytes_read, the bytes of object data served), so that tests and
@@ -12,10 +15,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
+import http.server
 import logging
 import os
 import socket
 import threading
+import time
 from http import HTTPStatus
 from typing import Iterator
 
@@ -25,6 +31,7 @@ from gcp_storage_emulator.handlers import objects
 
 _counts: collections.Counter = collections.Counter()
 _lock = threading.Lock()
+_latency_s = 0.0
 
 
 def _count(kind: str, n: int = 1) -> None:
@@ -50,6 +57,8 @@ def _counting(method: str, original):
     def handle(self):
         path, _, query = self.path.partition("?")
         _count(_kind(method, path, query))
+        if _latency_s:
+            time.sleep(_latency_s)
         return original(self)
     return handle
 
@@ -130,6 +139,21 @@ def reset_counts() -> None:
         _counts.clear()
 
 
+class _ConcurrentServer(http.server.ThreadingHTTPServer):
+    request_queue_size = 256    # the default 5 drops a batch's connections: 1 s retries
+    daemon_threads = True
+
+
+class _ConcurrentAPI(emulator.APIThread):
+    """The emulator's API thread, with a thread per request."""
+
+    def run(self):
+        self._httpd = _ConcurrentServer(
+            (self._host, self._port), functools.partial(emulator.RequestHandler, self._storage))
+        self.is_running.set()
+        self._httpd.serve_forever()
+
+
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon"}
 
 
@@ -143,9 +167,12 @@ def anonymous_beam() -> None:
 
 
 @contextlib.contextmanager
-def running(bucket: str = "bkt") -> Iterator[str]:
+def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
     """Serve an in-memory emulator with bucket `bucket`; gcsfs, google-cloud-storage and
-    Beam's gs:// all point at it while the context lasts. Yields its address."""
+    Beam's gs:// all point at it while the context lasts. Yields its address. With a
+    `latency_s`, each request waits that long and requests are served at once (for
+    benchmarks that read: the emulator's storage is not meant for concurrent writes)."""
+    global _latency_s
     import fsspec
     from beam_jobs import storage
 
@@ -155,6 +182,9 @@ def running(bucket: str = "bkt") -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     srv = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
+    if latency_s:
+        srv._api = _ConcurrentAPI("127.0.0.1", port, srv._storage)
+    _latency_s = latency_s
     srv.start()
     env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", **ENV}
     saved = {k: os.environ.get(k) for k in env}
@@ -165,6 +195,7 @@ def running(bucket: str = "bkt") -> Iterator[str]:
     try:
         yield env["STORAGE_EMULATOR_HOST"]
     finally:
+        _latency_s = 0.0
         srv.stop()
         storage._client.cache_clear()
         for k, v in saved.items():

@@ -53,11 +53,14 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
     assert batch["window"].shape == (4, 10, 3)
 
     from readers.numpy import WindowSource    # reads gs:// itself, through fsspec
+    gcs_emulator.reset_counts()
     remote, local = WindowSource("gs://bkt/out"), WindowSource(str(tmp_path / "copy"))
     everything = list(range(len(local))) * 2    # its layouts learnt, then used
     theirs = local.read_batch(everything)
     for name, column in remote.read_batch(everything).items():
         np.testing.assert_array_equal(column, theirs[name], err_msg=name)
+    # dataset.json, each shard's index, then a ranged read per record, none twice
+    assert gcs_emulator.counts()["read"] == 1 + 2 + len(everything)
 
 
 def test_manifest_frames_and_encoder_from_gcs(gcs, tmp_path):

@@ -250,6 +250,20 @@ def test_the_tf_reader_resumes_exactly_from_a_checkpoint(datasets, tmp_path):
         assert keys(resumed, steps - stop) == straight[stop:], stop
 
 
+def test_getitems_gives_the_rows_of_read_batch(datasets):
+    source = WindowSource(datasets["latent"], "train")
+    indices = [3, 0, len(source) - 1, 3, -2]
+    batch = source.read_batch(indices)
+    windows = source.__getitems__(indices)
+    assert len(windows) == len(indices)
+    for row, window in enumerate(windows):
+        assert window.keys() == batch.keys()
+        for name, column in batch.items():
+            assert np.shape(window[name]) == column.shape[1:], name
+            np.testing.assert_array_equal(window[name], column[row], err_msg=name)
+    assert source.__getitems__([]) == []
+
+
 def test_pytorch_dataloader_workers_read_every_window_once(datasets):
     torch = pytest.importorskip("torch")
     source = WindowSource(datasets["latent"], "train")
