@@ -14,6 +14,10 @@ times full epochs (batch 64, drop_remainder) of each contender, counting windows
             then flat_map over overlapping windows, shuffle(2048), batch, prefetch
   ours      readers.make_dataset(out_dir, "train", batch_size=64)
   floor     F: TFRecordDataset over the shards, batch, prefetch: reading, no parsing
+  copy      F+C: F, then each batch's records copied once into a dense uint8 tensor
+            (tf.io.decode_raw). Every reader built of TensorFlow's ops gives its windows
+            out as dense tensors by at least one such copy more than F makes; F+C is F
+            with that copy and nothing else: no parse, no shuffle
   numpy     readers.numpy.batches(out_dir, "train", 64): no TensorFlow, one process
   torch     a torch DataLoader over readers.numpy.WindowSource, 2 worker processes
             (when torch is installed)
@@ -99,6 +103,14 @@ def floor_dataset(shard_files: list[str]) -> tf.data.Dataset:
     return (tf.data.TFRecordDataset(shard_files, num_parallel_reads=AUTOTUNE)
             .batch(BATCH, drop_remainder=True)
             .prefetch(AUTOTUNE))
+
+
+def copy_dataset(shard_files: list[str]) -> tf.data.Dataset:
+    """F+C: the floor, each batch then copied into one uint8 tensor [batch, record size]."""
+    record_bytes = max(int(tf.reduce_max(tf.strings.length(records)))
+                       for records in floor_dataset(shard_files))
+    return floor_dataset(shard_files).map(
+        lambda records: tf.io.decode_raw(records, tf.uint8, fixed_length=record_bytes))
 
 
 def _cpu_seconds(skip: Collection[int] = ()) -> float:
@@ -199,12 +211,14 @@ def checkpoint_bytes(out_dir: str, work_dir: str) -> int:
 def contenders(input_files: list[str], out_dir: str) -> dict[str, Callable[[], Iterable]]:
     shard_files = sorted(glob.glob(os.path.join(out_dir, "train-*.tfrecord")))
     baseline, floor = baseline_dataset(input_files), floor_dataset(shard_files)
+    copy = copy_dataset(shard_files)
     ours = readers.make_dataset(out_dir, "train", batch_size=BATCH)
     epochs = iter(range(1_000_000))
     made = {
         "baseline": lambda: baseline,
         "ours": lambda: ours,
         "floor": lambda: floor,
+        "copy": lambda: copy,
         "numpy": lambda: readers.numpy.batches(out_dir, "train", BATCH, epoch=next(epochs)),
     }
     loader = torch_loader(out_dir)
@@ -251,7 +265,9 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         ratios["torch/ours"] = medians["torch"] / medians["ours"]
     return {"median_windows_per_s": medians, "median_windows_per_cpu_s": cpu,
             "ratios": ratios, "cpu_ratios": {"ours/floor": cpu["ours"] / cpu["floor"],
-                                             "ours/baseline": cpu["ours"] / cpu["baseline"]}}
+                                             "ours/baseline": cpu["ours"] / cpu["baseline"],
+                                             "copy/floor": cpu["copy"] / cpu["floor"],
+                                             "ours/copy": cpu["ours"] / cpu["copy"]}}
 
 
 def print_table(label: str, runs: dict[str, list[dict]], summary: dict) -> None:
@@ -264,7 +280,9 @@ def print_table(label: str, runs: dict[str, list[dict]], summary: dict) -> None:
               f"{min(rates):7.0f} {max(rates):7.0f} "
               f"{summary['median_windows_per_cpu_s'][name]:17.0f}")
     print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary["ratios"].items())
-          + f"; per CPU-second ours/floor {summary['cpu_ratios']['ours/floor']:.2f}x")
+          + "; per CPU-second " + ", ".join(
+              f"{k} {summary['cpu_ratios'][k]:.2f}x" for k in ("ours/floor", "copy/floor",
+                                                               "ours/copy")))
 
 
 def main() -> None:
