@@ -26,7 +26,7 @@ import concurrent.futures
 import itertools
 import os
 import struct
-from typing import Any, Collection, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import google_crc32c
 import numpy as np
@@ -46,6 +46,10 @@ def load_spec(path: str) -> spec_lib.DatasetSpec:
     return spec_lib.DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
 
 
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
 def _read_file(path: str) -> bytes:
     return _read_files([path])[0]
 
@@ -57,7 +61,7 @@ def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
     so a batch of windows on gs:// waits about one request's latency, not one per window."""
     starts = list(starts) if starts is not None else [None] * len(paths)
     ends = list(ends) if ends is not None else [None] * len(paths)
-    if paths and "://" in paths[0] and not paths[0].startswith("file://"):
+    if paths and _is_remote(paths[0]):
         import fsspec
         fs, _ = fsspec.core.url_to_fs(paths[0])
         return fs.cat_ranges(list(paths), starts, ends, on_error="raise")
@@ -103,7 +107,7 @@ class WindowSource:
         self._offsets: dict[int, np.ndarray] = {}
         self._files: dict[int, int] = {}
         self._plans = scatter.Plans(self.features)
-        self._remote = "://" in path and not path.startswith("file://")
+        self._remote = _is_remote(path)
         self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
 
     def __len__(self) -> int:
@@ -133,9 +137,11 @@ class WindowSource:
         shard = bisect.bisect_right(self._ends, i)
         return shard, i - self._starts[shard]
 
-    def _load_indexes(self, shards: Collection[int]) -> None:
+    def _load_indexes(self, shards: Iterable[int]) -> None:
         """The offset indexes of `shards` not yet in memory, read together."""
-        missing = sorted(set(shards) - self._offsets.keys())
+        if len(self._offsets) == len(self._shards):      # all read: the usual case
+            return
+        missing = sorted({shard for shard in shards if shard not in self._offsets})
         paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
         for shard, data in zip(missing, _read_files(paths)):
             entry = self._shards[shard]
@@ -209,7 +215,7 @@ class WindowSource:
         at once, and taken from memory in the same way."""
         batch = scatter.Batch(self._columns, self._fixed_width, len(indices))
         located = [self._locate(int(i)) for i in indices]
-        self._load_indexes({shard for shard, _ in located})
+        self._load_indexes(shard for shard, _ in located)
         spans = [self._span(shard, local) for shard, local in located]
         fetched = (_read_files([self._paths[shard] for shard, _ in located],
                                *zip(*spans)) if self._remote and located

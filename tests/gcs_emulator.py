@@ -3,9 +3,9 @@ things real GCS does that it does not.
 
 - Generation preconditions: `ifGenerationMatch` on uploads and deletes (0: the object
   must not exist), answered 412 as GCS does. The job's lease relies on them.
-- Requests served at once, each after an optional latency (`running(latency_s=...)`), as
-  GCS serves them, for benchmarks of how a reader copes with a remote store; the
-  emulator alone serves one request at a time, at once.
+- With `running(latency_s=...)`, each request waits that long and requests are served
+  concurrently, as on GCS, for benchmarks of how a reader copes with a remote store;
+  without it the emulator serves one request at a time, with no wait.
 - A count of the requests served, by kind (create, upload, read, metadata, list,
   delete, batch; objects_deleted, each object deleted alone or inside a batch
   request; bytes_read, the bytes of object data served), so that tests and
