@@ -96,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run locally on every core: --direct_num_workers <cores>, and "
                          "--direct_running_mode multi_processing for latents or "
                          "multi_threading for pixel inputs, unless given")
-    io.add_argument("--progress_interval", type=number(float, 0, 86400, low_open=True),
-                    default=10.0, help="seconds between progress lines of each worker "
-                                       "(default: %(default)s)")
+    io.add_argument("--progress_interval", type=number(float, 0, 86400),
+                    default=10.0, help="seconds between progress lines of each worker; 0 "
+                                       "logs a line after every video (default: "
+                                       "%(default)s)")
     io.add_argument("--allow_nonfinite", action="store_true",
                     help="keep latents, labels and metadata holding NaN or Inf (default: "
                          "such a video is a failure)")

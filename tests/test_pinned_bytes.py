@@ -1,0 +1,110 @@
+"""The bytes of the shards and indexes are pinned: a refactor must not change one of them.
+
+Inputs are made from integer arithmetic (no random generator, no libm), so that the
+same pinned versions give the same bytes on any machine of this kind. dataset.json is
+not pinned (it holds the run id); its splits are, through the shard names.
+"""
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+from conftest import run_job, write_frame_folder, write_manifest, write_videos
+
+PINNED = {
+    "latents_two_splits": {
+        "train-00000-of-00002.tfrecord":
+            "97c60c2f745fab410d5c70d213cce8ea5f1960abc16c513e72ddfd37287b74b1",
+        "train-00000-of-00002.tfrecord.index":
+            "3496696e97a2e477f6254c2ba6f42c6392287a88cfcaa8c8976353e635f51501",
+        "train-00001-of-00002.tfrecord":
+            "7aec3f0f966d8047bcdab5d3c801daed688f8e2bf47bdb3894f405ccf00e3d1f",
+        "train-00001-of-00002.tfrecord.index":
+            "e3101af7b53e21426ce37998b5416914dd0be88dbc71cd02eba68b4d4d21c685",
+        "val-00000-of-00002.tfrecord":
+            "ecf25797ab30092e3fed907dfae3db833c90bb899a3b1bc4cc922a40f4972c7f",
+        "val-00000-of-00002.tfrecord.index":
+            "e7a80279bde260a5fb9f22078f0448855786c1ec400f873790a2856640fa3245",
+        "val-00001-of-00002.tfrecord":
+            "12b55bcad127f464a2160d9c713a3f76baabd24503a07887f5924bdb6631351a",
+        "val-00001-of-00002.tfrecord.index":
+            "e7a80279bde260a5fb9f22078f0448855786c1ec400f873790a2856640fa3245",
+    },
+    "float16_pad": {
+        "train-00000-of-00001.tfrecord":
+            "f3f2ea8c920ce2e0514fc3b080cf16495b933b7a20b6900ba4e72cc39ac62aae",
+        "train-00000-of-00001.tfrecord.index":
+            "5b7df5b99ce67602df2a1aafb468dea08fbc1a25e1e80283a870249e74820461",
+    },
+    "jpeg": {
+        "train-00000-of-00001.tfrecord":
+            "52b240ee7d25945c11856425eae8650b46aee759c39218e7d7689b9d7d4b8630",
+        "train-00000-of-00001.tfrecord.index":
+            "2ffe517e3f5acf0aaefa4b320ea5ad9bcc6f2d32c3abd1ae3861f7d4da6c2d31",
+    },
+    "png_resized": {
+        "train-00000-of-00001.tfrecord":
+            "81a0a8bae97082a51947ea994e62f84a0675344edcbd450894ada76424f7329d",
+        "train-00000-of-00001.tfrecord.index":
+            "86489611e47e6990a74fdbbc2efb3a8ab1a24193f7023eaec11dedce8aaf8703",
+    },
+    "raw_grayscale": {
+        "train-00000-of-00001.tfrecord":
+            "cc85b57e38b555f1f1f78f2142811275b2506245cb09b73228c70fedbb9edbd9",
+        "train-00000-of-00001.tfrecord.index":
+            "2131c9f72e22d72129232d1b9f900798891f9d51cd724d3eb09e75af0b2251e3",
+    },
+}
+
+
+def _latents(count: int, dim: int, dtype) -> list[tuple[np.ndarray, np.ndarray]]:
+    videos = []
+    for v in range(count):
+        frames = 12 + (v * 5) % 11
+        grid = np.arange(frames * dim, dtype=np.int64).reshape(frames, dim)
+        values = ((grid * 7919 + v * 104729) % 2001 - 1000) / 1000.0
+        recipe = (np.arange(4, dtype=np.int64) + v) / 8.0
+        videos.append((values.astype(dtype), recipe.astype(np.float32)))
+    return videos
+
+
+def _frames(count: int, seed: int, size=(24, 32)) -> list[np.ndarray]:
+    y, x = np.mgrid[:size[0], :size[1]]
+    return [((x * 5 + y * 3 + i * 17 + seed * 29 + (x * y) % 7) % 256).astype(np.uint8)[
+        ..., None].repeat(3, -1) + np.array([0, 40, 80], np.uint8) for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("pinned")
+    write_videos(str(root / "lat"), _latents(12, 6, np.float32), files=2)
+    write_videos(str(root / "half"), _latents(5, 4, np.float16), files=1)
+    rows = []
+    for v in range(3):
+        write_frame_folder(root / f"v{v}", _frames(7 + 2 * v, v))
+        rows.append({"video_id": f"clip{v}", "frames": f"v{v}"})
+    write_manifest(root / "m.jsonl", rows)
+    jobs = {
+        "latents_two_splits": ("lat/*", ["--window", "5", "--stride", "3", "--splits",
+                                         "train=0.7,val=0.3", "--num_shards", "2"]),
+        "float16_pad": ("half/*", ["--window", "5", "--stride", "4", "--tail", "pad"]),
+        "jpeg": ("m.jsonl", ["--window", "4", "--stride", "2", "--frame_encoding", "jpeg"]),
+        "png_resized": ("m.jsonl", ["--window", "4", "--stride", "3", "--frame_encoding",
+                                    "png", "--frame_size", "12x20"]),
+        "raw_grayscale": ("m.jsonl", ["--window", "3", "--stride", "2", "--frame_encoding",
+                                      "raw", "--channels", "1"]),
+    }
+    for name, (inp, flags) in jobs.items():
+        run_job(str(root / inp), root / name, *flags)
+    return {name: str(root / name) for name in jobs}
+
+
+def _digests(path: str) -> dict[str, str]:
+    return {name: hashlib.sha256(open(os.path.join(path, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(path)) if ".tfrecord" in name}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_shard_and_index_bytes_are_pinned(built, name):
+    assert _digests(built[name]) == PINNED[name]
