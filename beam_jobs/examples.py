@@ -18,7 +18,7 @@ from apache_beam.utils import shared
 from beam_jobs import keys, progress, windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
-from readers import spec as spec_lib
+from readers import format as data_format
 
 VIDEO_COUNTS = "video_counts"
 BAD_FRAMES = "bad_frames"
@@ -91,13 +91,13 @@ class CutWindows(beam.DoFn):
     leave half its windows in the dataset.
     """
 
-    def __init__(self, features: list[spec_lib.FeatureSpec], config: WindowConfig,
+    def __init__(self, features: list[data_format.FeatureSpec], config: WindowConfig,
                  pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
                  progress_config: ProgressConfig = ProgressConfig(),
                  allow_nonfinite: bool = False):
         self._features = features
         self._names = {f.name for f in features}
-        self._encoded = features[0].encoding in spec_lib.IMAGE_ENCODINGS
+        self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
         self._config, self._pad_frame = config, pad_frame
         self._encoder, self._shared_model = encoder, shared.Shared()
         self._progress_config = progress_config
@@ -165,7 +165,7 @@ class CutWindows(beam.DoFn):
             values = self._window_values(window)
             values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
             examples.append(KeyedExample(split, config.key(video.video_id, start),
-                                         spec_lib.encode_example(self._features, values)))
+                                         data_format.encode_example(self._features, values)))
         return examples, count, bad
 
     def _window_values(self, frames: list[Frame]) -> dict:

@@ -12,7 +12,7 @@ from beam_jobs.examples import VideoCount, WindowConfig, duplicate_videos
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
 from beam_jobs.sources.base import failure
-from readers import spec as spec_lib
+from readers import format as data_format
 
 COMMITTED = "datasets_committed"
 
@@ -20,7 +20,7 @@ COMMITTED = "datasets_committed"
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
     """What dataset.json says besides the counts, and when the run fails instead."""
-    features: tuple[spec_lib.FeatureSpec, ...]
+    features: tuple[data_format.FeatureSpec, ...]
     windows: WindowConfig
     compression: str
     max_failure_fraction: float
@@ -85,10 +85,10 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     failures = sorted(failures + duplicate_failures(duplicates), key=lambda f: (
         f["source"], f["record_index"] if f["record_index"] is not None else -1,
         f["video_id"] or ""))
-    sidecars = {spec_lib.FAILURES_JSONL: failures,
-                spec_lib.VIDEOS_JSONL: [v.to_json() for v in videos]}
+    sidecars = {data_format.FAILURES_JSONL: failures,
+                data_format.VIDEOS_JSONL: [v.to_json() for v in videos]}
     if bad_frames:
-        sidecars[spec_lib.BAD_FRAMES_JSONL] = sorted(
+        sidecars[data_format.BAD_FRAMES_JSONL] = sorted(
             bad_frames, key=lambda row: (row["video_id"], row["source"], row["frame"]))
     for name, rows in sidecars.items():
         storage.write_bytes(run.output(name), _jsonl(rows))
@@ -111,7 +111,7 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     if not run.holds_lease():
         raise RuntimeError(f"another run took the lease on {run.output_dir}; this run "
                            "does not commit its dataset")
-    dataset = spec_lib.DatasetSpec(
+    dataset = data_format.DatasetSpec(
         window=config.windows.to_json(), features=tuple(config.features),
         compression=config.compression, failures=failed, flags=dict(config.flags),
         run_id=run.run_id,
@@ -121,11 +121,11 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
         labels=config.labels, encoder=config.encoder and {
             **config.encoder, "devices_used": sorted({v.encoder_device for v in videos
                                                        if v.encoder_device})},
-        splits={split: spec_lib.SplitInfo(
+        splits={split: data_format.SplitInfo(
                     **counts.get(split, empty),
-                    shards=tuple(spec_lib.Shard(s.file, s.examples, s.offsets)
+                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
                                  for s in shards if s.split == split))
                 for split in config.windows.splits})
-    storage.write_bytes(run.output(spec_lib.DATASET_JSON), dataset.to_json().encode("utf-8"))
+    storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
     run.delete_run_folder()
     progress.counter(COMMITTED).inc()

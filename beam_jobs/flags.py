@@ -13,7 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import keys, paths, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
-from readers import spec as spec_lib
+from readers import format as data_format
 
 PROG = "python -m beam_jobs.make_shards"
 MANIFEST_SUFFIXES = (".jsonl", ".csv")
@@ -176,13 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--splits", type=_splits, default="train=1.0",
                      help="name=fraction,... ; a video goes to one split by a hash of "
                           "(seed, video id) (default: %(default)s)")
-    out.add_argument("--num_shards", type=number(int, 1, spec_lib.MAX_SHARDS), default=None,
+    out.add_argument("--num_shards", type=number(int, 1, data_format.MAX_SHARDS), default=None,
                      help="shards per split (default: from --shard_size_mb)")
     out.add_argument("--shard_size_mb", type=number(float, 0.001, 1e6), default=200.0,
                      help="target shard size when --num_shards is absent (default: %(default)s)")
     out.add_argument("--seed", type=number(int, 0, 2**63 - 1), default=0,
                      help="seed of the split assignment and the shuffle (default: %(default)s)")
-    out.add_argument("--compression", choices=spec_lib.COMPRESSIONS, default="none",
+    out.add_argument("--compression", choices=data_format.COMPRESSIONS, default="none",
                      help="shard compression (default: %(default)s)")
     out.add_argument("--max_failure_fraction", type=number(float, 0, 1), default=0.05,
                      help="fail the job when failed / all videos exceeds this "

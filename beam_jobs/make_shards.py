@@ -39,7 +39,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from beam_jobs import output_dir, paths, storage
 from beam_jobs.flags import PROG, applicable_flags, parse_args, refuse, runner_name
-from readers import spec as spec_lib
+from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
 # Runners that run in this process or on this machine: their GroupByKey is held in memory.
@@ -50,7 +50,7 @@ LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
 @dataclasses.dataclass
 class Source:
     """What the pipeline needs of an input kind: its videos, and their window features."""
-    features: list[spec_lib.FeatureSpec]
+    features: list[data_format.FeatureSpec]
     read: Callable[[beam.Pipeline], tuple[Any, Any]]   # -> (videos, failure rows)
     output_bytes: float                                # an estimate, for bucket sizing
     pad_frame: Any = None                              # None: zeros like a frame
@@ -67,7 +67,7 @@ def _latent_source(args: argparse.Namespace) -> Source:
     fmt = probe_latent_format(args.input_files, LatentFormat(
         args.sequence_feature, args.metadata_feature, args.id_feature, args.sequence_shape,
         root=args.input_root, allow_nonfinite=args.allow_nonfinite))
-    window = spec_lib.FeatureSpec.for_array("window", (args.window, *fmt.frame_shape),
+    window = data_format.FeatureSpec.for_array("window", (args.window, *fmt.frame_shape),
                                             fmt.dtype)
 
     def read(pipeline):
@@ -79,7 +79,7 @@ def _latent_source(args: argparse.Namespace) -> Source:
 
     input_bytes = sum(size * (4 if path.endswith(".gz") else 1)
                       for path, size in args.input_files)
-    return Source(spec_lib.window_features(window, fmt.metadata_length), read,
+    return Source(data_format.window_features(window, fmt.metadata_length), read,
                   input_bytes * max(1.0, args.window / args.stride),
                   frame={"kind": "latents", "shape": list(fmt.frame_shape),
                          "dtype": fmt.dtype})
@@ -113,11 +113,11 @@ def _pixel_source(args: argparse.Namespace) -> Source:
     encoder = (_probe_encoder(args, fmt.codec.frame_shape)
                if args.encoder or args.encoder_handler else None)
     if encoder:
-        window = spec_lib.FeatureSpec.for_array(
+        window = data_format.FeatureSpec.for_array(
             "window", (args.window, *encoder.latent_shape), encoder.latent_dtype)
         pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
     else:
-        window = spec_lib.FeatureSpec("window", (args.window, *fmt.codec.frame_shape),
+        window = data_format.FeatureSpec("window", (args.window, *fmt.codec.frame_shape),
                                       "uint8", encoding)
         pad_frame = fmt.codec.padding()
 
@@ -139,7 +139,7 @@ def _pixel_source(args: argparse.Namespace) -> Source:
     labels = None if fmt.label_shape is None else {
         "shape": list(fmt.label_shape), "names": list(fmt.label_names or []) or None,
         "masked_value": 0.0}
-    return Source(spec_lib.window_features(window, fmt.metadata_length, fmt.label_shape),
+    return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
                   read, frames * frame_bytes * max(1.0, args.window / args.stride),
                   pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
                   frame=frame, labels=labels)
@@ -295,7 +295,7 @@ def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir
         sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "
                  f"({failed / max(1, failed + ok):.1%}), more than --max_failure_fraction "
                  f"{args.max_failure_fraction}; see "
-                 f"{run_dir.output(spec_lib.FAILURES_JSONL)}. No dataset.json was written.")
+                 f"{run_dir.output(data_format.FAILURES_JSONL)}. No dataset.json was written.")
     _log_summary(args.output_dir, time.monotonic() - started)
     return result
 
@@ -324,8 +324,8 @@ def _pipeline_options(pipeline_args: list[str], all_cores: bool,
 def _log_summary(directory: str, elapsed: float) -> None:
     from beam_jobs.progress import summary_table
 
-    path = paths.join(directory, spec_lib.DATASET_JSON)
-    dataset = spec_lib.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
+    path = paths.join(directory, data_format.DATASET_JSON)
+    dataset = data_format.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
                                              source=path)
     sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
     _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))

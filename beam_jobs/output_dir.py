@@ -25,7 +25,7 @@ import uuid
 from typing import Iterable, NamedTuple, Optional
 
 from beam_jobs import lease, paths, storage
-from readers import spec as spec_lib
+from readers import format as data_format
 
 STATE_DIR = "_make_shards"
 RUNS = "runs"
@@ -33,7 +33,7 @@ LEASE_FILE = "lease.json"
 RUN_JSON = "run.json"
 SHARDS_JSON = "shards.json"
 TEMP = "tmp"
-SIDECARS = (spec_lib.FAILURES_JSONL, spec_lib.BAD_FRAMES_JSONL, spec_lib.VIDEOS_JSONL)
+SIDECARS = (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL, data_format.VIDEOS_JSONL)
 _TEMP_MARKER = "make_shards_run.json"
 
 
@@ -138,16 +138,16 @@ def _job_files(names) -> set[str]:
     if not isinstance(names, list):
         return set()
     return {n for n in names if isinstance(n, str) and (
-        spec_lib.is_shard_name(n) or spec_lib.is_index_name(n) or n in SIDECARS)}
+        data_format.is_shard_name(n) or data_format.is_index_name(n) or n in SIDECARS)}
 
 
 def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:
     """(run id, files) of the committed dataset in `out`, if any."""
-    if spec_lib.DATASET_JSON not in entries:
+    if data_format.DATASET_JSON not in entries:
         return None, set()
-    meta = _read_json(paths.join(out, spec_lib.DATASET_JSON))
+    meta = _read_json(paths.join(out, data_format.DATASET_JSON))
     if not isinstance(meta, dict) or "splits" not in meta:
-        raise OutputDirError(f"--output_dir: {out} holds a {spec_lib.DATASET_JSON} this job "
+        raise OutputDirError(f"--output_dir: {out} holds a {data_format.DATASET_JSON} this job "
                              "cannot read; choose an empty or new directory")
     files = _job_files(meta.get("files", []))
     if not files:  # written before datasets listed their files
@@ -162,9 +162,9 @@ def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) 
         if paths.is_inside(paths.normalize(path), out):
             raise OutputDirError(f"--output_dir: {out} holds the input file {path}; "
                                  "write the dataset somewhere else")
-    probes = [paths.join(out, n) for n in (spec_lib.DATASET_JSON, spec_lib.FAILURES_JSONL,
-                                           spec_lib.shard_name("train", 0, 1, "none"),
-                                           spec_lib.shard_name("train", 0, 1, "gzip"))]
+    probes = [paths.join(out, n) for n in (data_format.DATASET_JSON, data_format.FAILURES_JSONL,
+                                           data_format.shard_name("train", 0, 1, "none"),
+                                           data_format.shard_name("train", 0, 1, "gzip"))]
     probes.append(paths.join(out, STATE_DIR, RUNS, "r", TEMP, "s", "b.rec"))
     for pattern in patterns:
         regex = paths.glob_regex(pattern)
@@ -259,7 +259,7 @@ def _inventory(out: str) -> _Inventory:
     state = entries.get(STATE_DIR)
     runs = _past_runs(out, foreign) if state is not None and state.kind == "dir" else []
     committed_run, committed = _committed(out, entries)
-    ours = committed | {spec_lib.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
+    ours = committed | {data_format.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
     for name, entry in sorted(entries.items()):
         expected_kind = "dir" if name == STATE_DIR else "file"
         if name not in ours or entry.kind != expected_kind:
@@ -284,12 +284,12 @@ def _clear(out: str, overwrite: bool) -> None:
             elif os.path.isdir(past.temp_dir):
                 _delete_local_temp(past.temp_dir, past.run_id)
         storage.delete_tree(paths.join(out, STATE_DIR, RUNS, past.run_id), out)
-    if spec_lib.DATASET_JSON in entries:
+    if data_format.DATASET_JSON in entries:
         if not overwrite:
             raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
                                  "--overwrite to replace it")
         # dataset.json first: a crash half-way leaves a visibly unfinished directory.
-        storage.delete_files([paths.join(out, spec_lib.DATASET_JSON)], out)
+        storage.delete_files([paths.join(out, data_format.DATASET_JSON)], out)
         storage.delete_files(sorted(paths.join(out, n) for n in committed if n in entries), out)
 
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 import apache_beam as beam
 
-from readers import spec as spec_lib
+from readers import format as data_format
 
 NAMESPACE = "make_shards"
 
@@ -90,7 +90,7 @@ class Progress:
         return text
 
 
-def summary_table(dataset: spec_lib.DatasetSpec, shard_bytes: dict[str, int],
+def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
                   elapsed: float) -> str:
     """The end-of-run table: per split videos, windows, shards and bytes; throughput."""
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
@@ -104,7 +104,7 @@ def summary_table(dataset: spec_lib.DatasetSpec, shard_bytes: dict[str, int],
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.append(f"failed videos: {dataset.failures} (see {spec_lib.FAILURES_JSONL}); "
+    lines.append(f"failed videos: {dataset.failures} (see {data_format.FAILURES_JSONL}); "
                  f"elapsed {_duration(elapsed)} from the command's start; overall "
                  f"{total_frames / max(elapsed, 1e-9):,.0f} frames/s and "
                  f"{total_windows / max(elapsed, 1e-9):,.0f} windows/s")

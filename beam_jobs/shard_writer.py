@@ -45,7 +45,7 @@ from beam_jobs.examples import KeyedExample
 from beam_jobs.output_dir import RunDir
 from beam_jobs.sorted_runs import read_run, write_run
 from beam_jobs.tfrecords import write_tfrecord
-from readers import spec as spec_lib
+from readers import format as data_format
 
 _KEY_BYTES = 8
 _FRAME = 16                  # TFRecord framing around a record
@@ -177,7 +177,7 @@ def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
     """--num_shards, or enough shards of about `shard_bytes`; never more than windows,
     nor than shard names can number."""
     wanted = num_shards if num_shards else math.ceil(nbytes / shard_bytes)
-    return max(1, min(wanted, windows, spec_lib.MAX_SHARDS))
+    return max(1, min(wanted, windows, data_format.MAX_SHARDS))
 
 
 def plan_shards(run_files: list[RunFile], config: ShardConfig,
@@ -264,7 +264,7 @@ class _WriteShard(beam.DoFn):
         self._num_buckets = num_buckets
 
     def process(self, task: ShardTask):
-        name = spec_lib.shard_name(task.split, task.index, task.num_shards, self._compression)
+        name = data_format.shard_name(task.split, task.index, task.num_shards, self._compression)
         # Written in place: a retried task rewrites the same bytes, and no reader looks
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
@@ -277,7 +277,7 @@ class _WriteShard(beam.DoFn):
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
-            index = spec_lib.index_name(name)
+            index = data_format.index_name(name)
             with FileSystems.create(paths.join(self._output_dir, index),
                                     compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
@@ -288,8 +288,8 @@ def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
                         ) -> list[ShardTask]:
     """List the shards in the run folder before any is written, so that a rerun after a
     kill can tell them from foreign files."""
-    names = [spec_lib.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
-    run.record_shards(names + ([spec_lib.index_name(n) for n in names]
+    names = [data_format.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
+    run.record_shards(names + ([data_format.index_name(n) for n in names]
                                if compression == "none" else []))
     return tasks
 

@@ -4,14 +4,14 @@
     ds = readers.make_dataset("out/", split="train", batch_size=64)
 
 TensorFlow only: nothing here imports Apache Beam. TensorFlow itself is imported on
-first use of `make_dataset` or `load_spec`, so that `readers.spec` (the format, shared
+first use of `make_dataset` or `load_spec`, so that `readers.format` (the format, shared
 with the Beam job) can be imported without it.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from readers.spec import DatasetSpec, FeatureSpec
+from readers.format import DatasetSpec, FeatureSpec
 
 if TYPE_CHECKING:
     from readers.dataset import load_spec, make_dataset

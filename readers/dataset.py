@@ -24,7 +24,7 @@ from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRec
 # threads spin while they wait for work (2% of the CPU per window, measured side by side).
 from tensorflow.python.data.ops.map_op import _MapDataset
 
-from readers import malloc, spec as spec_lib
+from readers import format as data_format, malloc
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -44,18 +44,18 @@ MAX_GROUP = 8
 REMOTE_READ_BUFFER = 8 << 20
 
 
-def load_spec(path: str) -> spec_lib.DatasetSpec:
+def load_spec(path: str) -> data_format.DatasetSpec:
     """Read `path/dataset.json` (a local path or any scheme tf.io.gfile knows, gs:// too)."""
-    json_path = os.path.join(path, spec_lib.DATASET_JSON)
+    json_path = os.path.join(path, data_format.DATASET_JSON)
     if not tf.io.gfile.exists(json_path):
         raise FileNotFoundError(
-            f"{path} is not a finished dataset: it has no {spec_lib.DATASET_JSON} "
+            f"{path} is not a finished dataset: it has no {data_format.DATASET_JSON} "
             "(the job writes it last; is the job still running, or did it fail?)")
     with tf.io.gfile.GFile(json_path, "r") as f:
-        return spec_lib.DatasetSpec.from_json(f.read(), source=json_path)
+        return data_format.DatasetSpec.from_json(f.read(), source=json_path)
 
 
-def _example_bytes(features: Sequence[spec_lib.FeatureSpec]) -> int:
+def _example_bytes(features: Sequence[data_format.FeatureSpec]) -> int:
     """An upper estimate of one serialized example's size, from the feature shapes."""
     total = 0
     for f in features:
@@ -137,7 +137,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
     deterministic = not shuffle or seed is not None
     local = "://" not in path or path.startswith("file://")
-    compression = spec_lib.tf_compression_type(spec.compression)
+    compression = data_format.tf_compression_type(spec.compression)
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
             f"than the {n} dataset.json lists (python -m readers.inspect {path} --verify "
             "lists what is wrong)" for f, n in zip(files, counts)]
@@ -177,7 +177,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
-    if any(f.encoding in spec_lib.IMAGE_ENCODINGS for f in selected):
+    if any(f.encoding in data_format.IMAGE_ENCODINGS for f in selected):
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                       deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
     # Nothing here is left to tune but the prefetch depth, which grows as it is drained
@@ -210,8 +210,8 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compres
         tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 
 
-def _select_features(spec: spec_lib.DatasetSpec,
-                     names: Optional[Sequence[str]]) -> list[spec_lib.FeatureSpec]:
+def _select_features(spec: data_format.DatasetSpec,
+                     names: Optional[Sequence[str]]) -> list[data_format.FeatureSpec]:
     if names is None:
         return list(spec.features)
     if isinstance(names, str):

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from readers import quiet, spec as spec_lib
+from readers import format as data_format, quiet
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
@@ -29,14 +29,14 @@ def _gfile():
 
 
 def _failure_rows(path: str) -> list[dict]:
-    failures = os.path.join(path, spec_lib.FAILURES_JSONL)
+    failures = os.path.join(path, data_format.FAILURES_JSONL)
     if not _gfile().exists(failures):
         return []
     with _gfile().GFile(failures) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def summary(path: str, dataset: spec_lib.DatasetSpec) -> str:
+def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     w = dataset.window
     lines = [f"dataset {path} (format {dataset.format_version}, compression "
              f"{dataset.compression})",
@@ -63,7 +63,7 @@ def summary(path: str, dataset: spec_lib.DatasetSpec) -> str:
     return "\n".join(lines)
 
 
-def _verify_shard(path: str, shard: spec_lib.Shard, dataset: spec_lib.DatasetSpec
+def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
                   ) -> tuple[list[str], list[tuple[bytes, int]]]:
     """Problems of one shard, and the (video_id, start) of its examples."""
     import tensorflow as tf
@@ -73,7 +73,7 @@ def _verify_shard(path: str, shard: spec_lib.Shard, dataset: spec_lib.DatasetSpe
         return [f"{shard.file}: missing"], []
     features = list(dataset.features)
     parse_spec = {f.name: f.parse_feature() for f in features}
-    records = tf.data.TFRecordDataset(file, spec_lib.tf_compression_type(dataset.compression))
+    records = tf.data.TFRecordDataset(file, data_format.tf_compression_type(dataset.compression))
     problems, keys, count = [], [], 0
     try:
         for batch in records.batch(64):
@@ -100,7 +100,7 @@ def _verify_shard(path: str, shard: spec_lib.Shard, dataset: spec_lib.DatasetSpe
     return problems, keys
 
 
-def _verify_index(path: str, shard: spec_lib.Shard) -> list[str]:
+def _verify_index(path: str, shard: data_format.Shard) -> list[str]:
     """The offset index beside a shard: one entry per record where its frame starts, then
     the shard's length, each frame's length header agreeing."""
     import tensorflow as tf
@@ -126,7 +126,7 @@ def _verify_index(path: str, shard: spec_lib.Shard) -> list[str]:
     return []
 
 
-def verify(path: str, dataset: spec_lib.DatasetSpec, workers: Optional[int] = None) -> list[str]:
+def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
     """Read every record of every shard in parallel; return the problems found."""
     jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
     problems: list[str] = []
@@ -151,7 +151,7 @@ def _numeric(values: np.ndarray) -> bool:
     return values.dtype.kind in "fiu"
 
 
-def stats(path: str, dataset: spec_lib.DatasetSpec, split: str, sample: Optional[int],
+def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optional[int],
           seed: int) -> str:
     """Mean, std, min, max per numeric feature over `sample` windows (None: all), with
     the NaN and Inf values counted (and left out of the others), a label histogram, and
@@ -203,7 +203,7 @@ def stats(path: str, dataset: spec_lib.DatasetSpec, split: str, sample: Optional
     return "\n".join(lines)
 
 
-def preview(path: str, dataset: spec_lib.DatasetSpec, split: str, count: int, seed: int,
+def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int, seed: int,
             decoder: Optional[str]):
     """A contact sheet (pixels, or latents through `decoder`) or heatmaps of `count`
     windows drawn at random (deterministic with `seed`)."""

@@ -8,7 +8,7 @@
 
 Neither TensorFlow nor Beam is imported. Records are found with the offset index beside
 each shard (one seek each, so any window in any order) and read from the protobuf wire
-format with the layouts of `readers.spec.layout`: each record's fixed-width values go
+format with the layouts of `readers.format.layout`: each record's fixed-width values go
 straight from the file into their row of the batch; CRCs are checked. The values are those of
 `readers.make_dataset`: float16 and bfloat16 become float32 unless `keep_float16`, PNG
 and JPEG frames are decoded (with Pillow), `float_pixels` gives float32 in [0, 1].
@@ -31,19 +31,19 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import google_crc32c
 import numpy as np
 
-from readers import scatter, spec as spec_lib
+from readers import format as data_format, scatter
 
 
-def load_spec(path: str) -> spec_lib.DatasetSpec:
+def load_spec(path: str) -> data_format.DatasetSpec:
     """`path/dataset.json` without TensorFlow (local paths, or any fsspec scheme)."""
-    json_path = os.path.join(path, spec_lib.DATASET_JSON)
+    json_path = os.path.join(path, data_format.DATASET_JSON)
     try:
         text = _read_file(json_path)
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"{path} is not a finished dataset: it has no {spec_lib.DATASET_JSON} "
+            f"{path} is not a finished dataset: it has no {data_format.DATASET_JSON} "
             "(the job writes it last; is the job still running, or did it fail?)") from None
-    return spec_lib.DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
+    return data_format.DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
 
 
 def _is_remote(path: str) -> bool:
@@ -95,7 +95,7 @@ class WindowSource:
         self.features = [f for f in self.spec.features if features is None or f.name in features]
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
         self._columns = {f.name: scatter.stored_column(f) for f in self.features}
-        self._fixed_width = [f.name for f in self.features if spec_lib.stored_dtype(f)]
+        self._fixed_width = [f.name for f in self.features if data_format.stored_dtype(f)]
         self._shards = [s for s in self.spec.splits[split].shards]
         missing = [s.file for s in self._shards if not s.index]
         if missing:
@@ -205,7 +205,7 @@ class WindowSource:
         of bytes.
 
         Every example of a dataset has the same features and shapes, so the records of one
-        size take a few layouts (readers.spec.Layout), each learnt from the first record
+        size take a few layouts (readers.format.Layout), each learnt from the first record
         that has it, read whole.
         Each later record of that size is read by one preadv in pieces: its fixed-width
         features' values straight into their rows of the batch (one copy, from the page
@@ -236,7 +236,7 @@ class WindowSource:
                     continue
             frame, size = self._frame(shard, local, data)
             try:
-                layout = spec_lib.layout(self.features, frame, 12, size - 4)
+                layout = data_format.layout(self.features, frame, 12, size - 4)
             except ValueError as e:
                 raise ValueError(f"shard {self._shards[shard].file}, record {local}: {e}") from None
             plan = self._plans.learn(size, layout)
@@ -248,11 +248,11 @@ class WindowSource:
             batch.store(plan, layout, row, rest)
         return {f.name: self._finish(f, batch.columns[f.name]) for f in self.features}
 
-    def _finish(self, f: spec_lib.FeatureSpec, stored: np.ndarray) -> np.ndarray:
+    def _finish(self, f: data_format.FeatureSpec, stored: np.ndarray) -> np.ndarray:
         """A feature's values of a batch, as stored, as readers.make_dataset gives them."""
         if f.dtype == "bfloat16":            # stored as its bits: no ml_dtypes needed
             if self.keep_float16:
-                return stored.view(spec_lib.np_dtype("bfloat16"))
+                return stored.view(data_format.np_dtype("bfloat16"))
             return (stored.astype(np.uint32) << 16).view(np.float32)
         if f.dtype == "float16" and not self.keep_float16:
             return stored.astype(np.float32)
@@ -293,7 +293,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16)
     if threads is None:
-        images = any(f.encoding in spec_lib.IMAGE_ENCODINGS for f in source.features)
+        images = any(f.encoding in data_format.IMAGE_ENCODINGS for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
     order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards)

@@ -4,7 +4,7 @@ buffer.
 
 A `Plan` says how the frames of one size are cut into those pieces; `Plans` keeps the
 plans learnt so far; a `Batch` holds the columns being filled and a `Rest` buffer per
-plan. The format itself, where each feature sits in an Example, is `readers.spec.Layout`.
+plan. The format itself, where each feature sits in an Example, is `readers.format.Layout`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import google_crc32c
 import numpy as np
 
-from readers import spec as spec_lib
+from readers import format as data_format
 
 
 def mask(crc: int) -> int:
@@ -41,7 +41,7 @@ def header(size: int) -> bytes:
 class Plans:
     """The plans learnt so far, by frame size, the one to try first at the front."""
 
-    def __init__(self, features: Sequence[spec_lib.FeatureSpec]):
+    def __init__(self, features: Sequence[data_format.FeatureSpec]):
         self.features = list(features)
         self._by_size: dict[int, list[Plan]] = {}
 
@@ -49,7 +49,7 @@ class Plans:
         plans = self._by_size.get(size)
         return plans[0] if plans else None
 
-    def learn(self, size: int, layout: spec_lib.Layout) -> Plan:
+    def learn(self, size: int, layout: data_format.Layout) -> Plan:
         """The plan that reads frames of `size` as `layout` wants, now the first tried."""
         if len(self._by_size) >= MAX_SIZES:
             self._by_size.clear()
@@ -70,10 +70,10 @@ class Plan:
     each two; and the layouts their rests have been seen to take.
     """
 
-    def __init__(self, layout: spec_lib.Layout, features: Sequence[spec_lib.FeatureSpec]):
+    def __init__(self, layout: data_format.Layout, features: Sequence[data_format.FeatureSpec]):
         self.direct_spans = layout.direct
         self.header = header(12 + layout.size + 4)
-        self.layouts: list[spec_lib.Layout] = []
+        self.layouts: list[data_format.Layout] = []
         self.rest_size = 12 + layout.rest_size + 4
         self.direct = [name for name, _, _ in layout.direct]
         self.others = [f for f in features if f.name not in self.direct]
@@ -83,11 +83,11 @@ class Plan:
             at, done = at + first - done, last
         self.rest_spans.append((at, self.rest_size))
 
-    def learn(self, layout: spec_lib.Layout) -> None:
+    def learn(self, layout: data_format.Layout) -> None:
         if layout not in self.layouts:
             self.layouts = [layout, *self.layouts][:MAX_LAYOUTS_PER_PLAN]
 
-    def layout_of(self, rest: bytearray) -> Optional[spec_lib.Layout]:
+    def layout_of(self, rest: bytearray) -> Optional[data_format.Layout]:
         """The layout a frame's rest has, if it is one of those seen."""
         for layout in self.layouts:
             if layout.fits(rest, 12):
@@ -130,13 +130,13 @@ class Batch:
         pieces[1::2] = [self.rows[name][row] for name in plan.direct]
         return pieces
 
-    def store(self, plan: Plan, layout: spec_lib.Layout, row: int, rest: Rest) -> None:
+    def store(self, plan: Plan, layout: data_format.Layout, row: int, rest: Rest) -> None:
         """The values that the rest holds (the features that are not direct), into row
         `row` of their columns."""
         values = layout.values(plan.others, rest.buffer, 12)
         for f in plan.others:
             column, value = self.columns[f.name], values[f.name]
-            if f.encoding in spec_lib.IMAGE_ENCODINGS:
+            if f.encoding in data_format.IMAGE_ENCODINGS:
                 for k, data in enumerate(value):
                     column[row, k] = decode_image(data, f.shape[1:])
             elif f.encoding == "raw" and f.dtype == "bfloat16":
@@ -145,9 +145,9 @@ class Batch:
                 column[row] = value
 
 
-def stored_column(f: spec_lib.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
+def stored_column(f: data_format.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
-    dtype = spec_lib.stored_dtype(f)
+    dtype = data_format.stored_dtype(f)
     if dtype is None:
         dtype = np.dtype({"int64": "<i8", "bytes": object}.get(f.encoding, np.uint8))
     return f.shape, dtype

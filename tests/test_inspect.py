@@ -88,7 +88,7 @@ def _broken_copy(source, tmp_path, how):
                                          ("extra record", "dataset.json says")])
 def test_verify_finds_broken_shards(latent_dataset, tmp_path, how, needle):
     copy, shard = _broken_copy(latent_dataset, tmp_path, how)
-    problems = inspect.verify(copy, inspect.spec_lib.DatasetSpec.from_json(
+    problems = inspect.verify(copy, inspect.data_format.DatasetSpec.from_json(
         open(os.path.join(copy, "dataset.json")).read()))
     assert problems and any(shard in p and needle in p for p in problems), problems
     result = _cli(copy, "--verify")

@@ -38,8 +38,8 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
     (sdist,) = [p for p in staged if p.endswith(".tar.gz")]
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    assert {"beam_jobs/make_shards.py", "beam_jobs/shard_writer.py", "readers/spec/__init__.py",
-            "readers/spec/wire.py", "beam_jobs/encoders/onnx_models.py",
+    assert {"beam_jobs/make_shards.py", "beam_jobs/shard_writer.py", "readers/format/__init__.py",
+            "readers/format/wire.py", "beam_jobs/encoders/onnx_models.py",
             "readers/dataset.py", "setup.py"} <= members
 
 

@@ -14,7 +14,7 @@ from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, WriteShuffled
                                     bucket_of, plan_shards)
 from beam_jobs.sorted_runs import read_run, write_run
 from beam_jobs.sources.latents import LatentVideo
-from readers import spec as spec_lib
+from readers import format as data_format
 
 
 def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
@@ -27,7 +27,7 @@ def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
 def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
     records = []
     for i in range(shards):
-        path = os.path.join(directory, spec_lib.shard_name(split, i, shards, "none"))
+        path = os.path.join(directory, data_format.shard_name(split, i, shards, "none"))
         records += [r.numpy() for r in tf.data.TFRecordDataset(path)]
     return records
 
@@ -106,7 +106,7 @@ def test_plan_cuts_ranks_across_buckets_evenly():
 
 
 def test_cut_windows_keys_and_counts():
-    features = spec_lib.window_features(spec_lib.FeatureSpec.for_array("window", (4, 2),
+    features = data_format.window_features(data_format.FeatureSpec.for_array("window", (4, 2),
                                                                        "float32"))
     video = LatentVideo("v", np.arange(20, dtype=np.float32).reshape(10, 2), None)
     short = LatentVideo("s", np.zeros((3, 2), np.float32), None)

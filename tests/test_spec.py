@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from readers import spec as spec_lib
+from readers import format as data_format
 
 
 def _tf_example(features, values) -> bytes:
@@ -12,7 +12,7 @@ def _tf_example(features, values) -> bytes:
         value = values[f.name]
         if f.encoding == "bytes":
             feature[f.name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-        elif f.encoding in spec_lib.IMAGE_ENCODINGS:
+        elif f.encoding in data_format.IMAGE_ENCODINGS:
             feature[f.name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=value))
         elif f.encoding == "float":
             feature[f.name] = tf.train.Feature(float_list=tf.train.FloatList(
@@ -29,15 +29,15 @@ def _tf_example(features, values) -> bytes:
 
 
 @pytest.mark.parametrize("window", [
-    spec_lib.FeatureSpec.for_array("window", (5, 3), "float32"),
-    spec_lib.FeatureSpec.for_array("window", (5, 2, 2), "float16"),
-    spec_lib.FeatureSpec.for_array("window", (5,), "float64"),
-    spec_lib.FeatureSpec("window", (5, 4, 4, 1), "uint8", "raw"),
-    spec_lib.FeatureSpec("window", (5, 4, 4, 3), "uint8", "jpeg"),
+    data_format.FeatureSpec.for_array("window", (5, 3), "float32"),
+    data_format.FeatureSpec.for_array("window", (5, 2, 2), "float16"),
+    data_format.FeatureSpec.for_array("window", (5,), "float64"),
+    data_format.FeatureSpec("window", (5, 4, 4, 1), "uint8", "raw"),
+    data_format.FeatureSpec("window", (5, 4, 4, 3), "uint8", "jpeg"),
 ])
 def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
     rng = np.random.default_rng(0)
-    features = spec_lib.window_features(window, metadata_length=4, label_shape=(2,))
+    features = data_format.window_features(window, metadata_length=4, label_shape=(2,))
     for start in (0, 7, 2**40, -3):
         values = {"mask": np.array([1, 1, 0, 1, 0], np.float32),
                   "labels": rng.standard_normal((5, 2)), "metadata": rng.random(4),
@@ -49,34 +49,34 @@ def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
             values["window"] = rng.integers(0, 255, window.shape, np.uint8)
         else:
             values["window"] = rng.standard_normal(window.shape).astype(window.dtype)
-        ours = spec_lib.encode_example(features, values)
+        ours = data_format.encode_example(features, values)
         assert ours == _tf_example(features, values)
         parsed = tf.io.parse_example([ours], {f.name: f.parse_feature() for f in features})
         assert int(parsed["start"][0]) == start
 
 
 def test_shapes_are_checked():
-    features = spec_lib.window_features(spec_lib.FeatureSpec.for_array("window", (2, 3),
+    features = data_format.window_features(data_format.FeatureSpec.for_array("window", (2, 3),
                                                                        "float32"))
     values = {"window": np.zeros((3, 3)), "mask": np.ones(2), "video_id": b"v",
               "start": np.int64(0)}
     with pytest.raises(ValueError, match="shape"):
-        spec_lib.encode_example(features, values)
+        data_format.encode_example(features, values)
 
 
 def test_decode_example_tells_apart_records_of_one_size_and_other_layouts():
     """decode_example reuses a layout for records of the same size; records of one size
     with lists in other places (a longer id, a shorter start varint) must not share it."""
-    features = spec_lib.window_features(spec_lib.FeatureSpec.for_array("window", (2, 3),
+    features = data_format.window_features(data_format.FeatureSpec.for_array("window", (2, 3),
                                                                        "float32"))
     rng = np.random.default_rng(3)
     rows = [{"window": rng.standard_normal((2, 3)).astype(np.float32),
              "mask": rng.random(2).astype(np.float32), "video_id": b"v" * (i % 3),
              "start": np.int64([2**14, 300, 20][i % 3])} for i in range(30)]
-    records = [spec_lib.encode_example(features, row) for row in rows]
+    records = [data_format.encode_example(features, row) for row in rows]
     assert len(set(map(len, records))) == 1 and len(set(records)) == len(records)
     for row, record in list(zip(rows, records)) * 2:
-        decoded = spec_lib.decode_example(features, bytearray(b"xx" + record), 2)
+        decoded = data_format.decode_example(features, bytearray(b"xx" + record), 2)
         assert decoded["video_id"] == row["video_id"]
         assert int(decoded["start"][()]) == row["start"]
         np.testing.assert_array_equal(decoded["window"], row["window"])

@@ -3,7 +3,7 @@
 The Beam job writes with `encode_example` and `DatasetSpec.to_json`; the tf.data reader
 parses with `FeatureSpec.parse_feature` and `FeatureSpec.decode`, readers.numpy with
 `decode_example`. Nothing else in the project knows how a window is laid out in a
-`tf.train.Example`; the protobuf wire format itself is in `readers.spec.wire`.
+`tf.train.Example`; the protobuf wire format itself is in `readers.format.wire`.
 
 TensorFlow is imported where it is used, not at the top: the Beam job checks its flags
 and output directory against these names before it imports TensorFlow, whose import
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 
-from readers.spec.wire import (ENCODINGS, IMAGE_ENCODINGS, list_values, read_varint)
-from readers.spec.wire import (Layout, decode_example, encode_example,  # noqa: F401 (the
+from readers.format.wire import (ENCODINGS, IMAGE_ENCODINGS, list_values, read_varint)
+from readers.format.wire import (Layout, decode_example, encode_example,  # noqa: F401 (the
                                layout, stored_dtype)                    # format's API)
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 import numpy as np
 
 if TYPE_CHECKING:
-    from readers.spec import FeatureSpec
+    from readers.format import FeatureSpec
 
 IMAGE_ENCODINGS = ("png", "jpeg")
 ENCODINGS = ("float", "int64", "bytes", "raw") + IMAGE_ENCODINGS
