@@ -11,8 +11,10 @@
    reads of 256 KB), so that these sizes have the bucket, spill, shard and read counts of
    runs 32 times as large with the defaults (128 MB, 32 MB, 200 MB, 8 MB). Counted: temp files (the job's Beam
    counters), requests by kind, temp bytes a shard task reads per shard byte it writes,
-   wall time. Spill mode keeps its temp data on local disk (a local runner); group mode
-   keeps it under the output directory, on GCS, as on Dataflow.
+   wall time, and the output's objects: shards and the offset index beside each
+   uncompressed shard (`<shard>.index`, a real GCS object with its own create and upload
+   requests), with their bytes. Spill mode keeps its temp data on local disk (a local
+   runner); group mode keeps it under the output directory, on GCS, as on Dataflow.
 2. Measured: one shard task in a fresh process writing a 200 MB shard from bucket files
    of --buckets_mb on the emulator, in group mode (one sorted file per bucket: streamed)
    and spill mode (each bucket in two runs: sorted in memory), its peak RSS above the
@@ -21,7 +23,10 @@
    (least squares), applied with the default sizes to the fire videos (5 GB of JPEG
    windows), 2 TB and 20 TB of latent windows on 100 workers. Upload requests are not
    scaled by part 1 (Beam uploads in 16 MB chunks whatever the object size), so they are
-   counted from the object sizes: ceil(size / 16 MB) per object.
+   counted from the object sizes: ceil(size / 16 MB) per object. Shards and index files
+   are counted from the data's size: one shard per 200 MB, one index object beside each
+   (8 bytes per window plus 8), each written with one create and its uploads; the fit
+   of creates per temp object leaves the measured shard and index creates out.
 """
 from __future__ import annotations
 
@@ -59,6 +64,46 @@ TARGETS = {"temp objects at 2 TB": 20_000, "delete requests per 100 objects": 1.
            "shard-task MB": 256, "bytes read per byte written": 1.1}
 SIZES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 5e9,
          "2 TB of latent windows": 2e12, "20 TB of latent windows": 20e12}
+# Bytes of one stored window with its TFRecord framing, for the index sizes: the fire
+# videos' windows hold 32 JPEG frames of 270x480 (about 20 KB each); latent windows are
+# 100 x 200 float32 with their mask, as in part 1.
+WINDOW_BYTES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 32 * 20_000,
+                "2 TB of latent windows": VIDEO_OUTPUT_BYTES // 16,
+                "20 TB of latent windows": VIDEO_OUTPUT_BYTES // 16}
+INDEX_ENTRY = 8                  # one little-endian uint64 per record, then the length
+_index_uploads = [0]
+
+
+def _count_index_uploads() -> None:
+    """Count the upload requests of `<shard>.index` objects (a resumable upload's id names
+    its object); their creates are one per object."""
+    kind_of = gcs_emulator._kind
+
+    def kind(method: str, path: str, query: str) -> str:
+        found = kind_of(method, path, query)
+        if found == "upload" and ".index%3A" in query:
+            _index_uploads[0] += 1
+        return found
+
+    gcs_emulator._kind = kind
+
+
+def _output_objects(out: str) -> dict:
+    """The shards and index objects a run left in its output directory, with bytes."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from readers import format as data_format
+
+    found = {"shard_objects": 0, "shard_bytes": 0, "index_objects": 0, "index_bytes": 0}
+    for match in FileSystems.match([out + "/*"]):
+        for meta in match.metadata_list:
+            name = meta.path.rsplit("/", 1)[-1]
+            kind = ("index" if data_format.is_index_name(name)
+                    else "shard" if data_format.is_shard_name(name) else None)
+            if kind:
+                found[f"{kind}_objects"] += 1
+                found[f"{kind}_bytes"] += meta.size_in_bytes
+    return found
 
 
 def _run_job(input_glob: str, out: str, mode: str) -> dict:
@@ -67,6 +112,7 @@ def _run_job(input_glob: str, out: str, mode: str) -> dict:
     from beam_jobs import make_shards
 
     gcs_emulator.reset_counts()
+    _index_uploads[0] = 0
     start = time.perf_counter()
     result = make_shards.run(["--input", input_glob, "--output_dir", out, "--shuffle", mode,
                               *JOB_FLAGS])
@@ -74,7 +120,8 @@ def _run_job(input_glob: str, out: str, mode: str) -> dict:
     counters = {c.key.metric.name: c.committed
                 for c in result.metrics().query(MetricsFilter())["counters"]}
     requests = gcs_emulator.counts()
-    return {"mode": mode, "wall_s": round(wall, 2),
+    requests["index_upload"] = _index_uploads[0]
+    return {"mode": mode, "wall_s": round(wall, 2), **_output_objects(out),
             "temp_files": counters.get("temp_files_written", 0),
             "temp_bytes_written": counters.get("temp_bytes_written", 0),
             "temp_bytes_read": counters.get("temp_bytes_read", 0),
@@ -188,7 +235,10 @@ def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
     group = [r for r in job_rows if r["mode"] == "group"]
     per_object = {}
     for kind in REQUEST_KINDS:
-        a, b = _fit([r["temp_files"] for r in group], [r["requests"].get(kind, 0) for r in group])
+        ys = [r["requests"].get(kind, 0) for r in group]
+        if kind == "create":   # shards and index objects are counted from the data's size
+            ys = [y - r["shard_objects"] - r["index_objects"] for y, r in zip(ys, group)]
+        a, b = _fit([r["temp_files"] for r in group], ys)
         per_object[kind] = {"fixed": round(a, 2), "per_temp_object": round(b, 4)}
     largest = max(group, key=lambda r: r["temp_files"])
     batches_per_100 = 100 * largest["requests"].get("batch", 0) / max(
@@ -199,16 +249,23 @@ def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
     for name, nbytes in SIZES.items():
         buckets = math.ceil(1.1 * nbytes / DEFAULTS["bucket"])
         shards = math.ceil(nbytes / DEFAULTS["shard"])
+        index_objects = shards                   # uncompressed shards, the default
+        index_bytes = INDEX_ENTRY * (round(nbytes / WINDOW_BYTES[name]) + shards)
+        index_chunks = shards * math.ceil(index_bytes / shards / BEAM_UPLOAD_CHUNK)
         requests = {k: max(0.0, v["fixed"] + v["per_temp_object"] * buckets)
                     for k, v in per_object.items()}
+        requests["create"] += shards + index_objects
         requests["upload"] = (buckets * math.ceil(DEFAULTS["bucket"] / BEAM_UPLOAD_CHUNK)
-                              + shards * math.ceil(DEFAULTS["shard"] / BEAM_UPLOAD_CHUNK))
+                              + shards * math.ceil(DEFAULTS["shard"] / BEAM_UPLOAD_CHUNK)
+                              + index_chunks)
         class_a = requests["create"] + requests["upload"] + requests["list"]  # an upper bound
         class_b = requests["read"] + requests["metadata"]
         serial = sum(requests[k] * LATENCY_S[k] for k in requests)
         table[name] = {
             "temp objects (one per bucket)": buckets,
             "shards": shards,
+            "index objects (one per shard)": index_objects,
+            "index MB": round(index_bytes / MB, 1),
             "requests (fitted per object; uploads from sizes)": {
                 k: round(v) for k, v in requests.items()},
             "GCS operation cost $ (list prices)": round(
@@ -220,6 +277,13 @@ def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
             "measured": {"delete batch requests per 100 temp objects": round(batches_per_100, 2),
                          "GCS bytes read per shard byte written": round(read_ratio, 3),
                          "shard-task peak MB (group)": round(task_mb, 1),
+                         "index objects per shard": round(
+                             largest["index_objects"] / max(1, largest["shard_objects"]), 2),
+                         "index upload requests per index object": round(
+                             largest["requests"].get("index_upload", 0)
+                             / max(1, largest["index_objects"]), 2),
+                         "index bytes per shard byte": round(
+                             largest["index_bytes"] / max(1, largest["shard_bytes"]), 6),
                          "shuffle passes": 1},
             "table": table}
 
@@ -236,6 +300,7 @@ def main() -> None:
     from beam_jobs import storage
 
     storage.RANGE_CHUNK = RANGE_CHUNK_SCALED
+    _count_index_uploads()
     with gcs_emulator.running("bkt"):
         jobs = measure_job([int(s) for s in args.sizes.split(",")], work_dir)
         storage.RANGE_CHUNK = RANGE_CHUNK_SCALED * 32
