@@ -1,5 +1,6 @@
-"""The README tells the truth where a program can check it: the job's flags and their
-defaults, the reader's keywords, the constants it quotes, and the CI command."""
+"""The README and docs/ tell the truth where a program can check it: the job's flags,
+their defaults and --help groups (docs/flags.md), the reader's keywords, the constants they
+quote, the CI command, and that every page is linked."""
 import argparse
 import inspect
 import os
@@ -9,21 +10,56 @@ from fractions import Fraction
 import pytest
 
 from beam_jobs import flags, lease
-from readers import dataset, inspect as inspect_cli, malloc, preview
+from readers import dataset, format as data_format, inspect as inspect_cli, malloc, preview
+from readers.format import wire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+
+
+def _read(*parts: str) -> str:
+    with open(os.path.join(ROOT, *parts)) as f:
+        return f.read()
+
+
+def _words(text: str) -> str:
+    """The same words, whatever the line breaks."""
+    return " ".join(text.split())
 
 
 @pytest.fixture(scope="module")
 def readme() -> str:
-    with open(os.path.join(ROOT, "README.md")) as f:
-        return f.read()
+    return _read("README.md")
 
 
-def _table_defaults(readme: str) -> dict[str, str]:
-    """flag -> default cell of the job's flag table."""
-    rows = re.findall(r"^\| `(--\w+)[^`]*` \| ([^|]+) \|", readme, re.M)
+@pytest.fixture(scope="module")
+def flags_doc() -> str:
+    return _read("docs", "flags.md")
+
+
+def _table_defaults(text: str) -> dict[str, str]:
+    """flag -> default cell of the job's flag tables."""
+    rows = re.findall(r"^\| `(--\w+)[^`]*` \| ([^|]+) \|", text, re.M)
     return {flag: default.strip() for flag, default in rows}
+
+
+def _table_groups(text: str) -> dict[str, str]:
+    """flag -> the `## heading` its table row sits under."""
+    groups, heading = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            heading = line[3:].strip()
+        match = re.match(r"^\| `(--\w+)[^`]*` \|", line)
+        if match:
+            groups[match.group(1)] = heading
+    return groups
+
+
+def _job_actions() -> dict[str, argparse.Action]:
+    parser = flags.build_parser()
+    return {a.option_strings[0]: a for a in parser._actions
+            if a.option_strings and a.option_strings[0].startswith("--")
+            and a.option_strings[0] != "--help"}
 
 
 def _readme_value(cell: str):
@@ -52,12 +88,9 @@ def _parser_value(action: argparse.Action):
     return action.default
 
 
-def test_every_job_flag_is_in_the_readme_with_its_default_and_back(readme):
-    table = _table_defaults(readme)
-    parser = flags.build_parser()
-    actions = {a.option_strings[0]: a for a in parser._actions
-               if a.option_strings and a.option_strings[0].startswith("--")
-               and a.option_strings[0] != "--help"}
+def test_every_job_flag_is_in_docs_flags_with_its_default_and_back(flags_doc):
+    table = _table_defaults(flags_doc)
+    actions = _job_actions()
     assert sorted(table) == sorted(actions), set(table) ^ set(actions)
     for flag, action in actions.items():
         readme_default, code_default = _readme_value(table[flag]), _parser_value(action)
@@ -65,6 +98,20 @@ def test_every_job_flag_is_in_the_readme_with_its_default_and_back(readme):
             assert readme_default == pytest.approx(code_default), flag
         else:
             assert readme_default == code_default, flag
+
+
+def test_every_flag_is_in_the_group_help_puts_it_in(flags_doc):
+    groups = _table_groups(flags_doc)
+    for group in flags.build_parser()._action_groups:
+        for action in group._group_actions:
+            flag = action.option_strings[0] if action.option_strings else None
+            if flag and flag.startswith("--") and flag != "--help":
+                assert groups.get(flag) == group.title, (flag, group.title, groups.get(flag))
+
+
+def test_the_readme_points_to_flags_for_the_flags(readme):
+    assert not _table_defaults(readme), "the flag table lives in docs/flags.md"
+    assert "(docs/flags.md)" in readme
 
 
 def test_every_make_dataset_keyword_is_in_the_readme(readme):
@@ -78,7 +125,7 @@ def test_every_make_dataset_keyword_is_in_the_readme(readme):
 
 
 def test_the_constants_the_readme_quotes(readme):
-    readme = " ".join(readme.split())   # the same words, whatever the line breaks
+    readme = _words(readme)
     assert f"a buffer of what fits in {dataset.SHUFFLE_BUFFER_BYTES >> 20} MB" in readme
     assert f"most {dataset.MAX_SHUFFLE_BUFFER} records" in readme
     assert f"interleaves up to {dataset.MAX_CYCLE_LENGTH} shards" in readme
@@ -89,10 +136,50 @@ def test_the_constants_the_readme_quotes(readme):
     assert f"blocks under {malloc.MMAP_THRESHOLD >> 20} MB" in readme
     assert f"keep up to {malloc.TRIM_THRESHOLD >> 20} MB of freed heap" in readme
     assert f"`{malloc.OPT_OUT}=0`" in readme
-    assert f"renewed every {lease.HEARTBEAT_SECONDS:g} s" in readme
-    assert f"not renewed for {lease.LEASE_SECONDS:g} s" in readme
     assert f"at most {inspect_cli.MAX_PREVIEW}, larger N" in readme
     assert f"more than {preview.MAX_DIMS} dims: the first {preview.MAX_DIMS}" in readme
+
+
+def test_the_constants_the_docs_quote():
+    guarantees = _words(_read("docs", "guarantees.md"))
+    assert f"renewed every {lease.HEARTBEAT_SECONDS:g} s" in guarantees
+    assert f"not renewed for {lease.LEASE_SECONDS:g} s" in guarantees
+    fmt = _words(_read("docs", "format.md"))
+    assert f"Format version {data_format.FORMAT_VERSION};" in fmt
+    assert "read versions " + " and ".join(map(str, data_format.READABLE_VERSIONS)) in fmt
+    assert f"at most {data_format.MAX_SHARDS:,} per split" in fmt
+    assert f"`<shard>{data_format.INDEX_SUFFIX}`" in fmt
+    for name in (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL,
+                 data_format.VIDEOS_JSONL, data_format.DATASET_JSON):
+        assert name in fmt, name
+    for encoding in wire.ENCODINGS:
+        assert f"- `{encoding}`" in fmt or f"`png`, `jpeg`" in fmt, encoding
+    assert "INTEGER_ACCURATE" in fmt
+    flags_doc = _words(_read("docs", "flags.md"))
+    assert f"at most {data_format.MAX_SHARDS:,}" in flags_doc
+
+
+def test_the_index_format_the_docs_describe(tmp_path, rng):
+    """docs/format.md: `<shard>.index` holds one little-endian uint64 per record, where its
+    frame starts, then the shard's length; dataset.json lists it."""
+    import struct
+
+    from conftest import random_videos, read_dataset_json, run_job, write_videos
+
+    write_videos(str(tmp_path / "in"), random_videos(rng, 4), files=1)
+    run_job(str(tmp_path / "in" / "*"), str(tmp_path / "out"), "--window", "5")
+    (shard,) = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
+    assert shard["index"] == shard["file"] + data_format.INDEX_SUFFIX
+    data = (tmp_path / "out" / shard["file"]).read_bytes()
+    index = (tmp_path / "out" / shard["index"]).read_bytes()
+    offsets = struct.unpack(f"<{len(index) // 8}Q", index)
+    assert len(offsets) == shard["examples"] + 1 and offsets[-1] == len(data)
+    for start, end in zip(offsets, offsets[1:]):   # each a whole TFRecord frame
+        (length,) = struct.unpack("<Q", data[start:start + 8])
+        assert end - start == length + 16
+    fmt = _words(_read("docs", "format.md"))
+    assert ("one little-endian uint64 per record, the offset where its TFRecord frame starts, "
+            "then the shard's length") in fmt
 
 
 def test_ci_runs_the_readme_test_command(readme):
@@ -101,3 +188,38 @@ def test_ci_runs_the_readme_test_command(readme):
     command = re.search(r"Install and run the tests.*?```\n(.*?)\n```", readme, re.S).group(1)
     install, test = command.split(" && ")
     assert install in ci.replace(" -q -e", " -e") and test in ci
+
+
+def _doc_pages() -> list[str]:
+    return sorted(f"docs/{name}" for name in os.listdir(DOCS) if name.endswith(".md"))
+
+
+def test_every_docs_link_is_a_page_and_every_page_is_linked(readme):
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)", readme))
+    assert linked, "the README links into docs/"
+    for link in linked:
+        assert os.path.isfile(os.path.join(ROOT, link)), link
+    assert sorted(linked) == _doc_pages(), set(linked) ^ set(_doc_pages())
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    pages = {"README.md": _read("README.md")}
+    pages.update({page: _read(*page.split("/")) for page in _doc_pages()})
+    anchors = {page: {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+               for page, text in pages.items()}
+    for page, text in pages.items():
+        here = os.path.dirname(page)
+        for target, anchor in re.findall(r"\]\(([^):#\s]*\.md)(?:#([^)]*))?\)", text):
+            path = os.path.normpath(os.path.join(here, target))
+            assert path in pages, (page, target)
+            if anchor:
+                assert anchor in anchors[path], (page, target, anchor)
+
+
+def test_the_readme_stays_short(readme):
+    assert len(readme.splitlines()) <= 300
