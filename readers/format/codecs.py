@@ -68,22 +68,15 @@ class Codec:
     encoding: ClassVar[str]
     list_kind: ClassVar[str] = "bytes"     # bytes_list, float_list or int64_list
     decodes_images: ClassVar[bool] = False  # worth a thread per core in the readers
+    # The little-endian dtype of values stored as one plain array (readers.numpy reads
+    # them straight into a batch's rows), else None.
+    stored_dtype: Optional[np.dtype] = None
+    column_dtype: np.dtype     # of a batch's column of values as stored (readers.numpy)
 
     def __init__(self, feature: FeatureSpec):
         self.feature = feature
 
     # --- the wire format
-
-    @property
-    def stored_dtype(self) -> Optional[np.dtype]:
-        """The little-endian dtype of values stored as one plain array (read straight
-        into a batch's rows), else None."""
-        return None
-
-    @property
-    def column_dtype(self) -> np.dtype:
-        """The dtype of a batch's column of values as stored (readers.numpy)."""
-        return self.stored_dtype
 
     def encode(self, value: Any) -> bytes:
         """A tf.train.Feature's wire bytes: bytes_list = 1, float_list = 2, int64_list = 3,
@@ -170,10 +163,7 @@ class _NumberListCodec(_ArrayCodec):
 class FloatCodec(_NumberListCodec):
     encoding = list_kind = "float"
     list_field = 2
-
-    @property
-    def stored_dtype(self) -> np.dtype:
-        return np.dtype("<f4")
+    stored_dtype = column_dtype = np.dtype("<f4")
 
     def _payload(self, array: np.ndarray) -> bytes:
         return array.astype("<f4", copy=False).tobytes()
@@ -191,10 +181,7 @@ class FloatCodec(_NumberListCodec):
 class Int64Codec(_NumberListCodec):
     encoding = list_kind = "int64"
     list_field = 3
-
-    @property
-    def column_dtype(self) -> np.dtype:
-        return np.dtype("<i8")
+    column_dtype = np.dtype("<i8")
 
     def _payload(self, array: np.ndarray) -> bytes:
         return b"".join(varint(int(v)) for v in array.ravel())
@@ -211,10 +198,7 @@ class Int64Codec(_NumberListCodec):
 
 class BytesCodec(Codec):
     encoding = "bytes"
-
-    @property
-    def column_dtype(self) -> np.dtype:
-        return np.dtype(object)
+    column_dtype = np.dtype(object)
 
     def size_estimate(self) -> int:
         return math.prod(self.feature.shape)
@@ -242,10 +226,10 @@ class RawCodec(_ArrayCodec):
     readers.numpy needs no ml_dtypes unless `keep_float16` asks for bfloat16 itself."""
     encoding = "raw"
 
-    @property
-    def stored_dtype(self) -> np.dtype:
-        dtype = self.feature.dtype
-        return np.dtype("<u2" if dtype == "bfloat16" else np.dtype(dtype).newbyteorder("<"))
+    def __init__(self, feature: FeatureSpec):
+        super().__init__(feature)
+        self.stored_dtype = self.column_dtype = np.dtype(
+            "<u2" if feature.dtype == "bfloat16" else np.dtype(feature.dtype).newbyteorder("<"))
 
     def _encode(self, array: np.ndarray) -> bytes:
         return field(1, field(1, array.astype(array.dtype.newbyteorder("<"),
@@ -298,10 +282,7 @@ class _ImageCodec(Codec):
     """One encoded image per frame of a uint8 [L, H, W, C] window; both readers decode
     them to the same pixels."""
     decodes_images = True
-
-    @property
-    def column_dtype(self) -> np.dtype:
-        return np.dtype(np.uint8)
+    column_dtype = np.dtype(np.uint8)
 
     def encode(self, value: list[bytes]) -> bytes:
         f = self.feature
