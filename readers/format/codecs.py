@@ -329,9 +329,10 @@ class _ImageCodec(Codec):
         parallel (float32 with `float_pixels`)."""
         import tensorflow as tf
 
-        decode, frame_shape = self._tf_decoder(), self.feature.shape[1:]
+        decode_frame, frame_shape = self._tf_decoder(), self.feature.shape[1:]
         frames = tf.map_fn(
-            lambda data: tf.ensure_shape(decode(data, channels=frame_shape[-1]), frame_shape),
+            lambda data: tf.ensure_shape(decode_frame(data, channels=frame_shape[-1]),
+                                         frame_shape),
             tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
             parallel_iterations=32)
         values = tf.reshape(frames, [-1, *self.feature.shape])
