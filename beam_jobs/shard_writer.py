@@ -29,7 +29,6 @@ import dataclasses
 import heapq
 import itertools
 import math
-import struct
 import uuid
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional
 
@@ -43,13 +42,11 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import paths, progress
 from beam_jobs.examples import KeyedExample
 from beam_jobs.output_dir import RunDir
-from beam_jobs.sorted_runs import read_run, write_run
-from beam_jobs.tfrecords import write_tfrecord
+from beam_jobs.sorted_runs import LOOKUP_BYTES, Written, read_run, write_run
 from readers import format as data_format
+from readers.format.tfrecord import FRAME_OVERHEAD, frame
 
 _KEY_BYTES = 8
-_FRAME = 16                  # TFRecord framing around a record
-_TRAILER_AND_ENTRY = 16 + 8  # what read_run reads of a run file's index
 _COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
 SHUFFLE_MODES = ("spill", "group")
 
@@ -97,11 +94,11 @@ class ShardConfig:
     mode: str = "spill"                  # or "group"
 
 
-def _count_temp(records: int, nbytes: int) -> None:
+def _count_temp(written: Written) -> None:
     """Beam counters of the temp data (Dataflow's monitoring shows them; the scale
     benchmark reads them): files, and bytes with their framing and index."""
     progress.counter("temp_files_written").inc()
-    progress.counter("temp_bytes_written").inc(nbytes + records * (_FRAME + 8) + 16)
+    progress.counter("temp_bytes_written").inc(written.size)
 
 
 def bucket_of(key: int, num_buckets: int) -> int:
@@ -151,7 +148,7 @@ class _SpillRuns(beam.DoFn):
         for split, records in sorted(self._buffers.items()):
             records.sort()
             path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.run")
-            _count_temp(*write_run(path, records))
+            _count_temp(write_run(path, records))
             yield RunFile(split, path, _bucket_table(records, self._num_buckets))
         self._buffers.clear()
         self._buffered = 0
@@ -167,9 +164,9 @@ class _WriteBucket(beam.DoFn):
         (split, bucket), records = element
         records = sorted(records)
         path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.run")
-        count, nbytes = write_run(path, records)
-        _count_temp(count, nbytes)
-        yield RunFile(split, path, ((bucket, 0, count, nbytes),))
+        written = write_run(path, records)
+        _count_temp(written)
+        yield RunFile(split, path, ((bucket, 0, written.records, written.payload),))
 
 
 def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
@@ -252,9 +249,9 @@ def _allow_open_files(wanted: int) -> None:
 def _counted(records: Iterator[bytes]) -> Iterator[bytes]:
     """Count the temp bytes a shard task reads: each record's frame, and the index."""
     read = progress.counter("temp_bytes_read")
-    read.inc(_TRAILER_AND_ENTRY)
+    read.inc(LOOKUP_BYTES)
     for record in records:
-        read.inc(len(record) + _FRAME)
+        read.inc(len(record) + FRAME_OVERHEAD)
         yield record
 
 
@@ -272,15 +269,16 @@ class _WriteShard(beam.DoFn):
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for segment in task.segments:
                 for record in _segment_records(segment, task.dropped, self._num_buckets):
-                    write_tfrecord(f, record[_KEY_BYTES:])
-                    offsets.append(offsets[-1] + len(record) - _KEY_BYTES + _FRAME)
+                    data = frame(record[_KEY_BYTES:])
+                    f.write(data)
+                    offsets.append(offsets[-1] + len(data))
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
             index = data_format.index_name(name)
             with FileSystems.create(paths.join(self._output_dir, index),
                                     compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
+                f.write(data_format.index.encode(offsets))
         yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index)
 
 

@@ -13,20 +13,32 @@ and reads no byte it does not write.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import storage
-from beam_jobs.tfrecords import Lost, frame, read_frame
+from readers.format.tfrecord import Lost, frame, read_frame
 
 MAGIC = b"VWSRUN01"
+_ENTRY = struct.Struct("<Q")
 _TRAILER = struct.Struct("<Q8s")
+# What read_run reads to find a slice besides the slice's frames, as the job's
+# temp_bytes_read counter counts it: the trailer and one index entry (the slice's other
+# entries, 8 bytes a record, are left out of that count).
+LOOKUP_BYTES = _TRAILER.size + _ENTRY.size
 
 
-def write_run(path: str, records: Iterable[bytes]) -> tuple[int, int]:
-    """Write sorted `records` as a run file; (records, bytes of records) written."""
+class Written(NamedTuple):
+    """What `write_run` wrote."""
+    records: int
+    payload: int      # bytes of the records themselves
+    size: int         # bytes of the file: the records' frames, the index and the trailer
+
+
+def write_run(path: str, records: Iterable[bytes]) -> Written:
+    """Write sorted `records` as a run file."""
     offsets, at, payload = [], 0, 0
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for record in records:
@@ -37,7 +49,7 @@ def write_run(path: str, records: Iterable[bytes]) -> tuple[int, int]:
             payload += len(record)
         f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
         f.write(_TRAILER.pack(len(offsets), MAGIC))
-    return len(offsets), payload
+    return Written(len(offsets), payload, at + _ENTRY.size * len(offsets) + _TRAILER.size)
 
 
 def read_run(path: str, start: int, stop: int) -> Iterator[bytes]:
@@ -49,10 +61,12 @@ def read_run(path: str, start: int, stop: int) -> Iterator[bytes]:
     count, magic = _TRAILER.unpack(storage.read_range(path, size - _TRAILER.size, size))
     if magic != MAGIC or stop > count:
         raise OSError(f"{path} is not a run file of {stop} records or more")
-    index = size - _TRAILER.size - 8 * count
-    entries = storage.read_range(path, index + 8 * start, index + 8 * min(stop + 1, count))
-    first = struct.unpack_from("<Q", entries)[0]
-    end = struct.unpack_from("<Q", entries, 8 * (stop - start))[0] if stop < count else index
+    index = size - _TRAILER.size - _ENTRY.size * count
+    entries = storage.read_range(path, index + _ENTRY.size * start,
+                                 index + _ENTRY.size * min(stop + 1, count))
+    first, = _ENTRY.unpack_from(entries)
+    end = (_ENTRY.unpack_from(entries, _ENTRY.size * (stop - start))[0] if stop < count
+           else index)
     with storage.open_range(path, first, end) as f:
         for _ in range(stop - start):
             record = read_frame(f)

@@ -1,8 +1,9 @@
-"""TFRecord framing, read honestly: a bad record is skipped alone, lost framing is counted.
+"""TFRecord files through Beam's FileSystems, read honestly: a bad record is skipped
+alone, lost framing is counted.
 
-A TFRecord file is a chain of frames: length (8 bytes), CRC of the length (4), data,
-CRC of the data (4). TensorFlow's and Beam's readers stop at the first bad CRC, so one
-flipped byte in the middle of a file silently drops everything after it. Here:
+TensorFlow's and Beam's readers stop at the first bad CRC, so one flipped byte in the
+middle of a file silently drops everything after it. Here, with the frames read by
+`readers.format.tfrecord.read_frame`:
 
 - data whose CRC fails under a sound length frame is one lost record: it is reported,
   and reading goes on with the next frame;
@@ -13,71 +14,15 @@ flipped byte in the middle of a file silently drops everything after it. Here:
 from __future__ import annotations
 
 import gzip
-import struct
 import zlib
-from typing import BinaryIO, Iterator, NamedTuple, Optional, Union
+from typing import Iterator, Optional, Union
 
-import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-_HEADER = struct.Struct("<QI")
-_CRC = struct.Struct("<I")
+from readers.format.tfrecord import FRAME_OVERHEAD, Lost, read_frame
+
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-class Lost(NamedTuple):
-    """Records that could not be read: one bad record, or the rest of a file."""
-    reason: str
-    records: int          # how many records this stands for (an estimate for framing)
-    bytes_lost: int
-    framing: bool         # True: the rest of the file is gone
-
-
-def frame(record: bytes) -> bytes:
-    length = _HEADER.pack(len(record), 0)[:8]
-    return (length + _CRC.pack(masked_crc(length)) + record
-            + _CRC.pack(masked_crc(record)))
-
-
-def write_tfrecord(f: BinaryIO, record: bytes) -> None:
-    f.write(frame(record))
-
-
-def read_exactly(f: BinaryIO, size: int) -> bytes:
-    """`size` bytes, or fewer only at the end of the file (a read may return less)."""
-    data = f.read(size)
-    while len(data) < size:
-        more = f.read(size - len(data))
-        if not more:
-            break
-        data += more
-    return data
-
-
-def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
-    """The next record of `f`: its bytes, a Lost, or None at a clean end of file."""
-    header = read_exactly(f, 12)
-    if not header:
-        return None
-    if len(header) < 12:
-        return Lost("the file ends inside a record's length frame", 1, len(header), True)
-    length, length_crc = _HEADER.unpack(header)
-    if masked_crc(header[:8]) != length_crc:
-        return Lost("a record's length frame is corrupt", 1, 0, True)
-    data = read_exactly(f, length)
-    crc = read_exactly(f, 4)
-    if len(data) < length or len(crc) < 4:
-        return Lost(f"the file ends inside a record ({len(data)} of {length} bytes)", 1,
-                    12 + len(data) + len(crc), True)
-    if masked_crc(data) != _CRC.unpack(crc)[0]:
-        return Lost("a record's data fails its CRC", 1, 16 + length, False)
-    return data
 
 
 def read_records(path: str, size: Optional[int] = None, typical_record: int = 0
@@ -115,8 +60,8 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0
                 return
             yield index, record
             index += 1
-            consumed += 16 + (len(record) if isinstance(record, bytes) else
-                                record.bytes_lost - 16)
+            consumed += (len(record) + FRAME_OVERHEAD if isinstance(record, bytes)
+                         else record.bytes_lost)
 
 
 def _rest_lost(reason: str, size: int, offset: int, mean_record: float, typical: int,

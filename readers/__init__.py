@@ -1,26 +1,29 @@
-"""Stream window shards written by `beam_jobs.make_shards` with tf.data.
+"""Read window shards written by `beam_jobs.make_shards`: with tf.data, or as numpy arrays.
 
     import readers
-    ds = readers.make_dataset("out/", split="train", batch_size=64)
+    ds = readers.make_dataset("out/", split="train", batch_size=64)   # tf.data
+    spec = readers.load_spec("out/")                                  # dataset.json
 
-TensorFlow only: nothing here imports Apache Beam. TensorFlow itself is imported on
-first use of `make_dataset` or `load_spec`, so that `readers.format` (the format, shared
-with the Beam job) can be imported without it.
+    from readers.numpy import batches, WindowSource                  # no TensorFlow
+
+Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_dataset`
+only, so that `readers.format` (the format, shared with the Beam job), `load_spec` and
+`readers.numpy` work without it.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from readers.format import DatasetSpec, FeatureSpec
+from readers.format import DatasetSpec, FeatureSpec, load_spec
 
 if TYPE_CHECKING:
-    from readers.dataset import load_spec, make_dataset
+    from readers.dataset import make_dataset
 
 __all__ = ["make_dataset", "load_spec", "DatasetSpec", "FeatureSpec"]
 
 
 def __getattr__(name: str):
-    if name in ("make_dataset", "load_spec"):
-        from readers import dataset
-        return getattr(dataset, name)
+    if name == "make_dataset":
+        from readers.dataset import make_dataset
+        return make_dataset
     raise AttributeError(f"module 'readers' has no attribute {name!r}")

@@ -44,26 +44,9 @@ MAX_GROUP = 8
 REMOTE_READ_BUFFER = 8 << 20
 
 
-def load_spec(path: str) -> data_format.DatasetSpec:
-    """Read `path/dataset.json` (a local path or any scheme tf.io.gfile knows, gs:// too)."""
-    json_path = os.path.join(path, data_format.DATASET_JSON)
-    if not tf.io.gfile.exists(json_path):
-        raise FileNotFoundError(
-            f"{path} is not a finished dataset: it has no {data_format.DATASET_JSON} "
-            "(the job writes it last; is the job still running, or did it fail?)")
-    with tf.io.gfile.GFile(json_path, "r") as f:
-        return data_format.DatasetSpec.from_json(f.read(), source=json_path)
-
-
 def _example_bytes(features: Sequence[data_format.FeatureSpec]) -> int:
     """An upper estimate of one serialized example's size, from the feature shapes."""
-    total = 0
-    for f in features:
-        count = 1
-        for dim in f.shape:
-            count *= dim
-        total += count * (1 if f.dtype == "string" else tf.dtypes.as_dtype(f.dtype).size) + 64
-    return total
+    return sum(f.codec.size_estimate() + 64 for f in features)
 
 
 def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
@@ -102,7 +85,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
     """
-    spec = load_spec(path)
+    spec = data_format.load_spec(path)
     if split not in spec.splits:
         raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
     for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer),
@@ -160,24 +143,19 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     if repeat:  # after the shuffles: clean epochs, each in a new order
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    parse_spec = {f.name: f.parse_feature() for f in selected}
+    parse_spec = {f.name: f.codec.parse_feature() for f in selected}
 
     def parse(serialized: tf.Tensor):
         parsed = tf.io.parse_example(serialized, parse_spec)
-        values = {f.name: f.decode(parsed[f.name]) for f in selected}
-        if float_pixels:
-            values = {name: tf.cast(v, tf.float32) / 255.0 if v.dtype == tf.uint8 else v
-                      for name, v in values.items()}
-        if not keep_float16:
-            values = {name: tf.cast(v, tf.float32) if v.dtype in (tf.float16, tf.bfloat16)
-                      else v for name, v in values.items()}
+        values = {f.name: f.codec.decode(parsed[f.name], float_pixels=float_pixels,
+                                         keep_float16=keep_float16) for f in selected}
         if structure is None:
             return values
         return tf.nest.map_structure(lambda name: values[name], structure)
 
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
-    if any(f.encoding in data_format.IMAGE_ENCODINGS for f in selected):
+    if any(f.codec.decodes_images for f in selected):
         return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                       deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
     # Nothing here is left to tune but the prefetch depth, which grows as it is drained

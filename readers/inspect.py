@@ -72,14 +72,16 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     if not tf.io.gfile.exists(file):
         return [f"{shard.file}: missing"], []
     features = list(dataset.features)
-    parse_spec = {f.name: f.parse_feature() for f in features}
+    parse_spec = {f.name: f.codec.parse_feature() for f in features}
     records = tf.data.TFRecordDataset(file, data_format.tf_compression_type(dataset.compression))
     problems, keys, count = [], [], 0
     try:
         for batch in records.batch(64):
             try:
                 parsed = tf.io.parse_example(batch, parse_spec)
-                values = {f.name: f.decode(parsed[f.name]).numpy() for f in features}
+                values = {f.name: f.codec.decode(parsed[f.name], float_pixels=False,
+                                                 keep_float16=True).numpy()
+                          for f in features}
             except tf.errors.InvalidArgumentError as e:
                 problems.append(f"{shard.file}: a record near #{count} does not parse to the "
                                 f"spec: {e.message.splitlines()[0][:200]}")
@@ -101,29 +103,22 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
 
 
 def _verify_index(path: str, shard: data_format.Shard) -> list[str]:
-    """The offset index beside a shard: one entry per record where its frame starts, then
-    the shard's length, each frame's length header agreeing."""
+    """The offset index beside a shard (readers.format.index), against the shard."""
     import tensorflow as tf
 
     index_path = os.path.join(path, shard.index)
     if not tf.io.gfile.exists(index_path):
         return [f"{shard.index}: missing"]
     with tf.io.gfile.GFile(index_path, "rb") as f:
-        offsets = np.frombuffer(f.read(), "<u8")
+        data = f.read()
+    try:
+        offsets = data_format.index.decode(data, shard.index, shard.examples)
+    except ValueError as e:
+        return [str(e)]
     file = os.path.join(path, shard.file)
-    if len(offsets) != shard.examples + 1:
-        return [f"{shard.index}: {len(offsets) - 1} records indexed, dataset.json says "
-                f"{shard.examples}"]
-    if int(offsets[-1]) != tf.io.gfile.stat(file).length:
-        return [f"{shard.index}: ends at byte {offsets[-1]}, the shard has "
-                f"{tf.io.gfile.stat(file).length}"]
     with tf.io.gfile.GFile(file, "rb") as f:
-        for i, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
-            f.seek(int(start))
-            length = int.from_bytes(f.read(8), "little")
-            if int(end) - int(start) != length + 16:
-                return [f"{shard.index}: record {i} at byte {start} does not match the shard"]
-    return []
+        problem = data_format.index.verify(shard.index, offsets, f, tf.io.gfile.stat(file).length)
+    return [problem] if problem else []
 
 
 def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
@@ -270,11 +265,9 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
               "picture shows", file=sys.stderr)
         args.preview = MAX_PREVIEW
     quiet.tensorflow()  # imported here, without its start-up lines
-    from readers.dataset import load_spec
-
     try:
-        dataset = load_spec(args.path)
-    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+        dataset = data_format.load_spec(args.path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         parser.exit(2, f"{parser.prog}: error: {args.path}: cannot read its dataset.json: "
                        f"{type(e).__name__}: {e}\n")
     if not dataset.splits:

@@ -10,8 +10,9 @@ Neither TensorFlow nor Beam is imported. Records are found with the offset index
 each shard (one seek each, so any window in any order) and read from the protobuf wire
 format with the layouts of `readers.format.layout`: each record's fixed-width values go
 straight from the file into their row of the batch; CRCs are checked. The values are those of
-`readers.make_dataset`: float16 and bfloat16 become float32 unless `keep_float16`, PNG
-and JPEG frames are decoded (with Pillow), `float_pixels` gives float32 in [0, 1].
+`readers.make_dataset` (each feature's codec, readers.format.codecs, decides them): float16
+and bfloat16 become float32 unless `keep_float16`, PNG and JPEG frames are decoded (with
+Pillow), `float_pixels` gives float32 in [0, 1].
 
 A `WindowSource` is a PyTorch map-style `Dataset` and a Grain `RandomAccessDataSource`
 as it is: it has `len()` and `[i]`, and it pickles (open files are not part of its
@@ -32,26 +33,11 @@ import google_crc32c
 import numpy as np
 
 from readers import format as data_format, scatter
-
-
-def load_spec(path: str) -> data_format.DatasetSpec:
-    """`path/dataset.json` without TensorFlow (local paths, or any fsspec scheme)."""
-    json_path = os.path.join(path, data_format.DATASET_JSON)
-    try:
-        text = _read_file(json_path)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{path} is not a finished dataset: it has no {data_format.DATASET_JSON} "
-            "(the job writes it last; is the job still running, or did it fail?)") from None
-    return data_format.DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
+from readers.format import index, tfrecord
 
 
 def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
-
-
-def _read_file(path: str) -> bytes:
-    return _read_files([path])[0]
 
 
 def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
@@ -80,7 +66,7 @@ class WindowSource:
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
                  keep_float16: bool = False):
         self.path, self.split = path, split
-        self.spec = load_spec(path)
+        self.spec = data_format.load_spec(path)
         if split not in self.spec.splits:
             raise ValueError(f"split {split!r} is not in {path}; it has "
                              f"{sorted(self.spec.splits)}")
@@ -94,8 +80,8 @@ class WindowSource:
             raise ValueError(f"unknown feature(s) {unknown}; this dataset has {names}")
         self.features = [f for f in self.spec.features if features is None or f.name in features]
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
-        self._columns = {f.name: scatter.stored_column(f) for f in self.features}
-        self._fixed_width = [f.name for f in self.features if data_format.stored_dtype(f)]
+        self._columns = {f.name: (f.shape, f.codec.column_dtype) for f in self.features}
+        self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
         self._shards = [s for s in self.spec.splits[split].shards]
         missing = [s.file for s in self._shards if not s.index]
         if missing:
@@ -145,11 +131,7 @@ class WindowSource:
         paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
         for shard, data in zip(missing, _read_files(paths)):
             entry = self._shards[shard]
-            offsets = np.frombuffer(data, "<u8")
-            if len(offsets) != entry.examples + 1:
-                raise ValueError(f"{entry.index}: {len(offsets) - 1} records indexed, "
-                                 f"dataset.json says {entry.examples}")
-            self._offsets[shard] = offsets
+            self._offsets[shard] = index.decode(data, entry.index, entry.examples)
 
     def _span(self, shard: int, local: int) -> tuple[int, int]:
         offsets = self._offsets[shard]
@@ -162,19 +144,22 @@ class WindowSource:
         frame = bytearray(end - start)
         self._read(shard, [frame], start, end, fetched)
         view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
-        self._check(shard, local, start, frame, [view[12:-4]], scatter.header(end - start))
+        self._check(shard, local, start, frame,
+                    [view[tfrecord.HEADER_BYTES:-tfrecord.FOOTER_BYTES]],
+                    tfrecord.header(end - start - tfrecord.FRAME_OVERHEAD))
         return frame, end - start
 
     def _check(self, shard: int, local: int, start: int, frame: bytearray,
                data: list[np.ndarray], header: bytes) -> None:
-        """A frame's length and CRCs: `frame` starts with its 12 header bytes, which must
-        be `header` (they hang on the size alone), and ends with its 4 footer bytes, the
-        CRC of its example, which `data` holds in pieces."""
+        """A frame's length and CRCs: `frame` starts with its header, which must be
+        `header` (it hangs on the size alone), and ends with its footer, the CRC of its
+        example, which `data` holds in pieces."""
         crc = 0
         for piece in data:
             crc = google_crc32c.extend(crc, piece)
-        if frame[:12] != header or scatter.mask(crc) != struct.unpack_from("<I", frame,
-                                                                    len(frame) - 4)[0]:
+        footer = len(frame) - tfrecord.FOOTER_BYTES
+        if (frame[:tfrecord.HEADER_BYTES] != header
+                or tfrecord.mask(crc) != struct.unpack_from("<I", frame, footer)[0]):
             raise OSError(f"shard {self._shards[shard].file} is corrupt at record {local} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
 
@@ -236,7 +221,8 @@ class WindowSource:
                     continue
             frame, size = self._frame(shard, local, data)
             try:
-                layout = data_format.layout(self.features, frame, 12, size - 4)
+                layout = data_format.layout(self.features, frame, tfrecord.HEADER_BYTES,
+                                            size - tfrecord.FOOTER_BYTES)
             except ValueError as e:
                 raise ValueError(f"shard {self._shards[shard].file}, record {local}: {e}") from None
             plan = self._plans.learn(size, layout)
@@ -246,19 +232,9 @@ class WindowSource:
                 piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
                 done += len(piece)
             batch.store(plan, layout, row, rest)
-        return {f.name: self._finish(f, batch.columns[f.name]) for f in self.features}
-
-    def _finish(self, f: data_format.FeatureSpec, stored: np.ndarray) -> np.ndarray:
-        """A feature's values of a batch, as stored, as readers.make_dataset gives them."""
-        if f.dtype == "bfloat16":            # stored as its bits: no ml_dtypes needed
-            if self.keep_float16:
-                return stored.view(data_format.np_dtype("bfloat16"))
-            return (stored.astype(np.uint32) << 16).view(np.float32)
-        if f.dtype == "float16" and not self.keep_float16:
-            return stored.astype(np.float32)
-        if self.float_pixels and stored.dtype == np.uint8:
-            return stored.astype(np.float32) / np.float32(255.0)
-        return stored
+        return {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
+                                       keep_float16=self.keep_float16)
+                for f in self.features}
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
@@ -293,7 +269,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16)
     if threads is None:
-        images = any(f.encoding in data_format.IMAGE_ENCODINGS for f in source.features)
+        images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
     order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards)

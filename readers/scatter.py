@@ -4,24 +4,18 @@ buffer.
 
 A `Plan` says how the frames of one size are cut into those pieces; `Plans` keeps the
 plans learnt so far; a `Batch` holds the columns being filled and a `Rest` buffer per
-plan. The format itself, where each feature sits in an Example, is `readers.format.Layout`.
+plan. The format itself, where each feature sits in an Example, is `readers.format.Layout`;
+what a feature's values become in a batch, its codec (`readers.format.codecs`).
 """
 from __future__ import annotations
 
-import io
 import math
-import struct
 from typing import Optional, Sequence
 
-import google_crc32c
 import numpy as np
 
 from readers import format as data_format
-
-
-def mask(crc: int) -> int:
-    """TFRecord's masked CRC32C."""
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES, header
 
 
 # Records of one size read the same way as long as their direct features sit in the same
@@ -29,13 +23,6 @@ def mask(crc: int) -> int:
 # start) sit between the fixed-width ones before and after them (keys sorted). Their rests
 # may still differ inside (a longer id, a shorter varint): a plan keeps a few layouts.
 MAX_SIZES, MAX_PLANS_PER_SIZE, MAX_LAYOUTS_PER_PLAN = 1024, 4, 8
-
-
-def header(size: int) -> bytes:
-    """The 12 header bytes of a TFRecord frame of `size` bytes: the data's length and its
-    masked CRC."""
-    length = struct.pack("<Q", size - 16)
-    return length + struct.pack("<I", mask(google_crc32c.value(length)))
 
 
 class Plans:
@@ -65,19 +52,20 @@ class Plans:
 
 class Plan:
     """How frames of one size whose direct features sit in the same places are read: the
-    frame cut into pieces, in order: spans of a rest buffer (the 12 header bytes, the
-    example's rest, the 4 footer bytes) with a direct feature's row of the batch between
-    each two; and the layouts their rests have been seen to take.
+    frame cut into pieces, in order: spans of a rest buffer (the frame's header, the
+    example's rest, its footer) with a direct feature's row of the batch between each
+    two; and the layouts their rests have been seen to take.
     """
 
     def __init__(self, layout: data_format.Layout, features: Sequence[data_format.FeatureSpec]):
         self.direct_spans = layout.direct
-        self.header = header(12 + layout.size + 4)
+        self.header = header(layout.size)
         self.layouts: list[data_format.Layout] = []
-        self.rest_size = 12 + layout.rest_size + 4
+        self.rest_size = HEADER_BYTES + layout.rest_size + FOOTER_BYTES
         self.direct = [name for name, _, _ in layout.direct]
         self.others = [f for f in features if f.name not in self.direct]
-        self.rest_spans, at, done = [], 0, -12    # done: example bytes placed so far
+        # done: example bytes placed so far
+        self.rest_spans, at, done = [], 0, -HEADER_BYTES
         for _, first, last in layout.direct:
             self.rest_spans.append((at, at + first - done))
             at, done = at + first - done, last
@@ -90,7 +78,7 @@ class Plan:
     def layout_of(self, rest: bytearray) -> Optional[data_format.Layout]:
         """The layout a frame's rest has, if it is one of those seen."""
         for layout in self.layouts:
-            if layout.fits(rest, 12):
+            if layout.fits(rest, HEADER_BYTES):
                 return layout
         return None
 
@@ -103,7 +91,8 @@ class Rest:
         self.buffer = bytearray(plan.rest_size)
         view = np.frombuffer(self.buffer, np.uint8)
         self.pieces = [view[a:b] for a, b in plan.rest_spans]
-        self.data = [view[max(a, 12):min(b, plan.rest_size - 4)] for a, b in plan.rest_spans]
+        self.data = [view[max(a, HEADER_BYTES):min(b, plan.rest_size - FOOTER_BYTES)]
+                     for a, b in plan.rest_spans]
 
 
 class Batch:
@@ -133,30 +122,6 @@ class Batch:
     def store(self, plan: Plan, layout: data_format.Layout, row: int, rest: Rest) -> None:
         """The values that the rest holds (the features that are not direct), into row
         `row` of their columns."""
-        values = layout.values(plan.others, rest.buffer, 12)
+        values = layout.values(plan.others, rest.buffer, HEADER_BYTES)
         for f in plan.others:
-            column, value = self.columns[f.name], values[f.name]
-            if f.encoding in data_format.IMAGE_ENCODINGS:
-                for k, data in enumerate(value):
-                    column[row, k] = decode_image(data, f.shape[1:])
-            elif f.encoding == "raw" and f.dtype == "bfloat16":
-                column[row] = value.view("<u2")
-            else:
-                column[row] = value
-
-
-def stored_column(f: data_format.FeatureSpec) -> tuple[tuple[int, ...], np.dtype]:
-    """The shape and dtype of a feature's values as stored (bfloat16 as its bits)."""
-    dtype = data_format.stored_dtype(f)
-    if dtype is None:
-        dtype = np.dtype({"int64": "<i8", "bytes": object}.get(f.encoding, np.uint8))
-    return f.shape, dtype
-
-
-def decode_image(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
-        image = image.convert("RGB" if shape[-1] == 3 else "L")
-        array = np.asarray(image, dtype=np.uint8)
-    return array.reshape(shape)
+            f.codec.store(self.columns[f.name], row, values[f.name])

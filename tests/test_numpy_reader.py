@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 import readers
-from beam_jobs.tfrecords import frame
-from readers.numpy import WindowSource, batches, epoch_order
+from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
+from readers.numpy import WindowSource, batches, epoch_order
 from conftest import (assert_verified, random_videos, read_dataset_json, run_jobs,
                       write_frame_folder, write_manifest, write_videos)
 

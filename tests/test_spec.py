@@ -51,7 +51,7 @@ def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
             values["window"] = rng.standard_normal(window.shape).astype(window.dtype)
         ours = data_format.encode_example(features, values)
         assert ours == _tf_example(features, values)
-        parsed = tf.io.parse_example([ours], {f.name: f.parse_feature() for f in features})
+        parsed = tf.io.parse_example([ours], {f.name: f.codec.parse_feature() for f in features})
         assert int(parsed["start"][0]) == start
 
 
@@ -64,9 +64,9 @@ def test_shapes_are_checked():
         data_format.encode_example(features, values)
 
 
-def test_decode_example_tells_apart_records_of_one_size_and_other_layouts():
-    """decode_example reuses a layout for records of the same size; records of one size
-    with lists in other places (a longer id, a shorter start varint) must not share it."""
+def test_a_layout_tells_apart_records_of_one_size_and_other_layouts():
+    """Records of one size with their lists in other places (a longer id, a shorter start
+    varint) must not fit each other's layout; each reads back its own values."""
     features = data_format.window_features(data_format.FeatureSpec.for_array("window", (2, 3),
                                                                        "float32"))
     rng = np.random.default_rng(3)
@@ -75,9 +75,24 @@ def test_decode_example_tells_apart_records_of_one_size_and_other_layouts():
              "start": np.int64([2**14, 300, 20][i % 3])} for i in range(30)]
     records = [data_format.encode_example(features, row) for row in rows]
     assert len(set(map(len, records))) == 1 and len(set(records)) == len(records)
-    for row, record in list(zip(rows, records)) * 2:
-        decoded = data_format.decode_example(features, bytearray(b"xx" + record), 2)
-        assert decoded["video_id"] == row["video_id"]
-        assert int(decoded["start"][()]) == row["start"]
-        np.testing.assert_array_equal(decoded["window"], row["window"])
-        np.testing.assert_array_equal(decoded["mask"], row["mask"])
+    layouts = [data_format.layout(features, bytearray(b"xx" + record), 2) for record in records]
+    assert {name for name, _, _ in layouts[0].direct} == {"window", "mask"}
+    for i, (row, record, layout) in enumerate(zip(rows, records, layouts)):
+        others = [f for f in features if f.name in layout.lists]
+        for j, other in enumerate(layouts):
+            rest = _rest(record, other)
+            assert other.fits(rest) == (i % 3 == j % 3)
+        rest = _rest(record, layout)
+        values = layout.values(others, bytearray(b"x" + rest), 1)
+        assert values["video_id"] == row["video_id"]
+        assert int(values["start"][()]) == row["start"]
+        for name, first, last in layout.direct:
+            np.testing.assert_array_equal(np.frombuffer(record[first:last], "<f4").reshape(
+                row[name].shape), row[name])
+
+
+def _rest(record: bytes, layout: data_format.Layout) -> bytes:
+    """The record without its direct features' values."""
+    cuts = [(first, last) for _, first, last in layout.direct]
+    return b"".join(record[a:b] for a, b in zip([0] + [last for _, last in cuts],
+                                                [first for first, _ in cuts] + [len(record)]))

@@ -18,8 +18,9 @@ import numpy as np
 
 from beam_jobs import paths
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, check_finite, failure
-from beam_jobs.tfrecords import Lost, read_records
+from beam_jobs.tfrecords import read_records
 from readers import quiet
+from readers.format.tfrecord import Lost
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 

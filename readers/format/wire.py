@@ -1,12 +1,9 @@
-"""The tf.train.Example wire format of a window, written and read by hand (numpy only).
+"""The protobuf wire format of a tf.train.Example, written and read by hand (numpy only).
 
-How a feature's values sit in the Example:
-  float: a FloatList of float32 (parsed by memcpy, the fastest path)
-  int64: an Int64List
-  bytes: one BytesList entry (a string scalar)
-  raw:   one BytesList entry holding the little-endian array bytes (dtypes that a
-         FloatList would not keep, float16 or float64)
-  png, jpeg: a BytesList of L encoded frames of a uint8 [L, H, W, C] window
+`encode_example` serializes a window (each feature's Feature bytes from its codec,
+readers.format.codecs); `layout` walks a record's tags and lengths to find where each
+feature's list sits, so that readers.numpy reads fixed-width values straight into a
+batch (`Layout`); `list_values` reads a list message, packed or not.
 
 Why by hand: building the message through the protobuf API copies arrays value by value
 (8 ms for 20k floats against microseconds), a Beam worker then never imports TensorFlow
@@ -21,13 +18,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 import numpy as np
 
 if TYPE_CHECKING:
-    from readers.format import FeatureSpec
-
-IMAGE_ENCODINGS = ("png", "jpeg")
-ENCODINGS = ("float", "int64", "bytes", "raw") + IMAGE_ENCODINGS
+    from readers.format.spec import FeatureSpec
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     n &= (1 << 64) - 1  # a negative int64 is ten bytes of two's complement
     out = bytearray()
     while n > 0x7F:
@@ -37,39 +31,18 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
+def field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field: tag, length, payload."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _feature(f: FeatureSpec, value: Any) -> bytes:
-    """A tf.train.Feature's wire bytes: bytes_list = 1, float_list = 2, int64_list = 3,
-    each a message whose field 1 holds the (packed) values."""
-    if f.encoding == "bytes":
-        return _field(1, _field(1, value))
-    if f.encoding in IMAGE_ENCODINGS:
-        if len(value) != f.shape[0]:
-            raise ValueError(f"feature {f.name!r}: {len(value)} frames, not {f.shape[0]}")
-        return _field(1, b"".join(_field(1, v) for v in value))
-    array = np.asarray(value, dtype=f.dtype)
-    if array.shape != f.shape:
-        raise ValueError(f"feature {f.name!r}: shape {array.shape} != {f.shape}")
-    if f.encoding == "float":
-        payload = array.astype("<f4", copy=False).tobytes()
-        return _field(2, _field(1, payload) if payload else b"")
-    if f.encoding == "int64":
-        payload = b"".join(_varint(int(v)) for v in array.ravel())
-        return _field(3, _field(1, payload) if payload else b"")
-    return _field(1, _field(1, array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()))
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> bytes:
     """Serialize one window as a tf.train.Example; `values` holds one value per feature.
     The bytes are those TensorFlow's `SerializeToString(deterministic=True)` gives (map
     entries sorted by key)."""
-    entries = sorted((f.name.encode("utf-8"), _feature(f, values[f.name])) for f in features)
-    return _field(1, b"".join(_field(1, _field(1, key) + _field(2, feature))
-                              for key, feature in entries))
+    entries = sorted((f.name.encode("utf-8"), f.codec.encode(values[f.name])) for f in features)
+    return field(1, b"".join(field(1, field(1, key) + field(2, feature))
+                             for key, feature in entries))
 
 
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
@@ -87,6 +60,11 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, pos + 1
         shift += 7
+
+
+def signed(value: int) -> int:
+    """An int64 from its varint's 64 bits (two's complement)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _skip(buf: bytes, pos: int, wire: int) -> int:
@@ -115,57 +93,6 @@ def _fields(buf: bytes, pos: int, end: int):
             after = _skip(buf, pos, wire)
             yield tag >> 3, wire, pos, after
             pos = after
-
-
-def decode_example(features: list[FeatureSpec], record: Union[bytes, bytearray],
-                   start: int = 0, end: Optional[int] = None) -> dict[str, Any]:
-    """A serialized tf.train.Example -> {name: value as stored}: float and int64 features
-    as numpy arrays of their shape (views of `record`: writable when it is a bytearray),
-    `bytes` as bytes, `raw` as a little-endian numpy array, png/jpeg as a list of encoded
-    frames. The inverse of `encode_example`, in numpy alone (readers.numpy reads without
-    TensorFlow); it reads any valid encoding of such an Example (packed or not), and
-    raises ValueError on a record that does not fit. The record may be a slice
-    [start, end) of a larger buffer (indexing a bytes or bytearray is cheaper than
-    indexing a memoryview)."""
-    end = len(record) if end is None else end
-    entries = _entries(record, start, end)
-    out = {}
-    for f in features:
-        entry = entries.get(f.name.encode("utf-8"))
-        if entry is None:
-            raise ValueError(f"feature {f.name!r} is missing")
-        kind, first, last = entry
-        out[f.name] = f.from_wire(kind, record, start + first, start + last)
-    return out
-
-
-# Every Example of a dataset has the same features and shapes, so its records take a few
-# layouts (where each feature's list sits), told apart by size and by the bytes outside
-# the lists (tags, lengths, keys: all that a walk's decisions depend on). A record whose
-# size and those bytes match a layout seen before reuses it; any other record is walked.
-_Layout = tuple[dict[bytes, tuple[str, int, int]], list[tuple[int, int, bytes]]]
-_LAYOUTS: dict[int, list[_Layout]] = {}
-_MAX_SIZES, _MAX_LAYOUTS_PER_SIZE = 1024, 8
-
-
-def _entries(record: Union[bytes, bytearray], start: int,
-             end: int) -> dict[bytes, tuple[str, int, int]]:
-    """key -> (list kind, first, last): each feature's list message, relative to start."""
-    layouts = _LAYOUTS.get(end - start, [])
-    for entries, skeleton in layouts:
-        if all(record[start + a:start + b] == same for a, b, same in skeleton):
-            return entries
-    try:
-        entries = _walk(record, start, end)
-    except IndexError:
-        raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
-    spans = sorted((first, last) for _, first, last in entries.values())
-    gaps = zip([0] + [last for _, last in spans], [first for first, _ in spans] + [end - start])
-    if len(_LAYOUTS) >= _MAX_SIZES:
-        _LAYOUTS.clear()
-    skeleton = [(a, b, bytes(record[start + a:start + b])) for a, b in gaps if b > a]
-    _LAYOUTS[end - start] = [(entries, skeleton), *layouts[:_MAX_LAYOUTS_PER_SIZE - 1]]
-    return entries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,39 +128,33 @@ class Layout:
     def values(self, features: list[FeatureSpec], rest: Union[bytes, bytearray],
                start: int = 0) -> dict[str, Any]:
         """The values of `features` (none of them direct) from a rest that `fits`, as
-        `decode_example` gives them."""
+        stored (`Codec.from_wire`)."""
         out = {}
         for f in features:
             kind, first, last = self.lists[f.name]
-            out[f.name] = f.from_wire(kind, rest, start + first, start + last)
+            out[f.name] = f.codec.from_wire(kind, rest, start + first, start + last)
         return out
-
-
-def stored_dtype(f: FeatureSpec) -> Optional[np.dtype]:
-    """The little-endian dtype of a feature whose values are stored as a plain array (float
-    and raw encodings; bfloat16 as its 16 bits, so that no ml_dtypes is needed), else None."""
-    if f.encoding == "float":
-        return np.dtype("<f4")
-    if f.encoding == "raw":
-        return np.dtype("<u2" if f.dtype == "bfloat16" else np.dtype(f.dtype).newbyteorder("<"))
-    return None
 
 
 def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: int = 0,
            end: Optional[int] = None) -> Layout:
     """The layout of the example record[start:end]: `features` that are stored as plain
-    arrays in one packed field are direct. Raises ValueError as `decode_example` does."""
+    arrays in one packed field are direct. It reads any valid encoding of such an Example
+    (packed or not); ValueError on a record that does not fit."""
     end = len(record) if end is None else end
-    entries = {key.decode("utf-8", "replace"): entry
-               for key, entry in _entries(record, start, end).items()}
+    try:
+        walked = _walk(record, start, end)
+    except IndexError:
+        raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
+    entries = {key.decode("utf-8", "replace"): entry for key, entry in walked.items()}
     direct = []
     for f in features:
         if f.name not in entries:
             raise ValueError(f"feature {f.name!r} is missing")
         kind, first, last = entries[f.name]
-        dtype = stored_dtype(f)
-        if (dtype is None or kind != ("float" if f.encoding == "float" else "bytes")
-                or last - first < 2 or record[start + first] != 0x0A):
+        dtype = f.codec.stored_dtype
+        if (dtype is None or kind != f.codec.list_kind or last - first < 2
+                or record[start + first] != 0x0A):
             continue
         length, at = read_varint(record, start + first + 1)
         count = 1
@@ -317,8 +238,7 @@ def list_values(kind: str, record: bytes, start: int, end: int) -> list:
             pos = v_start
             while pos < v_end:
                 value, pos = read_varint(record, pos)
-                values.append(value - (1 << 64) if value >= 1 << 63 else value)
+                values.append(signed(value))
         else:
-            value = read_varint(record, v_start)[0]
-            values.append(value - (1 << 64) if value >= 1 << 63 else value)
+            values.append(signed(read_varint(record, v_start)[0]))
     return values

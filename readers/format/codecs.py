@@ -1,0 +1,373 @@
+"""One codec per feature encoding: how its values sit in an Example and come back out.
+
+A codec (TFDS's FeatureConnector is the model) is bound to one feature and carries all
+that its encoding decides:
+
+- `encode`: a value -> the wire bytes of its tf.train.Feature (the Beam job);
+- the wire layout: `list_kind`, the Feature's list, and `stored_dtype`, the dtype of
+  values stored as one plain array that a reader can read straight into a batch
+  ("direct"), else None;
+- `stored_as`: how the feature sits in an Example, for dataset.json;
+- readers.numpy: `from_wire` (a value as stored, from its list message), `column_dtype`
+  and `store` (into a batch's column), `finish` (what the reader gives);
+- tf.data: `parse_feature` and `decode` (TensorFlow imported inside them only).
+
+  float: a FloatList of float32 (parsed by memcpy, the fastest path)
+  int64: an Int64List
+  bytes: one BytesList entry (a string scalar)
+  raw:   one BytesList entry holding the little-endian array bytes (dtypes that a
+         FloatList would not keep, float16, bfloat16 or float64, and uint8 pixels)
+  png, jpeg: a BytesList of L encoded frames of a uint8 [L, H, W, C] window
+
+Both readers give the same values: float16 and bfloat16 become float32 unless
+`keep_float16`; `float_pixels` turns uint8 into float32 in [0, 1]. Adding an encoding is
+one class here, in CODECS, and its tests.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import math
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+
+import numpy as np
+
+from readers.format.wire import field, list_values, read_varint, signed, varint
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from readers.format.spec import FeatureSpec
+
+Buffer = Union[bytes, bytearray]
+
+
+def _one_field(record: Buffer, start: int, end: int) -> Optional[int]:
+    """Where the values start when a list message record[start:end] is the usual one
+    field of them (packed), else None."""
+    if end > start and record[start] == 0x0A:
+        length, at = read_varint(record, start + 1)
+        if at + length == end:
+            return at
+    return None
+
+
+def _unit(stored: np.ndarray) -> np.ndarray:
+    """uint8 pixels as float32 in [0, 1] (`float_pixels`)."""
+    return stored.astype(np.float32) / np.float32(255.0)
+
+
+def _tf_unit(values: tf.Tensor) -> tf.Tensor:
+    import tensorflow as tf
+
+    return tf.cast(values, tf.float32) / 255.0
+
+
+class Codec:
+    """The codec of one feature; a subclass per encoding."""
+    encoding: ClassVar[str]
+    list_kind: ClassVar[str] = "bytes"     # bytes_list, float_list or int64_list
+    decodes_images: ClassVar[bool] = False  # worth a thread per core in the readers
+    # The little-endian dtype of values stored as one plain array (readers.numpy reads
+    # them straight into a batch's rows), else None.
+    stored_dtype: Optional[np.dtype] = None
+    column_dtype: np.dtype     # of a batch's column of values as stored (readers.numpy)
+
+    def __init__(self, feature: FeatureSpec):
+        self.feature = feature
+
+    # --- the wire format
+
+    def encode(self, value: Any) -> bytes:
+        """A tf.train.Feature's wire bytes: bytes_list = 1, float_list = 2, int64_list = 3,
+        each a message whose field 1 holds the (packed) values."""
+        raise NotImplementedError
+
+    def stored_as(self) -> dict:
+        """How the feature sits in a tf.train.Example, for readers in other codebases:
+        the list kind, how many values, and what they hold."""
+        raise NotImplementedError
+
+    def size_estimate(self) -> int:
+        """An upper estimate of the bytes of one value, without the list's framing."""
+        return math.prod(self.feature.shape) * self.column_dtype.itemsize
+
+    # --- readers.numpy
+
+    def from_wire(self, kind: str, record: Buffer, start: int, end: int) -> Any:
+        """The value as stored from its list message, record[start:end], packed or not
+        (`readers.format.wire.Layout.values`); ValueError when it does not fit."""
+        if kind != self.list_kind:
+            raise ValueError(f"feature {self.feature.name!r} is a {kind} list, not "
+                             f"{self.list_kind}")
+        return self._value(record, start, end)
+
+    def _value(self, record: Buffer, start: int, end: int) -> Any:
+        raise NotImplementedError
+
+    def store(self, column: np.ndarray, row: int, value: Any) -> None:
+        """A value from `from_wire` into row `row` of its batch's column."""
+        column[row] = value
+
+    def finish(self, stored: np.ndarray, *, float_pixels: bool,
+               keep_float16: bool) -> np.ndarray:
+        """A batch's column as stored -> as the readers give it."""
+        return stored
+
+    # --- tf.data
+
+    def parse_feature(self) -> tf.io.FixedLenFeature:
+        raise NotImplementedError
+
+    def decode(self, parsed: tf.Tensor, *, float_pixels: bool,
+               keep_float16: bool) -> tf.Tensor:
+        """A batch parsed with `parse_feature` -> [batch, *shape] as the readers give it."""
+        return parsed
+
+
+class _ArrayCodec(Codec):
+    """Values that are a numpy array of the feature's shape and dtype."""
+
+    def encode(self, value: Any) -> bytes:
+        f = self.feature
+        array = np.asarray(value, dtype=f.dtype)
+        if array.shape != f.shape:
+            raise ValueError(f"feature {f.name!r}: shape {array.shape} != {f.shape}")
+        return self._encode(array)
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        raise NotImplementedError
+
+class _NumberListCodec(_ArrayCodec):
+    """A FloatList or an Int64List of the values, flattened row-major."""
+    list_field: ClassVar[int]       # the Feature's field of that list
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        payload = self._payload(array)
+        return field(self.list_field, field(1, payload) if payload else b"")
+
+    def _payload(self, array: np.ndarray) -> bytes:
+        raise NotImplementedError
+
+    def stored_as(self) -> dict:
+        return {"list": f"{self.list_kind}_list", "values": math.prod(self.feature.shape),
+                "value_dtype": self.column_dtype.name,
+                "order": "row-major (C) flattening of shape"}
+
+    def parse_feature(self) -> tf.io.FixedLenFeature:
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature(self.feature.shape, tf.dtypes.as_dtype(self.column_dtype))
+
+
+class FloatCodec(_NumberListCodec):
+    encoding = list_kind = "float"
+    list_field = 2
+    stored_dtype = column_dtype = np.dtype("<f4")
+
+    def _payload(self, array: np.ndarray) -> bytes:
+        return array.astype("<f4", copy=False).tobytes()
+
+    def _value(self, record: Buffer, start: int, end: int) -> np.ndarray:
+        at = _one_field(record, start, end)
+        if at is not None:                               # packed floats: one view
+            return np.frombuffer(record, "<f4", (end - at) // 4, at).reshape(self.feature.shape)
+        values = list_values("float", record, start, end)
+        array = values[0] if len(values) == 1 else (
+            np.concatenate(values) if values else np.zeros(0, "<f4"))
+        return array.reshape(self.feature.shape)
+
+
+class Int64Codec(_NumberListCodec):
+    encoding = list_kind = "int64"
+    list_field = 3
+    column_dtype = np.dtype("<i8")
+
+    def _payload(self, array: np.ndarray) -> bytes:
+        return b"".join(varint(int(v)) for v in array.ravel())
+
+    def _value(self, record: Buffer, start: int, end: int) -> np.ndarray:
+        at = _one_field(record, start, end)
+        if at is not None and not self.feature.shape:     # one packed varint
+            value, after = read_varint(record, at)
+            if after == end:
+                return np.array(signed(value), np.int64)
+        return np.array(list_values("int64", record, start, end),
+                        np.int64).reshape(self.feature.shape)
+
+
+class BytesCodec(Codec):
+    encoding = "bytes"
+    column_dtype = np.dtype(object)
+
+    def size_estimate(self) -> int:
+        return math.prod(self.feature.shape)
+
+    def encode(self, value: bytes) -> bytes:
+        return field(1, field(1, value))
+
+    def stored_as(self) -> dict:
+        return {"list": "bytes_list", "values": 1, "content": "UTF-8 text"}
+
+    def _value(self, record: Buffer, start: int, end: int) -> bytes:
+        at = _one_field(record, start, end)
+        if at is not None:
+            return bytes(record[at:end])
+        return list_values("bytes", record, start, end)[0]
+
+    def parse_feature(self) -> tf.io.FixedLenFeature:
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature([], tf.string)
+
+
+class RawCodec(_ArrayCodec):
+    """The array's little-endian bytes; bfloat16 travels as its 16 bits (uint16), so that
+    readers.numpy needs no ml_dtypes unless `keep_float16` asks for bfloat16 itself."""
+    encoding = "raw"
+
+    def __init__(self, feature: FeatureSpec):
+        super().__init__(feature)
+        self.stored_dtype = self.column_dtype = np.dtype(
+            "<u2" if feature.dtype == "bfloat16" else np.dtype(feature.dtype).newbyteorder("<"))
+
+    def _encode(self, array: np.ndarray) -> bytes:
+        return field(1, field(1, array.astype(array.dtype.newbyteorder("<"),
+                                              copy=False).tobytes()))
+
+    def stored_as(self) -> dict:
+        return {"list": "bytes_list", "values": 1, "value_dtype": self.feature.dtype,
+                "byte_order": "little", "order": "row-major (C) flattening of shape",
+                "content": "the array's bytes"}
+
+    def _value(self, record: Buffer, start: int, end: int) -> np.ndarray:
+        at = _one_field(record, start, end)
+        data = record[at:end] if at is not None else list_values("bytes", record, start, end)[0]
+        return np.frombuffer(data, self.stored_dtype).reshape(self.feature.shape)
+
+    def finish(self, stored: np.ndarray, *, float_pixels: bool,
+               keep_float16: bool) -> np.ndarray:
+        dtype = self.feature.dtype
+        if dtype == "bfloat16":            # stored as its bits
+            if keep_float16:
+                import ml_dtypes
+                return stored.view(ml_dtypes.bfloat16)
+            return (stored.astype(np.uint32) << 16).view(np.float32)
+        if dtype == "float16" and not keep_float16:
+            return stored.astype(np.float32)
+        if float_pixels and dtype == "uint8":
+            return _unit(stored)
+        return stored
+
+    def parse_feature(self) -> tf.io.FixedLenFeature:
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature([], tf.string)
+
+    def decode(self, parsed: tf.Tensor, *, float_pixels: bool,
+               keep_float16: bool) -> tf.Tensor:
+        import tensorflow as tf
+
+        dtype = self.feature.dtype
+        values = tf.reshape(tf.io.decode_raw(parsed, tf.dtypes.as_dtype(dtype),
+                                             little_endian=True), [-1, *self.feature.shape])
+        if dtype in ("float16", "bfloat16") and not keep_float16:
+            return tf.cast(values, tf.float32)
+        if float_pixels and dtype == "uint8":
+            return _tf_unit(values)
+        return values
+
+
+class _ImageCodec(Codec):
+    """One encoded image per frame of a uint8 [L, H, W, C] window; both readers decode
+    them to the same pixels."""
+    decodes_images = True
+    column_dtype = np.dtype(np.uint8)
+
+    def encode(self, value: list[bytes]) -> bytes:
+        f = self.feature
+        if len(value) != f.shape[0]:
+            raise ValueError(f"feature {f.name!r}: {len(value)} frames, not {f.shape[0]}")
+        return field(1, b"".join(field(1, v) for v in value))
+
+    def stored_as(self) -> dict:
+        f = self.feature
+        return {"list": "bytes_list", "values": f.shape[0],
+                "content": f"one encoded image per frame ({self.encoding.upper()})",
+                "image_format": self.encoding, "decoded_shape": list(f.shape[1:]),
+                "decoded_dtype": f.dtype}
+
+    def _value(self, record: Buffer, start: int, end: int) -> list[bytes]:
+        values = list_values("bytes", record, start, end)
+        if len(values) != self.feature.shape[0]:
+            raise ValueError(f"feature {self.feature.name!r}: {len(values)} frames, not "
+                             f"{self.feature.shape[0]}")
+        return values
+
+    def store(self, column: np.ndarray, row: int, value: list[bytes]) -> None:
+        """Each frame decoded with Pillow, into its place in the row."""
+        from PIL import Image
+
+        shape = self.feature.shape[1:]
+        for k, data in enumerate(value):
+            with Image.open(io.BytesIO(data)) as image:
+                image = image.convert("RGB" if shape[-1] == 3 else "L")
+                column[row, k] = np.asarray(image, dtype=np.uint8).reshape(shape)
+
+    def finish(self, stored: np.ndarray, *, float_pixels: bool,
+               keep_float16: bool) -> np.ndarray:
+        return _unit(stored) if float_pixels else stored
+
+    def parse_feature(self) -> tf.io.FixedLenFeature:
+        import tensorflow as tf
+
+        return tf.io.FixedLenFeature(self.feature.shape[:1], tf.string)
+
+    def decode(self, parsed: tf.Tensor, *, float_pixels: bool,
+               keep_float16: bool) -> tf.Tensor:
+        """[batch, L] encoded frames -> uint8 [batch, L, H, W, C], frames decoded in
+        parallel (float32 with `float_pixels`)."""
+        import tensorflow as tf
+
+        decode_frame, frame_shape = self._tf_decoder(), self.feature.shape[1:]
+        frames = tf.map_fn(
+            lambda data: tf.ensure_shape(decode_frame(data, channels=frame_shape[-1]),
+                                         frame_shape),
+            tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
+            parallel_iterations=32)
+        values = tf.reshape(frames, [-1, *self.feature.shape])
+        return _tf_unit(values) if float_pixels else values
+
+    def _tf_decoder(self):
+        raise NotImplementedError
+
+
+class PngCodec(_ImageCodec):
+    encoding = "png"
+
+    def _tf_decoder(self):
+        import tensorflow as tf
+
+        return tf.io.decode_png
+
+
+class JpegCodec(_ImageCodec):
+    encoding = "jpeg"
+
+    def stored_as(self) -> dict:
+        return {**super().stored_as(),
+                "jpeg_dct": ("accurate integer (libjpeg ISLOW; TensorFlow's "
+                             "dct_method='INTEGER_ACCURATE'), as the readers decode")}
+
+    def _tf_decoder(self):
+        import tensorflow as tf
+
+        # libjpeg's accurate integer DCT: the values Pillow gives (readers.numpy), where
+        # TensorFlow's default fast DCT differs by up to 9 levels (measured).
+        return functools.partial(tf.io.decode_jpeg, dct_method="INTEGER_ACCURATE")
+
+
+CODECS: dict[str, type[Codec]] = {c.encoding: c for c in (
+    FloatCodec, Int64Codec, BytesCodec, RawCodec, PngCodec, JpegCodec)}
+ENCODINGS = tuple(CODECS)
+IMAGE_ENCODINGS = tuple(name for name, c in CODECS.items() if c.decodes_images)
