@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 
 
 from beam_jobs import __version__, progress, storage
-from beam_jobs.examples import VideoCount, WindowConfig, duplicate_videos
+from beam_jobs.cut import VideoCount, WindowConfig, duplicate_videos
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
 from beam_jobs.sources.base import failure

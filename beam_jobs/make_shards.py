@@ -188,7 +188,7 @@ def _job_flags(args: argparse.Namespace) -> dict:
 
 def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
-    from beam_jobs.examples import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
+    from beam_jobs.cut import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
                                     WindowConfig, dropped_keys, duplicate_videos)
     from beam_jobs.finalize import DatasetConfig, finalize
     from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards

@@ -8,7 +8,7 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs.examples import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS, WindowConfig
+from beam_jobs.cut import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, WriteShuffledShards,
                                     bucket_of, plan_shards)

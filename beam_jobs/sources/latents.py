@@ -25,7 +25,7 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 class LatentVideo(NamedTuple):
-    """One latent sequence; a video for `examples.CutWindows`."""
+    """One latent sequence; a video for `cut.CutWindows`."""
     video_id: str
     sequence: np.ndarray               # [T, ...]
     metadata: Optional[np.ndarray]     # [K] float32

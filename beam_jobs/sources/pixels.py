@@ -29,7 +29,7 @@ class PixelFormat:
 
 @dataclasses.dataclass(frozen=True)
 class PixelVideo:
-    """A manifest entry to be decoded; a video for `examples.CutWindows`."""
+    """A manifest entry to be decoded; a video for `cut.CutWindows`."""
     entry: VideoEntry
     fmt: PixelFormat
 

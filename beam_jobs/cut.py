@@ -1,4 +1,4 @@
-"""Videos -> keyed window examples, ready for the shuffled shard writer.
+"""Cut videos into keyed window examples, ready for the shuffled shard writer.
 
 A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
 `record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
