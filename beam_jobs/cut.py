@@ -7,7 +7,6 @@ sequences and decoded pixel videos both fit.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -181,19 +180,3 @@ class CutWindows(beam.DoFn):
             values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
         return values
 
-
-def duplicate_videos(videos: list[VideoCount]) -> list[VideoCount]:
-    """The videos whose id came more than once, every copy of them."""
-    seen = collections.Counter(v.video_id for v in videos)
-    return [v for v in videos if seen[v.video_id] > 1]
-
-
-def dropped_keys(duplicates: list[VideoCount], config: WindowConfig
-                 ) -> dict[str, frozenset[int]]:
-    """Per split, the keys of the windows of duplicated videos: they are cut like any
-    video's (so the shuffle holds them), and left out when the shards are written."""
-    keys_by_split: dict[str, set[int]] = {}
-    for count in duplicates:
-        keys_by_split.setdefault(count.split, set()).update(
-            config.key(count.video_id, start) for start in config.starts(count.frames))
-    return {split: frozenset(k) for split, k in keys_by_split.items()}

@@ -1,14 +1,14 @@
 """The job's last step: failures.jsonl, the failure threshold, then dataset.json."""
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 from typing import Any, Mapping, Optional
 
 
 from beam_jobs import __version__, progress, storage
-from beam_jobs.cut import VideoCount, WindowConfig, duplicate_videos
+from beam_jobs import duplicates
+from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
 from beam_jobs.sources.base import failure
@@ -51,22 +51,6 @@ def _jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
 
 
-def duplicate_failures(duplicates: list[VideoCount]) -> list[dict]:
-    """One failure row per occurrence of a video id that came more than once."""
-    by_id = collections.defaultdict(list)
-    for count in duplicates:
-        by_id[count.video_id].append(count)
-    rows = []
-    for video_id, counts in by_id.items():
-        where = "; ".join(f"{c.source}" + ("" if c.record_index is None else
-                                           f" #{c.record_index}") for c in counts[:4])
-        for c in counts:
-            rows.append(failure(c.source, c.record_index, video_id,
-                                f"the video id appears {len(counts)} times ({where}): "
-                                "no copy is used"))
-    return rows
-
-
 def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: list[dict],
              bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> None:
     """Write failures.jsonl, bad_frames.jsonl and videos.jsonl, then dataset.json when the
@@ -77,12 +61,10 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
     that the next run knows failures.jsonl is the job's.
     """
-    duplicates = duplicate_videos(videos)
-    duplicated = {v.video_id for v in duplicates}
-    videos = sorted((v for v in videos if v.video_id not in duplicated),
-                    key=lambda v: (v.split, v.video_id))
+    videos, duplicate_failures = duplicates.set_aside(videos)
+    videos = sorted(videos, key=lambda v: (v.split, v.video_id))
     counts = _split_counts(videos)
-    failures = sorted(failures + duplicate_failures(duplicates), key=lambda f: (
+    failures = sorted(failures + duplicate_failures, key=lambda f: (
         f["source"], f["record_index"] if f["record_index"] is not None else -1,
         f["video_id"] or ""))
     sidecars = {data_format.FAILURES_JSONL: failures,

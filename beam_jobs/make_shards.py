@@ -188,8 +188,8 @@ def _job_flags(args: argparse.Namespace) -> dict:
 
 def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
-    from beam_jobs.cut import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
-                                    WindowConfig, dropped_keys, duplicate_videos)
+    from beam_jobs.cut import BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig, WindowConfig
+    from beam_jobs.duplicates import DroppedKeys
     from beam_jobs.finalize import DatasetConfig, finalize
     from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
     from beam_jobs.sources.base import FAILURES
@@ -203,8 +203,7 @@ def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: So
                                             main="examples")
     # One small row per video, gathered: videos.jsonl, the counts, and duplicate ids.
     video_rows = cut[VIDEO_COUNTS] | "GatherVideos" >> beam.combiners.ToList()
-    dropped = video_rows | "DroppedKeys" >> beam.Map(
-        lambda rows: dropped_keys(duplicate_videos(rows), windows))
+    dropped = video_rows | "DroppedKeys" >> DroppedKeys(windows)
     written = cut.examples | "WriteShards" >> WriteShuffledShards(run, ShardConfig(
         tuple(args.splits), args.compression, args.num_shards,
         max(1, int(args.shard_size_mb * 2**20)),
