@@ -19,8 +19,8 @@ from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
 from readers import format as data_format
 
-VIDEO_COUNTS = "video_counts"
-BAD_FRAMES = "bad_frames"
+_VIDEO_COUNTS = "video_counts"
+_BAD_FRAMES = "bad_frames"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +81,32 @@ class ProgressConfig:
     interval: float = 10.0
 
 
-class CutWindows(beam.DoFn):
+class CutOutputs(NamedTuple):
+    """What `CutWindows` gives: PCollections of"""
+    examples: beam.PCollection     # KeyedExample, one per window
+    videos: beam.PCollection       # VideoCount, one per video that was cut
+    failures: beam.PCollection     # failure rows, one per unusable video
+    bad_frames: beam.PCollection   # rows of bad_frames.jsonl
+
+
+class CutWindows(beam.PTransform):
+    """Videos -> `CutOutputs`: their windows as keyed examples, and a row per video."""
+
+    def __init__(self, features: list[data_format.FeatureSpec], config: WindowConfig,
+                 pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
+                 progress_config: ProgressConfig = ProgressConfig(),
+                 allow_nonfinite: bool = False):
+        super().__init__()
+        self._cut = _CutVideo(features, config, pad_frame, encoder, progress_config,
+                              allow_nonfinite)
+
+    def expand(self, videos) -> CutOutputs:
+        cut = videos | "Cut" >> beam.ParDo(self._cut).with_outputs(
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, main="examples")
+        return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES])
+
+
+class _CutVideo(beam.DoFn):
     """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
 
     Frames stream through `windows.stream_windows` (at most L of them held), but a
@@ -132,10 +157,10 @@ class CutWindows(beam.DoFn):
                             ("frames", frames), ("bad_frames", len(bad_frames))):
             self._counters[name].inc(int(value))
         for index, frame in bad_frames:
-            yield beam.pvalue.TaggedOutput(BAD_FRAMES, {
+            yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
                 "video_id": video.video_id, "source": video.source, "frame": index,
                 "where": frame.where, "reason": frame.reason})
-        yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(
+        yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, len(examples), len(bad_frames), frames, video.video_id, video.source,
             video.record_index, info.get("source_fps"), info.get("encoder_device")))
 

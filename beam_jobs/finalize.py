@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
+import apache_beam as beam
 
-from beam_jobs import __version__, progress, storage
-from beam_jobs import duplicates
+from beam_jobs import __version__, duplicates, progress, storage
 from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
-from beam_jobs.sources.base import failure
 from readers import format as data_format
 
 COMMITTED = "datasets_committed"
@@ -111,3 +110,29 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
     run.delete_run_folder()
     progress.counter(COMMITTED).inc()
+
+
+class Finalize(beam.PTransform):
+    """The written shards -> `finalize`, once, after the last shard is written: the run's
+    small rows are gathered into one task, which alone decides whether a dataset exists.
+
+    `videos`: every video's VideoCount, already gathered into one list (the list that
+    duplicate ids are found in); `failures`: the PCollections of failure rows.
+    """
+
+    def __init__(self, run: RunDir, config: DatasetConfig, videos: beam.PCollection,
+                 failures: Sequence[beam.PCollection], bad_frames: beam.PCollection):
+        super().__init__()
+        self._run, self._config = run, config
+        self._videos, self._failures, self._bad_frames = videos, failures, bad_frames
+
+    def expand(self, written):
+        failures = (tuple(self._failures) | "AllFailures" >> beam.Flatten()
+                    | "GatherFailures" >> beam.combiners.ToList())
+        bad_frames = self._bad_frames | "GatherBadFrames" >> beam.combiners.ToList()
+        return (written
+                | "GatherShards" >> beam.combiners.ToList()
+                | "Commit" >> beam.Map(
+                    finalize, beam.pvalue.AsSingleton(self._videos),
+                    beam.pvalue.AsSingleton(failures), beam.pvalue.AsSingleton(bad_frames),
+                    run=self._run, config=self._config))

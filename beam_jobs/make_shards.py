@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 _STARTED = time.monotonic()  # the command's start: the summary's elapsed time counts from it
 
@@ -30,138 +30,24 @@ except ModuleNotFoundError as e:  # `pip install .` is the reader alone
     if __name__ == "__main__":
         sys.exit(f"python -m beam_jobs.make_shards: error: {_MISSING}")
     raise ModuleNotFoundError(_MISSING, name="apache_beam") from None
-import numpy as np
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,
                                                   PipelineOptions, StandardOptions,
                                                   TestOptions)
 
 from beam_jobs import output_dir, paths, storage
+from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
+from beam_jobs.duplicates import DroppedKeys
+from beam_jobs.finalize import COMMITTED, DatasetConfig, Finalize
 from beam_jobs.flags import PROG, JobConfig, parse_args, recorded_flags, refuse, runner_name
+from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
+from beam_jobs.sources import Source, SourceError, build_source
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
 # Runners that run in this process or on this machine: their GroupByKey is held in memory.
 LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
                  "switchingdirectrunner", "prismrunner")
-
-
-@dataclasses.dataclass
-class Source:
-    """What the pipeline needs of an input kind: its videos, and their window features."""
-    features: list[data_format.FeatureSpec]
-    read: Callable[[beam.Pipeline], tuple[Any, Any]]   # -> (videos, failure rows)
-    output_bytes: float                                # an estimate, for bucket sizing
-    pad_frame: Any = None                              # None: zeros like a frame
-    encoder: Any = None                                # an encode.EncoderSpec
-    total_videos: Optional[int] = None                 # when known before the run
-    frame: dict = dataclasses.field(default_factory=dict)  # dataset.json: one frame
-    labels: Optional[dict] = None                      # dataset.json: shape, names
-
-
-def _latent_source(config: JobConfig) -> Source:
-    from beam_jobs.sources.base import FAILURES
-    from beam_jobs.sources.latents import LatentFormat, ReadLatentRecords, probe_latent_format
-
-    fmt = probe_latent_format(config.input_files, LatentFormat(
-        config.sequence_feature, config.metadata_feature, config.id_feature, config.sequence_shape,
-        root=config.input_root, allow_nonfinite=config.allow_nonfinite))
-    window = data_format.FeatureSpec.for_array("window", (config.window, *fmt.frame_shape),
-                                            fmt.dtype)
-
-    def read(pipeline):
-        videos = (pipeline
-                  | "ListInputs" >> beam.Create(config.input_files)
-                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(fmt)).with_outputs(
-                      FAILURES, main="videos"))
-        return videos.videos, videos[FAILURES]
-
-    input_bytes = sum(size * (4 if path.endswith(".gz") else 1)
-                      for path, size in config.input_files)
-    return Source(data_format.window_features(window, fmt.metadata_length), read,
-                  input_bytes * max(1.0, config.window / config.stride),
-                  frame={"kind": "latents", "shape": list(fmt.frame_shape),
-                         "dtype": fmt.dtype})
-
-
-def _pixel_source(config: JobConfig) -> Source:
-    from beam_jobs.sources.manifest import ManifestError, read_manifest
-    from beam_jobs.sources.media import FrameCodec
-    from beam_jobs.sources.pixels import (PixelFormat, PixelVideo, estimate_frames,
-                                          probe_pixel_format, video_file_entries)
-
-    if config.input_kind == "manifest":
-        entries, manifest_failures = [], []
-        for path, _ in config.input_files:
-            try:
-                more, failures = read_manifest(path, config.splits)
-            except ManifestError as e:
-                refuse(f"--input: {e}")
-            entries += more
-            manifest_failures += failures
-    else:
-        entries = video_file_entries([p for p, _ in config.input_files], config.input_root)
-        manifest_failures = []
-    # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
-    encoding = "raw" if config.encodes_frames else config.frame_encoding
-    codec = FrameCodec(config.frame_size or (0, 0), config.channels, encoding,
-                       config.jpeg_quality, resize=config.frame_size is not None)
-    fmt = probe_pixel_format(entries, PixelFormat(
-        codec, fps=config.fps, max_frames=config.max_frames, on_bad_frame=config.on_bad_frame,
-        max_frame_bytes=config.max_frame_bytes, allow_nonfinite=config.allow_nonfinite))
-    encoder = (_probe_encoder(config, fmt.codec.frame_shape)
-               if config.encodes_frames else None)
-    if encoder:
-        window = data_format.FeatureSpec.for_array(
-            "window", (config.window, *encoder.latent_shape), encoder.latent_dtype)
-        pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
-    else:
-        window = data_format.FeatureSpec("window", (config.window, *fmt.codec.frame_shape),
-                                      "uint8", encoding)
-        pad_frame = fmt.codec.padding()
-
-    def read(pipeline):
-        videos = pipeline | "ListVideos" >> beam.Create([PixelVideo(e, fmt) for e in entries])
-        failures = pipeline | "ManifestFailures" >> beam.Create(manifest_failures)
-        return videos, failures
-
-    frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
-                   if encoder else fmt.stored_frame_bytes)
-    frames = estimate_frames(entries, fmt)
-    pixels = {"kind": "pixels", "shape": list(fmt.codec.frame_shape), "dtype": "uint8",
-              "channel_order": fmt.codec.mode, "value_range": [0, 255],
-              "encoding": encoding, "resized": fmt.codec.resize,
-              "resampled_fps": config.fps}
-    frame = pixels if not encoder else {
-        "kind": "latents from the encoder", "shape": list(encoder.latent_shape),
-        "dtype": encoder.latent_dtype, "encoder_input": pixels}
-    labels = None if fmt.label_shape is None else {
-        "shape": list(fmt.label_shape), "names": list(fmt.label_names or []) or None,
-        "masked_value": 0.0}
-    return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
-                  read, frames * frame_bytes * max(1.0, config.window / config.stride),
-                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
-                  frame=frame, labels=labels)
-
-
-def _probe_encoder(config: JobConfig, frame_shape: tuple[int, int, int]):
-    """Load the encoder once here, so that a model that cannot serve stops the job
-    before any video is processed."""
-    from beam_jobs.encoders import EncoderError, EncoderSpec, probe
-
-    try:
-        return probe(EncoderSpec(
-            config.encoder, config.encoder_handler, config.encoder_input_scale,
-            config.encoder_input_offset, config.encoder_layout, config.encoder_batch_size,
-            config.latent_dtype, config.encoder_device), frame_shape)
-    except EncoderError as e:
-        refuse(f"--encoder: {e}")
-
-
-def _num_buckets(output_bytes: float, bucket_mb: float) -> int:
-    """Buckets per split so that one sorted bucket is about `bucket_mb` (no cap: the
-    bucket count grows with the data, a bucket's size does not)."""
-    return max(1, math.ceil(1.1 * output_bytes / (bucket_mb * 2**20)))
 
 
 def shuffle_mode(requested: str, runner: str) -> str:
@@ -175,40 +61,47 @@ def shuffle_mode(requested: str, runner: str) -> str:
 
 def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
-    from beam_jobs.cut import BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig, WindowConfig
-    from beam_jobs.duplicates import DroppedKeys
-    from beam_jobs.finalize import DatasetConfig, finalize
-    from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
-    from beam_jobs.sources.base import FAILURES
-
-    windows = WindowConfig(config.window, config.stride, config.tail, dict(config.splits), config.seed)
-    videos, read_failures = source.read(pipeline)
-    cut = videos | "CutWindows" >> beam.ParDo(CutWindows(
+    """Read the videos, cut them into windows, write the windows as shuffled shards
+    (leaving out those of duplicate ids), then commit dataset.json."""
+    windows = _window_config(config)
+    videos, read_failures = pipeline | "ReadVideos" >> source.read
+    cut = videos | "CutWindows" >> CutWindows(
         source.features, windows, source.pad_frame, source.encoder,
         ProgressConfig(source.total_videos, workers, config.progress_interval),
-        config.allow_nonfinite)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
-                                            main="examples")
+        config.allow_nonfinite)
     # One small row per video, gathered: videos.jsonl, the counts, and duplicate ids.
-    video_rows = cut[VIDEO_COUNTS] | "GatherVideos" >> beam.combiners.ToList()
+    video_rows = cut.videos | "GatherVideos" >> beam.combiners.ToList()
     dropped = video_rows | "DroppedKeys" >> DroppedKeys(windows)
-    written = cut.examples | "WriteShards" >> WriteShuffledShards(run, ShardConfig(
+    written = cut.examples | "WriteShards" >> WriteShuffledShards(
+        run, _shard_config(config, source), beam.pvalue.AsSingleton(dropped))
+    written | "Finalize" >> Finalize(run, _dataset_config(config, source), video_rows,
+                                     (read_failures, cut.failures), cut.bad_frames)
+
+
+def _window_config(config: JobConfig) -> WindowConfig:
+    return WindowConfig(config.window, config.stride, config.tail, dict(config.splits),
+                        config.seed)
+
+
+def _shard_config(config: JobConfig, source: Source) -> ShardConfig:
+    """How the windows become shards. The shuffle's buckets are sized so that one sorted
+    bucket is about --shuffle_bucket_mb, with no cap: their count grows with the data
+    (overlapping windows store a frame more than once), a bucket's size does not."""
+    output_bytes = source.stored_bytes * max(1.0, config.window / config.stride)
+    return ShardConfig(
         tuple(config.splits), config.compression, config.num_shards,
         max(1, int(config.shard_size_mb * 2**20)),
-        _num_buckets(source.output_bytes, config.shuffle_bucket_mb),
-        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle),
-        beam.pvalue.AsSingleton(dropped))
-    failures = ((read_failures, cut[FAILURES]) | "AllFailures" >> beam.Flatten()
-                | "GatherFailures" >> beam.combiners.ToList())
-    bad_frames = cut[BAD_FRAMES] | "GatherBadFrames" >> beam.combiners.ToList()
-    config = DatasetConfig(
-        tuple(source.features), windows, config.compression, config.max_failure_fraction,
-        recorded_flags(config), source.encoder.to_json() if source.encoder else None,
-        config.input_kind, source.frame, source.labels)
-    (written
-     | "GatherShards" >> beam.combiners.ToList()
-     | "Finalize" >> beam.Map(
-         finalize, beam.pvalue.AsSingleton(video_rows), beam.pvalue.AsSingleton(failures),
-         beam.pvalue.AsSingleton(bad_frames), run=run, config=config))
+        max(1, math.ceil(1.1 * output_bytes / (config.shuffle_bucket_mb * 2**20))),
+        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle)
+
+
+def _dataset_config(config: JobConfig, source: Source) -> DatasetConfig:
+    """What dataset.json says besides the counts."""
+    return DatasetConfig(
+        tuple(source.features), _window_config(config), config.compression,
+        config.max_failure_fraction, recorded_flags(config),
+        source.encoder.to_json() if source.encoder else None, config.input_kind,
+        source.frame, source.labels)
 
 
 def _counter(result, name: str) -> int:
@@ -257,17 +150,11 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
 
 def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir,
          dry_run: bool, started: float) -> beam.runners.runner.PipelineResult:
-    # TensorFlow comes in with these, after the flags are known to be good.
-    from beam_jobs.finalize import COMMITTED
-    from beam_jobs.sources.base import BadRecord
-
     try:
-        source = (_latent_source if config.input_kind == "latents" else _pixel_source)(config)
-    except BadRecord as e:
-        refuse(f"--input: {e}")
-    options = _pipeline_options(pipeline_args, config.all_cores,
-                                "multi_processing" if config.input_kind == "latents"
-                                else "multi_threading")
+        source = build_source(config)
+    except SourceError as e:
+        refuse(str(e))
+    options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)
@@ -289,13 +176,8 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
 def _pipeline_options(pipeline_args: list[str], all_cores: bool,
                       running_mode: str) -> PipelineOptions:
     """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
-    per core in `running_mode`, unless the flags say otherwise.
-
-    Pixel inputs use threads: Pillow, PyAV and TensorFlow release the GIL while they
-    decode, resize, encode and run the model, and threads share one process (no second
-    start-up, memory:// paths work). Latent inputs are numpy and protobuf work in Python,
-    which needs processes.
-    """
+    per core in `running_mode` (the source's: processes or threads), unless the flags
+    say otherwise."""
     options = PipelineOptions(pipeline_args)
     standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
     if standard.runner is None:
