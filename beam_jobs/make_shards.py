@@ -74,7 +74,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
     dropped = video_rows | "DroppedKeys" >> DroppedKeys(windows)
     written = cut.examples | "WriteShards" >> WriteShuffledShards(
         run, _shard_config(config, source), beam.pvalue.AsSingleton(dropped))
-    written | "Finalize" >> Finalize(run, _dataset_config(config, source), video_rows,
+    written | "Finalize" >> Finalize(run, _dataset_config(config, source, windows), video_rows,
                                      (read_failures, cut.failures), cut.bad_frames)
 
 
@@ -95,10 +95,11 @@ def _shard_config(config: JobConfig, source: Source) -> ShardConfig:
         max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle)
 
 
-def _dataset_config(config: JobConfig, source: Source) -> DatasetConfig:
+def _dataset_config(config: JobConfig, source: Source, windows: WindowConfig
+                    ) -> DatasetConfig:
     """What dataset.json says besides the counts."""
     return DatasetConfig(
-        tuple(source.features), _window_config(config), config.compression,
+        tuple(source.features), windows, config.compression,
         config.max_failure_fraction, recorded_flags(config),
         source.encoder.to_json() if source.encoder else None, config.input_kind,
         source.frame, source.labels)
