@@ -82,7 +82,7 @@ class ProgressConfig:
 
 
 class CutOutputs(NamedTuple):
-    """What `CutWindows` gives: PCollections of"""
+    """The PCollections that `CutWindows` gives."""
     examples: beam.PCollection     # KeyedExample, one per window
     videos: beam.PCollection       # VideoCount, one per video that was cut
     failures: beam.PCollection     # failure rows, one per unusable video
