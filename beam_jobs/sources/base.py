@@ -10,6 +10,7 @@ import numpy as np
 if TYPE_CHECKING:
     import apache_beam as beam
 
+    from beam_jobs.encoders import EncoderSpec
     from readers import format as data_format
 
 FAILURES = "failures"   # the tagged output that carries failure rows
@@ -48,7 +49,7 @@ class Source:
                                            # estimate (the shuffle's buckets are sized by it)
     running_mode: str                      # --all_cores: how local workers run its work
     pad_frame: Any = None                  # None: zeros like a frame
-    encoder: Any = None                    # an encoders.EncoderSpec
+    encoder: Optional[EncoderSpec] = None  # windows hold its latents of the frames
     total_videos: Optional[int] = None     # when known before the run
     frame: dict = dataclasses.field(default_factory=dict)  # dataset.json: one frame
     labels: Optional[dict] = None          # dataset.json: shape, names
