@@ -1,17 +1,16 @@
 """The job's last step: failures.jsonl, the failure threshold, then dataset.json."""
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
+import apache_beam as beam
 
-from beam_jobs import __version__, progress, storage
-from beam_jobs.examples import VideoCount, WindowConfig, duplicate_videos
+from beam_jobs import __version__, duplicates, progress, storage
+from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
-from beam_jobs.sources.base import failure
 from readers import format as data_format
 
 COMMITTED = "datasets_committed"
@@ -51,22 +50,6 @@ def _jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
 
 
-def duplicate_failures(duplicates: list[VideoCount]) -> list[dict]:
-    """One failure row per occurrence of a video id that came more than once."""
-    by_id = collections.defaultdict(list)
-    for count in duplicates:
-        by_id[count.video_id].append(count)
-    rows = []
-    for video_id, counts in by_id.items():
-        where = "; ".join(f"{c.source}" + ("" if c.record_index is None else
-                                           f" #{c.record_index}") for c in counts[:4])
-        for c in counts:
-            rows.append(failure(c.source, c.record_index, video_id,
-                                f"the video id appears {len(counts)} times ({where}): "
-                                "no copy is used"))
-    return rows
-
-
 def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: list[dict],
              bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> None:
     """Write failures.jsonl, bad_frames.jsonl and videos.jsonl, then dataset.json when the
@@ -77,12 +60,10 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
     that the next run knows failures.jsonl is the job's.
     """
-    duplicates = duplicate_videos(videos)
-    duplicated = {v.video_id for v in duplicates}
-    videos = sorted((v for v in videos if v.video_id not in duplicated),
-                    key=lambda v: (v.split, v.video_id))
+    videos, duplicate_failures = duplicates.set_aside(videos)
+    videos = sorted(videos, key=lambda v: (v.split, v.video_id))
     counts = _split_counts(videos)
-    failures = sorted(failures + duplicate_failures(duplicates), key=lambda f: (
+    failures = sorted(failures + duplicate_failures, key=lambda f: (
         f["source"], f["record_index"] if f["record_index"] is not None else -1,
         f["video_id"] or ""))
     sidecars = {data_format.FAILURES_JSONL: failures,
@@ -129,3 +110,29 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
     run.delete_run_folder()
     progress.counter(COMMITTED).inc()
+
+
+class Finalize(beam.PTransform):
+    """The written shards -> `finalize`, once, after the last shard is written: the run's
+    small rows are gathered into one task, which alone decides whether a dataset exists.
+
+    `videos`: every video's VideoCount, already gathered into one list (the list that
+    duplicate ids are found in); `failures`: the PCollections of failure rows.
+    """
+
+    def __init__(self, run: RunDir, config: DatasetConfig, videos: beam.PCollection,
+                 failures: Sequence[beam.PCollection], bad_frames: beam.PCollection):
+        super().__init__()
+        self._run, self._config = run, config
+        self._videos, self._failures, self._bad_frames = videos, failures, bad_frames
+
+    def expand(self, written):
+        failures = (tuple(self._failures) | "AllFailures" >> beam.Flatten()
+                    | "GatherFailures" >> beam.combiners.ToList())
+        bad_frames = self._bad_frames | "GatherBadFrames" >> beam.combiners.ToList()
+        return (written
+                | "GatherShards" >> beam.combiners.ToList()
+                | "Commit" >> beam.Map(
+                    finalize, beam.pvalue.AsSingleton(self._videos),
+                    beam.pvalue.AsSingleton(failures), beam.pvalue.AsSingleton(bad_frames),
+                    run=self._run, config=self._config))

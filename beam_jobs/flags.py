@@ -3,10 +3,11 @@ is imported (whose import logs lines of its own), so that a mistake ends in one 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import math
 import os
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -19,6 +20,59 @@ PROG = "python -m beam_jobs.make_shards"
 MANIFEST_SUFFIXES = (".jsonl", ".csv")
 VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """The job's flags as parsed and checked (one field per flag, in --help order), and
+    what they resolve to. Frozen: what differs later (the shuffle mode once the runner
+    is known, a ModelHandler given to `run`) is a new config (dataclasses.replace)."""
+    input: tuple[str, ...]          # the globs, local ones made absolute
+    output_dir: str                 # normalized
+    overwrite: bool
+    all_cores: bool
+    progress_interval: float
+    allow_nonfinite: bool
+    sequence_feature: str
+    sequence_shape: Optional[tuple[int, ...]]
+    metadata_feature: str
+    id_feature: Optional[str]
+    frame_size: Optional[tuple[int, int]]
+    channels: int
+    fps: Optional[float]
+    max_frames: Optional[int]
+    frame_encoding: str
+    jpeg_quality: int
+    on_bad_frame: str
+    max_frame_bytes: int
+    encoder: Optional[str]
+    encoder_input_scale: float
+    encoder_input_offset: float
+    encoder_layout: str
+    encoder_device: str
+    encoder_batch_size: int
+    latent_dtype: str
+    window: int
+    stride: int                     # --window when not given
+    tail: str
+    splits: dict[str, float]
+    num_shards: Optional[int]
+    shard_size_mb: float
+    seed: int
+    compression: str
+    max_failure_fraction: float
+    shuffle: str                    # "auto" until run() knows the runner
+    shuffle_bucket_mb: float
+    spill_buffer_mb: float
+    input_files: tuple[tuple[str, int], ...]   # (path, size) of every input, sorted
+    input_kind: str                 # "latents", "manifest" or "videos"
+    input_root: str                 # the inputs' common fixed directory
+    encoder_handler: Any = None     # a Beam ModelHandler given to run(encoder=...)
+
+    @property
+    def encodes_frames(self) -> bool:
+        """Whether an encoder turns the frames into latents."""
+        return bool(self.encoder or self.encoder_handler)
 
 
 def number(kind: type, low: float, high: float, *, low_open: bool = False
@@ -218,7 +272,7 @@ def _pattern(text: str) -> str:
     return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
 
 
-def _resolve_inputs(parser: argparse.ArgumentParser, patterns: list[str]
+def _resolve_inputs(parser: argparse.ArgumentParser, patterns: Sequence[str]
                     ) -> tuple[list[tuple[str, int]], str]:
     """The files of every --input pattern, sorted, and their one input kind."""
     files, kinds = [], set()
@@ -291,27 +345,28 @@ def runner_name(pipeline_args: list[str]) -> str:
                              f"{str(e).splitlines()[0][:120]}")
 
 
-def parse_args(argv: Optional[list[str]] = None) -> tuple[argparse.Namespace, list[str]]:
-    """(the job's flags, checked, with `input_files`, `input_kind`, `input_root` added,
-    and `output_dir` normalized; Beam's pipeline options, checked to be real ones)."""
+def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
+    """(the job's flags, checked, with the input's files, kind and root, and `output_dir`
+    normalized; Beam's pipeline options, checked to be real ones)."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     pipeline_args = _pipeline_args(parser, rest)
-    if args.stride is None:
-        args.stride = args.window
     try:
-        args.output_dir = paths.normalize(args.output_dir)
+        output_dir = paths.normalize(args.output_dir)
     except ValueError as e:
         parser.error(f"--output_dir {e}")
-    args.input = [_pattern(p) for p in args.input]
-    args.input_files, args.input_kind = _resolve_inputs(parser, args.input)
-    args.input_root = paths.common_root(args.input)
-    if args.encoder and args.input_kind == "latents":
+    patterns = tuple(_pattern(p) for p in args.input)
+    input_files, input_kind = _resolve_inputs(parser, patterns)
+    if args.encoder and input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
     if args.encoder and missing_extra(args.encoder):
         parser.error(f"--encoder: {missing_extra(args.encoder)}")
-    return args, pipeline_args
+    return JobConfig(**{
+        **vars(args), "input": patterns, "output_dir": output_dir,
+        "stride": args.window if args.stride is None else args.stride,
+        "input_files": tuple(input_files), "input_kind": input_kind,
+        "input_root": paths.common_root(patterns)}), pipeline_args
 
 
 def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
@@ -331,23 +386,30 @@ def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
     return int(info.get("size") or 0)
 
 
-_INPUT_GROUPS = {"latents": ("latent input",),
-                 "manifest": ("pixel input (manifests and video files)",),
-                 "videos": ("pixel input (manifests and video files)",)}
-_ENCODER_GROUP = "frame encoder (pixel input)"
+# The input kinds a flag applies to; a flag not named here applies to every kind.
+# ENCODED stands for pixel input that an encoder turns into latents: the encoder's
+# flags apply only then. dataset.json records the flags that apply to its input.
+ENCODED = "encoded frames"
+_LATENTS, _PIXELS = frozenset({"latents"}), frozenset({"manifest", "videos"})
+FLAG_KINDS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("sequence_feature", "sequence_shape", "metadata_feature",
+                     "id_feature"), _LATENTS),
+    **dict.fromkeys(("frame_size", "channels", "fps", "max_frames", "frame_encoding",
+                     "jpeg_quality", "on_bad_frame", "max_frame_bytes"), _PIXELS),
+    **dict.fromkeys(("encoder", "encoder_input_scale", "encoder_input_offset",
+                     "encoder_layout", "encoder_device", "encoder_batch_size",
+                     "latent_dtype"), frozenset({ENCODED})),
+}
 
 
-def applicable_flags(input_kind: str, encoder: bool) -> set[str]:
-    """The job's flags (dest names) that apply to an input kind: the general ones, its
-    own group's, and the encoder's only with --encoder."""
-    own = {"latent input", "pixel input (manifests and video files)", _ENCODER_GROUP}
-    wanted = set(_INPUT_GROUPS[input_kind]) | ({_ENCODER_GROUP} if encoder else set())
-    names = set()
-    for group in build_parser()._action_groups:
-        if group.title in own and group.title not in wanted:
-            continue
-        names |= {a.dest for a in group._group_actions if a.dest != "help"}
-    return names
+def recorded_flags(config: JobConfig) -> dict:
+    """The flags that apply to this input (no frame flags for latents, no encoder flags
+    without an encoder), in --help order, as dataset.json records them."""
+    kinds = {config.input_kind} | ({ENCODED} if config.encodes_frames else set())
+    dests = [a.dest for a in build_parser()._actions if a.dest != "help"]
+    values = {name: getattr(config, name) for name in dests
+              if FLAG_KINDS.get(name, kinds) & kinds}
+    return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
 
 
 def refuse(message: str) -> None:

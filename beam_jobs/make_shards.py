@@ -10,14 +10,13 @@ the job runs locally on Beam's FnApiRunner.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import math
 import os
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 _STARTED = time.monotonic()  # the command's start: the summary's elapsed time counts from it
 
@@ -31,138 +30,24 @@ except ModuleNotFoundError as e:  # `pip install .` is the reader alone
     if __name__ == "__main__":
         sys.exit(f"python -m beam_jobs.make_shards: error: {_MISSING}")
     raise ModuleNotFoundError(_MISSING, name="apache_beam") from None
-import numpy as np
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,
                                                   PipelineOptions, StandardOptions,
                                                   TestOptions)
 
 from beam_jobs import output_dir, paths, storage
-from beam_jobs.flags import PROG, applicable_flags, parse_args, refuse, runner_name
+from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
+from beam_jobs.duplicates import DroppedKeys
+from beam_jobs.finalize import COMMITTED, DatasetConfig, Finalize
+from beam_jobs.flags import PROG, JobConfig, parse_args, recorded_flags, refuse, runner_name
+from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
+from beam_jobs.sources import Source, SourceError, build_source
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
 # Runners that run in this process or on this machine: their GroupByKey is held in memory.
 LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
                  "switchingdirectrunner", "prismrunner")
-
-
-@dataclasses.dataclass
-class Source:
-    """What the pipeline needs of an input kind: its videos, and their window features."""
-    features: list[data_format.FeatureSpec]
-    read: Callable[[beam.Pipeline], tuple[Any, Any]]   # -> (videos, failure rows)
-    output_bytes: float                                # an estimate, for bucket sizing
-    pad_frame: Any = None                              # None: zeros like a frame
-    encoder: Any = None                                # an encode.EncoderSpec
-    total_videos: Optional[int] = None                 # when known before the run
-    frame: dict = dataclasses.field(default_factory=dict)  # dataset.json: one frame
-    labels: Optional[dict] = None                      # dataset.json: shape, names
-
-
-def _latent_source(args: argparse.Namespace) -> Source:
-    from beam_jobs.sources.base import FAILURES
-    from beam_jobs.sources.latents import LatentFormat, ReadLatentRecords, probe_latent_format
-
-    fmt = probe_latent_format(args.input_files, LatentFormat(
-        args.sequence_feature, args.metadata_feature, args.id_feature, args.sequence_shape,
-        root=args.input_root, allow_nonfinite=args.allow_nonfinite))
-    window = data_format.FeatureSpec.for_array("window", (args.window, *fmt.frame_shape),
-                                            fmt.dtype)
-
-    def read(pipeline):
-        videos = (pipeline
-                  | "ListInputs" >> beam.Create(args.input_files)
-                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(fmt)).with_outputs(
-                      FAILURES, main="videos"))
-        return videos.videos, videos[FAILURES]
-
-    input_bytes = sum(size * (4 if path.endswith(".gz") else 1)
-                      for path, size in args.input_files)
-    return Source(data_format.window_features(window, fmt.metadata_length), read,
-                  input_bytes * max(1.0, args.window / args.stride),
-                  frame={"kind": "latents", "shape": list(fmt.frame_shape),
-                         "dtype": fmt.dtype})
-
-
-def _pixel_source(args: argparse.Namespace) -> Source:
-    from beam_jobs.sources.manifest import ManifestError, read_manifest
-    from beam_jobs.sources.media import FrameCodec
-    from beam_jobs.sources.pixels import (PixelFormat, PixelVideo, estimate_frames,
-                                          probe_pixel_format, video_file_entries)
-
-    if args.input_kind == "manifest":
-        entries, manifest_failures = [], []
-        for path, _ in args.input_files:
-            try:
-                more, failures = read_manifest(path, args.splits)
-            except ManifestError as e:
-                refuse(f"--input: {e}")
-            entries += more
-            manifest_failures += failures
-    else:
-        entries = video_file_entries([p for p, _ in args.input_files], args.input_root)
-        manifest_failures = []
-    # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
-    encoding = "raw" if args.encoder or args.encoder_handler else args.frame_encoding
-    codec = FrameCodec(args.frame_size or (0, 0), args.channels, encoding,
-                       args.jpeg_quality, resize=args.frame_size is not None)
-    fmt = probe_pixel_format(entries, PixelFormat(
-        codec, fps=args.fps, max_frames=args.max_frames, on_bad_frame=args.on_bad_frame,
-        max_frame_bytes=args.max_frame_bytes, allow_nonfinite=args.allow_nonfinite))
-    encoder = (_probe_encoder(args, fmt.codec.frame_shape)
-               if args.encoder or args.encoder_handler else None)
-    if encoder:
-        window = data_format.FeatureSpec.for_array(
-            "window", (args.window, *encoder.latent_shape), encoder.latent_dtype)
-        pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
-    else:
-        window = data_format.FeatureSpec("window", (args.window, *fmt.codec.frame_shape),
-                                      "uint8", encoding)
-        pad_frame = fmt.codec.padding()
-
-    def read(pipeline):
-        videos = pipeline | "ListVideos" >> beam.Create([PixelVideo(e, fmt) for e in entries])
-        failures = pipeline | "ManifestFailures" >> beam.Create(manifest_failures)
-        return videos, failures
-
-    frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
-                   if encoder else fmt.stored_frame_bytes)
-    frames = estimate_frames(entries, fmt)
-    pixels = {"kind": "pixels", "shape": list(fmt.codec.frame_shape), "dtype": "uint8",
-              "channel_order": fmt.codec.mode, "value_range": [0, 255],
-              "encoding": encoding, "resized": fmt.codec.resize,
-              "resampled_fps": args.fps}
-    frame = pixels if not encoder else {
-        "kind": "latents from the encoder", "shape": list(encoder.latent_shape),
-        "dtype": encoder.latent_dtype, "encoder_input": pixels}
-    labels = None if fmt.label_shape is None else {
-        "shape": list(fmt.label_shape), "names": list(fmt.label_names or []) or None,
-        "masked_value": 0.0}
-    return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
-                  read, frames * frame_bytes * max(1.0, args.window / args.stride),
-                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
-                  frame=frame, labels=labels)
-
-
-def _probe_encoder(args: argparse.Namespace, frame_shape: tuple[int, int, int]):
-    """Load the encoder once here, so that a model that cannot serve stops the job
-    before any video is processed."""
-    from beam_jobs.encoders import EncoderError, EncoderSpec, probe
-
-    try:
-        return probe(EncoderSpec(
-            args.encoder, args.encoder_handler, args.encoder_input_scale,
-            args.encoder_input_offset, args.encoder_layout, args.encoder_batch_size,
-            args.latent_dtype, args.encoder_device), frame_shape)
-    except EncoderError as e:
-        refuse(f"--encoder: {e}")
-
-
-def _num_buckets(output_bytes: float, bucket_mb: float) -> int:
-    """Buckets per split so that one sorted bucket is about `bucket_mb` (no cap: the
-    bucket count grows with the data, a bucket's size does not)."""
-    return max(1, math.ceil(1.1 * output_bytes / (bucket_mb * 2**20)))
 
 
 def shuffle_mode(requested: str, runner: str) -> str:
@@ -174,55 +59,50 @@ def shuffle_mode(requested: str, runner: str) -> str:
     return "spill" if runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS else "group"
 
 
-def _job_flags(args: argparse.Namespace) -> dict:
-    """The flags that apply to this input (no frame flags for latents, no encoder flags
-    without --encoder), as dataset.json records them; `shuffle` as resolved."""
-    flags = {k: v for k, v in vars(args).items() if k in applicable_flags(
-        args.input_kind, bool(args.encoder or args.encoder_handler))}
-    flags["shuffle"] = args.shuffle_mode
-    for name in ("sequence_shape", "frame_size"):
-        if flags.get(name):
-            flags[name] = list(flags[name])
-    return flags
-
-
-def build_pipeline(pipeline: beam.Pipeline, args: argparse.Namespace, source: Source,
+def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
-    from beam_jobs.examples import (BAD_FRAMES, VIDEO_COUNTS, CutWindows, ProgressConfig,
-                                    WindowConfig, dropped_keys, duplicate_videos)
-    from beam_jobs.finalize import DatasetConfig, finalize
-    from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
-    from beam_jobs.sources.base import FAILURES
-
-    windows = WindowConfig(args.window, args.stride, args.tail, dict(args.splits), args.seed)
-    videos, read_failures = source.read(pipeline)
-    cut = videos | "CutWindows" >> beam.ParDo(CutWindows(
+    """Read the videos, cut them into windows, write the windows as shuffled shards
+    (leaving out those of duplicate ids), then commit dataset.json."""
+    windows = _window_config(config)
+    videos, read_failures = pipeline | "ReadVideos" >> source.read
+    cut = videos | "CutWindows" >> CutWindows(
         source.features, windows, source.pad_frame, source.encoder,
-        ProgressConfig(source.total_videos, workers, args.progress_interval),
-        args.allow_nonfinite)).with_outputs(VIDEO_COUNTS, FAILURES, BAD_FRAMES,
-                                            main="examples")
+        ProgressConfig(source.total_videos, workers, config.progress_interval),
+        config.allow_nonfinite)
     # One small row per video, gathered: videos.jsonl, the counts, and duplicate ids.
-    video_rows = cut[VIDEO_COUNTS] | "GatherVideos" >> beam.combiners.ToList()
-    dropped = video_rows | "DroppedKeys" >> beam.Map(
-        lambda rows: dropped_keys(duplicate_videos(rows), windows))
-    written = cut.examples | "WriteShards" >> WriteShuffledShards(run, ShardConfig(
-        tuple(args.splits), args.compression, args.num_shards,
-        max(1, int(args.shard_size_mb * 2**20)),
-        _num_buckets(source.output_bytes, args.shuffle_bucket_mb),
-        max(1, int(args.spill_buffer_mb * 2**20)), args.shuffle_mode),
-        beam.pvalue.AsSingleton(dropped))
-    failures = ((read_failures, cut[FAILURES]) | "AllFailures" >> beam.Flatten()
-                | "GatherFailures" >> beam.combiners.ToList())
-    bad_frames = cut[BAD_FRAMES] | "GatherBadFrames" >> beam.combiners.ToList()
-    config = DatasetConfig(
-        tuple(source.features), windows, args.compression, args.max_failure_fraction,
-        _job_flags(args), source.encoder.to_json() if source.encoder else None,
-        args.input_kind, source.frame, source.labels)
-    (written
-     | "GatherShards" >> beam.combiners.ToList()
-     | "Finalize" >> beam.Map(
-         finalize, beam.pvalue.AsSingleton(video_rows), beam.pvalue.AsSingleton(failures),
-         beam.pvalue.AsSingleton(bad_frames), run=run, config=config))
+    video_rows = cut.videos | "GatherVideos" >> beam.combiners.ToList()
+    dropped = video_rows | "DroppedKeys" >> DroppedKeys(windows)
+    written = cut.examples | "WriteShards" >> WriteShuffledShards(
+        run, _shard_config(config, source), beam.pvalue.AsSingleton(dropped))
+    written | "Finalize" >> Finalize(run, _dataset_config(config, source, windows), video_rows,
+                                     (read_failures, cut.failures), cut.bad_frames)
+
+
+def _window_config(config: JobConfig) -> WindowConfig:
+    return WindowConfig(config.window, config.stride, config.tail, dict(config.splits),
+                        config.seed)
+
+
+def _shard_config(config: JobConfig, source: Source) -> ShardConfig:
+    """How the windows become shards. The shuffle's buckets are sized so that one sorted
+    bucket is about --shuffle_bucket_mb, with no cap: their count grows with the data
+    (overlapping windows store a frame more than once), a bucket's size does not."""
+    output_bytes = source.stored_bytes * max(1.0, config.window / config.stride)
+    return ShardConfig(
+        tuple(config.splits), config.compression, config.num_shards,
+        max(1, int(config.shard_size_mb * 2**20)),
+        max(1, math.ceil(1.1 * output_bytes / (config.shuffle_bucket_mb * 2**20))),
+        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle)
+
+
+def _dataset_config(config: JobConfig, source: Source, windows: WindowConfig
+                    ) -> DatasetConfig:
+    """What dataset.json says besides the counts."""
+    return DatasetConfig(
+        tuple(source.features), windows, config.compression,
+        config.max_failure_fraction, recorded_flags(config),
+        source.encoder.to_json() if source.encoder else None, config.input_kind,
+        source.frame, source.labels)
 
 
 def _counter(result, name: str) -> int:
@@ -238,30 +118,30 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     encoder instead of an --encoder file (its load_model once per worker, its
     run_inference on each batch of --encoder_batch_size frames)."""
     started = time.monotonic() if started is None else started
-    args, pipeline_args = parse_args(argv)
-    args.encoder_handler = encoder
-    if encoder is not None and (args.encoder or args.input_kind == "latents"):
+    config, pipeline_args = parse_args(argv)
+    if encoder is not None and (config.encoder or config.input_kind == "latents"):
         refuse("encoder=: a ModelHandler encodes frames: give it without --encoder, with "
                "a manifest or video files as --input")
     options = PipelineOptions(pipeline_args)
-    args.shuffle_mode = shuffle_mode(args.shuffle, runner_name(pipeline_args))
+    config = dataclasses.replace(config, encoder_handler=encoder, shuffle=shuffle_mode(
+        config.shuffle, runner_name(pipeline_args)))
     # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
     # output directory, which may be gs:// on a machine without credentials or network.
     dry_run = options.view_as(TestOptions).dry_run
     if dry_run:
-        return _run(args, pipeline_args, output_dir.RunDir(args.output_dir, "dry-run", ""),
+        return _run(config, pipeline_args, output_dir.RunDir(config.output_dir, "dry-run", ""),
                     dry_run, started)
     # Spilling to a remote output would write an object per spill: spill to local disk.
     local_temp = (output_dir.local_temp_base(options.view_as(GoogleCloudOptions).temp_location)
-                  if args.shuffle_mode == "spill" and paths.has_scheme(args.output_dir)
+                  if config.shuffle == "spill" and paths.has_scheme(config.output_dir)
                   else None)
     try:
-        claim = output_dir.prepare(args.output_dir, args.overwrite,
-                                   [p for p, _ in args.input_files], args.input, local_temp)
+        claim = output_dir.prepare(config.output_dir, config.overwrite,
+                                   [p for p, _ in config.input_files], config.input, local_temp)
     except output_dir.OutputDirError as e:
         refuse(str(e))
     try:
-        return _run(args, pipeline_args, claim.run, dry_run, started)
+        return _run(config, pipeline_args, claim.run, dry_run, started)
     except BaseException:
         output_dir.abandon(claim.run)  # a run that stops leaves only what proves itself
         raise
@@ -269,21 +149,15 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         output_dir.release(claim)
 
 
-def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir.RunDir,
+def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir,
          dry_run: bool, started: float) -> beam.runners.runner.PipelineResult:
-    # TensorFlow comes in with these, after the flags are known to be good.
-    from beam_jobs.finalize import COMMITTED
-    from beam_jobs.sources.base import BadRecord
-
     try:
-        source = (_latent_source if args.input_kind == "latents" else _pixel_source)(args)
-    except BadRecord as e:
-        refuse(f"--input: {e}")
-    options = _pipeline_options(pipeline_args, args.all_cores,
-                                "multi_processing" if args.input_kind == "latents"
-                                else "multi_threading")
+        source = build_source(config)
+    except SourceError as e:
+        refuse(str(e))
+    options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, args, source, run_dir,
+    build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)
     result = pipeline.run()
     result.wait_until_finish()
@@ -294,22 +168,17 @@ def _run(args: argparse.Namespace, pipeline_args: list[str], run_dir: output_dir
         failed, ok = _counter(result, "videos_failed"), _counter(result, "videos_ok")
         sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "
                  f"({failed / max(1, failed + ok):.1%}), more than --max_failure_fraction "
-                 f"{args.max_failure_fraction}; see "
+                 f"{config.max_failure_fraction}; see "
                  f"{run_dir.output(data_format.FAILURES_JSONL)}. No dataset.json was written.")
-    _log_summary(args.output_dir, time.monotonic() - started)
+    _log_summary(config.output_dir, time.monotonic() - started)
     return result
 
 
 def _pipeline_options(pipeline_args: list[str], all_cores: bool,
                       running_mode: str) -> PipelineOptions:
     """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
-    per core in `running_mode`, unless the flags say otherwise.
-
-    Pixel inputs use threads: Pillow, PyAV and TensorFlow release the GIL while they
-    decode, resize, encode and run the model, and threads share one process (no second
-    start-up, memory:// paths work). Latent inputs are numpy and protobuf work in Python,
-    which needs processes.
-    """
+    per core in `running_mode` (the source's: processes or threads), unless the flags
+    say otherwise."""
     options = PipelineOptions(pipeline_args)
     standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
     if standard.runner is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+from typing import Sequence
 
 GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -94,7 +95,7 @@ def default_id(path: str, root: str, strip_suffix: bool) -> str:
     return relative
 
 
-def common_root(patterns: list[str]) -> str:
+def common_root(patterns: Sequence[str]) -> str:
     """The deepest directory that holds every pattern's fixed prefix."""
     prefixes = [fixed_prefix(p) for p in patterns]
     if not prefixes or any(not p for p in prefixes):

@@ -40,7 +40,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs import paths, progress
-from beam_jobs.examples import KeyedExample
+from beam_jobs.cut import KeyedExample
 from beam_jobs.output_dir import RunDir
 from beam_jobs.sorted_runs import LOOKUP_BYTES, Written, read_run, write_run
 from readers import format as data_format

@@ -1,6 +1,7 @@
 """The command line: unknown flags refused with a suggestion, several inputs, clean
 errors, quiet output with progress from every worker, and a dataset.json from which a
 stranger's code parses every kind of dataset."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import readers
-from beam_jobs import make_shards
+from beam_jobs import flags, make_shards
 from conftest import (random_videos, read_dataset_json, read_examples, run_job, run_jobs,
                       solid_frames, write_frame_folder, write_manifest, write_videos)
 
@@ -204,6 +205,13 @@ def test_dataset_json_says_what_the_data_is(datasets):
     assert row == {"video_id": "v", "split": "train", "source": row["source"],
                    "record_index": 0, "frames": 7, "windows": 3, "bad_frames": 0,
                    "source_fps": None}
+
+
+def test_the_flag_table_names_real_flags_and_the_config_holds_them_in_help_order():
+    dests = [a.dest for a in flags.build_parser()._actions if a.dest != "help"]
+    assert set(flags.FLAG_KINDS) <= set(dests)
+    fields = [f.name for f in dataclasses.fields(flags.JobConfig)]
+    assert fields[:len(dests)] == dests
 
 
 def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):

@@ -8,7 +8,7 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs.examples import CutWindows, KeyedExample, VideoCount, VIDEO_COUNTS, WindowConfig
+from beam_jobs.cut import CutWindows, KeyedExample, VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, WriteShuffledShards,
                                     bucket_of, plan_shards)
@@ -112,9 +112,8 @@ def test_cut_windows_keys_and_counts():
     short = LatentVideo("s", np.zeros((3, 2), np.float32), None)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = (p | beam.Create([video, short])
-               | beam.ParDo(CutWindows(features, WindowConfig(4, 3, "align_end", {"train": 1.0})))
-               .with_outputs(VIDEO_COUNTS, main="examples"))
-        assert_that(out[VIDEO_COUNTS], equal_to([VideoCount("train", 3, 0, 10, "v"),
+               | CutWindows(features, WindowConfig(4, 3, "align_end", {"train": 1.0})))
+        assert_that(out.videos, equal_to([VideoCount("train", 3, 0, 10, "v"),
                                                   VideoCount("train", 0, 0, 3, "s")]),
                     label="Counts")
         starts = out.examples | beam.Map(

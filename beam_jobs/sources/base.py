@@ -1,9 +1,17 @@
-"""What every source hands the windowing step: frames, and the failure of a video."""
+"""What every input kind hands the pipeline: a `Source` (its videos, what their windows
+hold), frames, and the failure of a video."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import dataclasses
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+    from beam_jobs.encoders import EncoderSpec
+    from readers import format as data_format
 
 FAILURES = "failures"   # the tagged output that carries failure rows
 _MAX_REASON = 300
@@ -23,6 +31,28 @@ class BadRecord(ValueError):
     def __init__(self, reason: str, video_id: Optional[str] = None):
         super().__init__(reason)
         self.video_id = video_id
+
+
+class SourceError(ValueError):
+    """The input as a whole cannot be read (no readable record, not a manifest, an
+    encoder that cannot serve): the job stops before any work. The message starts with
+    the flag at fault."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What the pipeline needs of an input kind, built by the kind itself from the flags,
+    so that the pipeline knows nothing of codecs, record formats or labels."""
+    features: list[data_format.FeatureSpec]
+    read: beam.PTransform                  # the pipeline -> (videos, failure rows)
+    stored_bytes: float                    # all frames as windows store them, an
+                                           # estimate (the shuffle's buckets are sized by it)
+    running_mode: str                      # --all_cores: how local workers run its work
+    pad_frame: Any = None                  # None: zeros like a frame
+    encoder: Optional[EncoderSpec] = None  # windows hold its latents of the frames
+    total_videos: Optional[int] = None     # when known before the run
+    frame: dict = dataclasses.field(default_factory=dict)  # dataset.json: one frame
+    labels: Optional[dict] = None          # dataset.json: shape, names
 
 
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],

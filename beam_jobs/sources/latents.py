@@ -11,22 +11,27 @@ import dataclasses
 import functools
 import math
 from types import SimpleNamespace
-from typing import Iterator, NamedTuple, Optional
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from beam_jobs import paths
-from beam_jobs.sources.base import FAILURES, BadRecord, Frame, check_finite, failure
+from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_finite,
+                                    failure)
 from beam_jobs.tfrecords import read_records
+from readers import format as data_format
 from readers import quiet
 from readers.format.tfrecord import Lost
+
+if TYPE_CHECKING:
+    from beam_jobs.flags import JobConfig
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 class LatentVideo(NamedTuple):
-    """One latent sequence; a video for `examples.CutWindows`."""
+    """One latent sequence; a video for `cut.CutWindows`."""
     video_id: str
     sequence: np.ndarray               # [T, ...]
     metadata: Optional[np.ndarray]     # [K] float32
@@ -162,7 +167,7 @@ def _values(features, name: str, kind: str):
     return getattr(features[name], kind).value
 
 
-def probe_latent_format(files: list[tuple[str, int]], fmt: LatentFormat,
+def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
                         max_records: int = 100) -> LatentFormat:
     """Pin the frame shape and dtype to the first readable record, and decide from the
     first `max_records` records whether the dataset has metadata: it has when any of
@@ -219,3 +224,36 @@ class ReadLatentRecords(beam.DoFn):
                 yield self._fmt.parse(record, path, index)
             except BadRecord as e:
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(path, index, e.video_id, str(e)))
+
+
+class ReadLatents(beam.PTransform):
+    """The pipeline -> (a `LatentVideo` per record of the files, failure rows)."""
+
+    def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentFormat):
+        super().__init__()
+        self._files, self._fmt = files, fmt
+
+    def expand(self, pipeline):
+        videos = (pipeline
+                  | "ListInputs" >> beam.Create(self._files)
+                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt)).with_outputs(
+                      FAILURES, main="videos"))
+        return videos.videos, videos[FAILURES]
+
+
+def build_source(config: JobConfig) -> Source:
+    """Latent TFRecords: the frame shape, dtype and metadata length are those of the
+    first records (probe_latent_format)."""
+    fmt = probe_latent_format(config.input_files, LatentFormat(
+        config.sequence_feature, config.metadata_feature, config.id_feature,
+        config.sequence_shape, root=config.input_root,
+        allow_nonfinite=config.allow_nonfinite))
+    window = data_format.FeatureSpec.for_array("window", (config.window, *fmt.frame_shape),
+                                               fmt.dtype)
+    stored_bytes = sum(size * (4 if path.endswith(".gz") else 1)
+                       for path, size in config.input_files)
+    # Parsing records is numpy and protobuf work in Python, which needs processes.
+    return Source(data_format.window_features(window, fmt.metadata_length),
+                  ReadLatents(config.input_files, fmt), stored_bytes, "multi_processing",
+                  frame={"kind": "latents", "shape": list(fmt.frame_shape),
+                         "dtype": fmt.dtype})

@@ -2,14 +2,22 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional
+import math
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+import apache_beam as beam
 import numpy as np
 
 from beam_jobs import paths
+from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
-from beam_jobs.sources.base import BadRecord, Frame, check_finite
-from beam_jobs.sources.manifest import VideoEntry, expand_frames, load_labels
+from beam_jobs.sources.base import BadRecord, Frame, Source, SourceError, check_finite
+from beam_jobs.sources.manifest import (ManifestError, VideoEntry, expand_frames, load_labels,
+                                        read_manifest)
+from readers import format as data_format
+
+if TYPE_CHECKING:
+    from beam_jobs.flags import JobConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +37,7 @@ class PixelFormat:
 
 @dataclasses.dataclass(frozen=True)
 class PixelVideo:
-    """A manifest entry to be decoded; a video for `examples.CutWindows`."""
+    """A manifest entry to be decoded; a video for `cut.CutWindows`."""
     entry: VideoEntry
     fmt: PixelFormat
 
@@ -195,3 +203,88 @@ def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 2
             continue
         counts.append(min(count, fmt.max_frames or count))
     return len(entries) * (sum(counts) / len(counts) if counts else 1.0)
+
+
+class ReadPixelVideos(beam.PTransform):
+    """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows)."""
+
+    def __init__(self, entries: list[VideoEntry], fmt: PixelFormat, failures: list[dict]):
+        super().__init__()
+        self._entries, self._fmt, self._failures = entries, fmt, failures
+
+    def expand(self, pipeline):
+        videos = pipeline | "ListVideos" >> beam.Create(
+            [PixelVideo(e, self._fmt) for e in self._entries])
+        failures = pipeline | "ManifestFailures" >> beam.Create(self._failures)
+        return videos, failures
+
+
+def build_source(config: JobConfig) -> Source:
+    """Manifests or video files: labels, metadata and the frame size are those the
+    first entries declare or hold (probe_pixel_format); with an encoder, windows hold
+    its latents and the encoder is loaded once here (probe_encoder)."""
+    entries, failures = _entries(config)
+    # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
+    encoding = "raw" if config.encodes_frames else config.frame_encoding
+    codec = media.FrameCodec(config.frame_size or (0, 0), config.channels, encoding,
+                             config.jpeg_quality, resize=config.frame_size is not None)
+    fmt = probe_pixel_format(entries, PixelFormat(
+        codec, fps=config.fps, max_frames=config.max_frames,
+        on_bad_frame=config.on_bad_frame, max_frame_bytes=config.max_frame_bytes,
+        allow_nonfinite=config.allow_nonfinite))
+    encoder = probe_encoder(config, fmt.codec.frame_shape) if config.encodes_frames else None
+    if encoder:
+        window = data_format.FeatureSpec.for_array(
+            "window", (config.window, *encoder.latent_shape), encoder.latent_dtype)
+        pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
+    else:
+        window = data_format.FeatureSpec("window", (config.window, *fmt.codec.frame_shape),
+                                         "uint8", encoding)
+        pad_frame = fmt.codec.padding()
+    frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
+                   if encoder else fmt.stored_frame_bytes)
+    pixels = {"kind": "pixels", "shape": list(fmt.codec.frame_shape), "dtype": "uint8",
+              "channel_order": fmt.codec.mode, "value_range": [0, 255],
+              "encoding": encoding, "resized": fmt.codec.resize,
+              "resampled_fps": config.fps}
+    frame = pixels if not encoder else {
+        "kind": "latents from the encoder", "shape": list(encoder.latent_shape),
+        "dtype": encoder.latent_dtype, "encoder_input": pixels}
+    labels = None if fmt.label_shape is None else {
+        "shape": list(fmt.label_shape), "names": list(fmt.label_names or []) or None,
+        "masked_value": 0.0}
+    # Threads: Pillow, PyAV and TensorFlow release the GIL while they decode, resize,
+    # encode and run the model, and threads share one process (no second start-up,
+    # memory:// paths work).
+    return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
+                  ReadPixelVideos(entries, fmt, failures),
+                  estimate_frames(entries, fmt) * frame_bytes, "multi_threading",
+                  pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
+                  frame=frame, labels=labels)
+
+
+def _entries(config: JobConfig) -> tuple[list[VideoEntry], list[dict]]:
+    """The videos of the manifests (and their rows' failures), or the video files."""
+    if config.input_kind == "videos":
+        return video_file_entries([p for p, _ in config.input_files], config.input_root), []
+    entries, failures = [], []
+    for path, _ in config.input_files:
+        try:
+            more, bad = read_manifest(path, config.splits)
+        except ManifestError as e:
+            raise SourceError(f"--input: {e}") from None
+        entries += more
+        failures += bad
+    return entries, failures
+
+
+def probe_encoder(config: JobConfig, frame_shape: tuple[int, int, int]) -> EncoderSpec:
+    """The encoder of --encoder (or run's encoder=), loaded once here, so that a model
+    that cannot serve stops the job before any video is processed."""
+    try:
+        return probe(EncoderSpec(
+            config.encoder, config.encoder_handler, config.encoder_input_scale,
+            config.encoder_input_offset, config.encoder_layout, config.encoder_batch_size,
+            config.latent_dtype, config.encoder_device), frame_shape)
+    except EncoderError as e:
+        raise SourceError(f"--encoder: {e}") from None

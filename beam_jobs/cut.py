@@ -1,4 +1,4 @@
-"""Videos -> keyed window examples, ready for the shuffled shard writer.
+"""Cut videos into keyed window examples, ready for the shuffled shard writer.
 
 A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
 `record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
@@ -7,7 +7,6 @@ sequences and decoded pixel videos both fit.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -20,8 +19,8 @@ from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
 from readers import format as data_format
 
-VIDEO_COUNTS = "video_counts"
-BAD_FRAMES = "bad_frames"
+_VIDEO_COUNTS = "video_counts"
+_BAD_FRAMES = "bad_frames"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +81,32 @@ class ProgressConfig:
     interval: float = 10.0
 
 
-class CutWindows(beam.DoFn):
+class CutOutputs(NamedTuple):
+    """The PCollections that `CutWindows` gives."""
+    examples: beam.PCollection     # KeyedExample, one per window
+    videos: beam.PCollection       # VideoCount, one per video that was cut
+    failures: beam.PCollection     # failure rows, one per unusable video
+    bad_frames: beam.PCollection   # rows of bad_frames.jsonl
+
+
+class CutWindows(beam.PTransform):
+    """Videos -> `CutOutputs`: their windows as keyed examples, and a row per video."""
+
+    def __init__(self, features: list[data_format.FeatureSpec], config: WindowConfig,
+                 pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
+                 progress_config: ProgressConfig = ProgressConfig(),
+                 allow_nonfinite: bool = False):
+        super().__init__()
+        self._cut = _CutVideo(features, config, pad_frame, encoder, progress_config,
+                              allow_nonfinite)
+
+    def expand(self, videos) -> CutOutputs:
+        cut = videos | "Cut" >> beam.ParDo(self._cut).with_outputs(
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, main="examples")
+        return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES])
+
+
+class _CutVideo(beam.DoFn):
     """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
 
     Frames stream through `windows.stream_windows` (at most L of them held), but a
@@ -133,10 +157,10 @@ class CutWindows(beam.DoFn):
                             ("frames", frames), ("bad_frames", len(bad_frames))):
             self._counters[name].inc(int(value))
         for index, frame in bad_frames:
-            yield beam.pvalue.TaggedOutput(BAD_FRAMES, {
+            yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
                 "video_id": video.video_id, "source": video.source, "frame": index,
                 "where": frame.where, "reason": frame.reason})
-        yield beam.pvalue.TaggedOutput(VIDEO_COUNTS, VideoCount(
+        yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, len(examples), len(bad_frames), frames, video.video_id, video.source,
             video.record_index, info.get("source_fps"), info.get("encoder_device")))
 
@@ -181,19 +205,3 @@ class CutWindows(beam.DoFn):
             values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
         return values
 
-
-def duplicate_videos(videos: list[VideoCount]) -> list[VideoCount]:
-    """The videos whose id came more than once, every copy of them."""
-    seen = collections.Counter(v.video_id for v in videos)
-    return [v for v in videos if seen[v.video_id] > 1]
-
-
-def dropped_keys(duplicates: list[VideoCount], config: WindowConfig
-                 ) -> dict[str, frozenset[int]]:
-    """Per split, the keys of the windows of duplicated videos: they are cut like any
-    video's (so the shuffle holds them), and left out when the shards are written."""
-    keys_by_split: dict[str, set[int]] = {}
-    for count in duplicates:
-        keys_by_split.setdefault(count.split, set()).update(
-            config.key(count.video_id, start) for start in config.starts(count.frames))
-    return {split: frozenset(k) for split, k in keys_by_split.items()}
