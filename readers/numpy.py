@@ -18,6 +18,10 @@ A `WindowSource` is a PyTorch map-style `Dataset` and a Grain `RandomAccessDataS
 as it is: it has `len()` and `[i]`, and it pickles (open files are not part of its
 state), so it works in DataLoader worker processes. Gzip shards have no index: random
 access is not possible there (use the tf.data reader).
+
+This module is the API only: the request is checked by readers.selection (as make_dataset's
+is), records are found and read by readers.shards, and decoded into batches by
+readers.scatter.
 """
 from __future__ import annotations
 
