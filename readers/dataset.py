@@ -25,6 +25,7 @@ from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRec
 from tensorflow.python.data.ops.map_op import _MapDataset
 
 from readers import format as data_format, malloc
+from readers.selection import Selection, require_positive
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -85,37 +86,24 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
     """
-    spec = data_format.load_spec(path)
-    if split not in spec.splits:
-        raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
-    for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer),
-                        ("cycle_length", cycle_length)):
-        if value is not None and value <= 0:   # AUTOTUNE (-1) too: these take counts
-            raise ValueError(f"{name} must be > 0, got {value}")
+    require_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer,
+                     cycle_length=cycle_length)
     if features is None and structure is not None:
         features = tf.nest.flatten(structure)
-    selected = _select_features(spec, features)
-    shards = spec.splits[split].shards
-    files = [os.path.join(path, shard.file) for shard in shards]
-    counts = [shard.examples for shard in shards]
-    if not files:
+    selection = Selection.load(path, split, features)
+    if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
-
     if input_context is not None:
-        pipelines = input_context.num_input_pipelines
-        if len(files) < pipelines:
-            raise ValueError(
-                f"split {split!r} of {path} has {len(files)} shards, fewer than the "
-                f"{pipelines} input pipelines; rerun the job with --num_shards >= {pipelines}")
-        files = files[input_context.input_pipeline_id::pipelines]
-        counts = counts[input_context.input_pipeline_id::pipelines]
+        selection = selection.for_pipeline(input_context.input_pipeline_id,
+                                           input_context.num_input_pipelines)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if drop_remainder and not repeat and sum(counts) < batch_size:
-        raise ValueError(
-            f"split {split!r} of {path} has {sum(counts)} windows"
-            f"{' in this input pipeline' if input_context is not None else ''}, fewer than "
-            f"batch_size {batch_size}: with drop_remainder=True not one batch comes out; "
-            "lower batch_size, or pass drop_remainder=False or repeat=True")
+    if drop_remainder and not repeat and selection.windows < batch_size:
+        raise selection.no_batch(
+            selection.windows, batch_size, options="with drop_remainder=True ",
+            remedy="; lower batch_size, or pass drop_remainder=False or repeat=True")
+    spec, selected = selection.spec, selection.features
+    files = [os.path.join(path, shard.file) for shard in selection.shards]
+    counts = [shard.examples for shard in selection.shards]
 
     malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
     deterministic = not shuffle or seed is not None
@@ -187,15 +175,3 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compres
     return records.ignore_errors().concatenate(
         tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 
-
-def _select_features(spec: data_format.DatasetSpec,
-                     names: Optional[Sequence[str]]) -> list[data_format.FeatureSpec]:
-    if names is None:
-        return list(spec.features)
-    if isinstance(names, str):
-        names = [names]
-    known = [f.name for f in spec.features]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown feature(s) {unknown}; this dataset has {known}")
-    return [spec.feature(n) for n in names]

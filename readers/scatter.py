@@ -1,21 +1,83 @@
-"""How readers.numpy reads a batch: each record by one scatter read (preadv) in pieces,
+"""How readers.numpy decodes a batch: each record by one scatter read (preadv) in pieces,
 its fixed-width values straight into their rows of the batch, the rest of it into a small
-buffer.
+buffer, and each feature's codec makes the columns what the reader returns.
 
-A `Plan` says how the frames of one size are cut into those pieces; `Plans` keeps the
-plans learnt so far; a `Batch` holds the columns being filled and a `Rest` buffer per
-plan. The format itself, where each feature sits in an Example, is `readers.format.Layout`;
+A `Decoder` reads batches with the plans it has learnt; a `Plan` says how the frames of one
+size are cut into those pieces; `Plans` keeps the plans learnt so far; a `Batch` holds the
+columns being filled and a `Rest` buffer per plan. Where the bytes come from, and their
+CRCs, is `readers.shards`; where each feature sits in an Example, `readers.format.Layout`;
 what a feature's values become in a batch, its codec (`readers.format.codecs`).
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from readers import format as data_format
 from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES, header
+from readers.shards import Shards
+
+
+class Decoder:
+    """Batches of `features` from any records of a split, as readers.numpy returns them:
+    the plans it learns serve every later batch."""
+
+    def __init__(self, features: Sequence[data_format.FeatureSpec], *, float_pixels: bool,
+                 keep_float16: bool):
+        self.features = list(features)
+        self.float_pixels, self.keep_float16 = float_pixels, keep_float16
+        self._columns = {f.name: (f.shape, f.codec.column_dtype) for f in self.features}
+        self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
+        self._plans = Plans(self.features)
+
+    def read_batch(self, shards: Shards, indices: Sequence[int]) -> dict[str, Any]:
+        """Windows `indices` of `shards` stacked: {name: array [len, ...]}.
+
+        Every example of a dataset has the same features and shapes, so the records of one
+        size take a few layouts (readers.format.Layout), each learnt from the first record
+        that has it, read whole.
+        Each later record of that size is read by one preadv in pieces: its fixed-width
+        features' values straight into their rows of the batch (one copy, from the page
+        cache), the rest into a small buffer; its CRCs are checked over the pieces, and
+        the bytes outside the lists must match the layout's, else it is read whole again
+        and its own layout learnt. The records of a remote split are fetched first, all
+        at once, and taken from memory in the same way."""
+        batch = Batch(self._columns, self._fixed_width, len(indices))
+        located = [shards.locate(int(i)) for i in indices]
+        spans = shards.spans(located)
+        fetched = shards.fetch(located, spans)
+        for row, ((shard, local), (start, end), data) in enumerate(
+                zip(located, spans, fetched)):
+            plan = self._plans.first(end - start)
+            if plan is not None:
+                rest = batch.rest(plan)
+                pieces = batch.pieces(plan, row, rest)
+                shards.read(shard, pieces, start, end, data)
+                crc_data = pieces[:]
+                crc_data[0::2] = rest.data
+                shards.check(shard, local, start, rest.buffer, crc_data, plan.header)
+                layout = plan.layout_of(rest.buffer)
+                if layout is not None:
+                    batch.store(plan, layout, row, rest)
+                    continue
+            frame, size = shards.frame(shard, local, data)
+            try:
+                layout = data_format.layout(self.features, frame, HEADER_BYTES,
+                                            size - FOOTER_BYTES)
+            except ValueError as e:
+                raise ValueError(f"shard {shards.name(shard)}, record {local}: {e}") from None
+            plan = self._plans.learn(size, layout)
+            rest = batch.rest(plan)
+            done = 0
+            for piece in batch.pieces(plan, row, rest):
+                piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
+                done += len(piece)
+            batch.store(plan, layout, row, rest)
+        return {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
+                                       keep_float16=self.keep_float16)
+                for f in self.features}
 
 
 # Records of one size read the same way as long as their direct features sit in the same

@@ -11,7 +11,6 @@ import pytest
 
 from beam_jobs import flags, lease
 from readers import dataset, format as data_format, inspect as inspect_cli, malloc, preview
-from readers.format import wire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -152,7 +151,7 @@ def test_the_constants_the_docs_quote():
     for name in (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL,
                  data_format.VIDEOS_JSONL, data_format.DATASET_JSON):
         assert name in fmt, name
-    for encoding in wire.ENCODINGS:
+    for encoding in data_format.ENCODINGS:
         assert f"- `{encoding}`" in fmt or f"`png`, `jpeg`" in fmt, encoding
     assert "INTEGER_ACCURATE" in fmt
     flags_doc = _words(_read("docs", "flags.md"))

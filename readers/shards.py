@@ -1,0 +1,159 @@
+"""The bytes of one split's records, any record in any order: the shards' offset indexes,
+local scatter reads (preadv) and remote ranged reads (fsspec), and each frame's checks.
+
+readers.numpy decodes what this module reads (readers/scatter.py); here are only where a
+window's record is and its bytes, local or on any fsspec scheme. Numpy only.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import struct
+from typing import Iterable, Optional, Sequence
+
+import google_crc32c
+import numpy as np
+
+from readers.format import Shard, index, tfrecord
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
+                ends: Optional[Sequence[int]] = None) -> list[bytes]:
+    """Files, or their byte ranges [start, end), local or of any fsspec scheme, of one
+    scheme. Remote ones are asked for all at once: gcsfs sends the requests concurrently,
+    so a batch of windows on gs:// waits about one request's latency, not one per window."""
+    starts = list(starts) if starts is not None else [None] * len(paths)
+    ends = list(ends) if ends is not None else [None] * len(paths)
+    if paths and _is_remote(paths[0]):
+        import fsspec
+        fs, _ = fsspec.core.url_to_fs(paths[0])
+        return fs.cat_ranges(list(paths), starts, ends, on_error="raise")
+    out = []
+    for path, start, end in zip(paths, starts, ends):
+        with open(path.removeprefix("file://"), "rb") as f:
+            f.seek(start or 0)
+            out.append(f.read() if end is None else f.read(end - (start or 0)))
+    return out
+
+
+class Shards:
+    """The records of a split's shards, numbered across them as one sequence of windows.
+
+    Offset indexes are read on first need (those of one batch together) and kept; local
+    shards stay open, one descriptor each, that a pickled copy leaves behind (a DataLoader
+    worker opens its own)."""
+
+    def __init__(self, path: str, shards: Sequence[Shard], compression: str):
+        if compression != "none":
+            raise ValueError(f"{path} has {compression} shards: random access needs "
+                             "uncompressed shards and their index (use the tf.data "
+                             "reader, readers.make_dataset)")
+        missing = [s.file for s in shards if not s.index]
+        if missing:
+            raise ValueError(f"{path}: shard {missing[0]} has no offset index (written by "
+                             "a job older than 0.2.0); rerun the job for random access")
+        self.path = path
+        self._shards = list(shards)
+        self._ends = list(itertools.accumulate(s.examples for s in self._shards))
+        self._starts = [end - s.examples for end, s in zip(self._ends, self._shards)]
+        self.size = self._ends[-1] if self._ends else 0
+        self.remote = _is_remote(path)
+        self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
+        self._offsets: dict[int, np.ndarray] = {}
+        self._files: dict[int, int] = {}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_files"] = {}       # descriptors stay in their process
+        return state
+
+    def name(self, shard: int) -> str:
+        """The shard's file name, for error messages."""
+        return self._shards[shard].file
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(shard, record in that shard) of window i; a negative i counts back."""
+        if not -self.size <= i < self.size:
+            raise IndexError(f"window {i} of a split of {self.size}")
+        i %= self.size
+        shard = bisect.bisect_right(self._ends, i)
+        return shard, i - self._starts[shard]
+
+    def spans(self, located: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The byte span [start, end) of each (shard, record)'s frame in its shard; the
+        indexes of their shards not yet in memory are read first, together."""
+        self._load_indexes(shard for shard, _ in located)
+        return [self._span(shard, local) for shard, local in located]
+
+    def fetch(self, located: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
+              ) -> list[Optional[bytes]]:
+        """The frames of a remote split, all requested at once; None for each local one
+        (`read` reads those straight into place)."""
+        if not self.remote or not located:
+            return [None] * len(located)
+        return _read_files([self._paths[shard] for shard, _ in located], *zip(*spans))
+
+    def _load_indexes(self, shards: Iterable[int]) -> None:
+        """The offset indexes of `shards` not yet in memory, read together."""
+        if len(self._offsets) == len(self._shards):      # all read: the usual case
+            return
+        missing = sorted({shard for shard in shards if shard not in self._offsets})
+        paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
+        for shard, data in zip(missing, _read_files(paths)):
+            entry = self._shards[shard]
+            self._offsets[shard] = index.decode(data, entry.index, entry.examples)
+
+    def _span(self, shard: int, local: int) -> tuple[int, int]:
+        offsets = self._offsets[shard]
+        return int(offsets[local]), int(offsets[local + 1])
+
+    def frame(self, shard: int, local: int, fetched: Optional[bytes]) -> tuple[bytearray, int]:
+        """A record's TFRecord frame in memory of its own, its CRCs checked, and its size."""
+        start, end = self._span(shard, local)
+        frame = bytearray(end - start)
+        self.read(shard, [frame], start, end, fetched)
+        view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
+        self.check(shard, local, start, frame,
+                   [view[tfrecord.HEADER_BYTES:-tfrecord.FOOTER_BYTES]],
+                   tfrecord.header(end - start - tfrecord.FRAME_OVERHEAD))
+        return frame, end - start
+
+    def check(self, shard: int, local: int, start: int, frame: bytearray,
+              data: list[np.ndarray], header: bytes) -> None:
+        """A frame's length and CRCs: `frame` starts with its header, which must be
+        `header` (it hangs on the size alone), and ends with its footer, the CRC of its
+        example, which `data` holds in pieces."""
+        crc = 0
+        for piece in data:
+            crc = google_crc32c.extend(crc, piece)
+        footer = len(frame) - tfrecord.FOOTER_BYTES
+        if (frame[:tfrecord.HEADER_BYTES] != header
+                or tfrecord.mask(crc) != struct.unpack_from("<I", frame, footer)[0]):
+            raise OSError(f"shard {self.name(shard)} is corrupt at record {local} "
+                          f"(byte {start}); run python -m readers.inspect {self.path} --verify")
+
+    def read(self, shard: int, pieces: list, start: int, end: int,
+             fetched: Optional[bytes]) -> None:
+        """Bytes [start, end) of a shard, into `pieces` (writable buffers, in order, that
+        add up to end - start bytes): one preadv, or from `fetched`, those bytes of a
+        remote shard."""
+        if fetched is not None:
+            done = 0
+            for piece in pieces:
+                view = memoryview(piece).cast("B")
+                view[:] = fetched[done:done + len(view)]
+                done += len(view)
+            read = len(fetched)
+        else:
+            fd = self._files.get(shard)
+            if fd is None:
+                fd = self._files[shard] = os.open(self._paths[shard], os.O_RDONLY)
+            # pread: no shared file position, so threads may share the descriptor
+            read = os.preadv(fd, pieces, start)
+        if read < end - start:
+            raise OSError(f"shard {self.name(shard)} ends before byte {end}")
