@@ -222,3 +222,21 @@ def test_every_relative_link_in_the_docs_resolves():
 
 def test_the_readme_stays_short(readme):
     assert len(readme.splitlines()) <= 300
+
+
+def test_contributing_lists_every_module_and_nothing_else():
+    """Each group of docs/contributing.md names its folder (`readers/format/`); its
+    entries are paths below it. Every module is listed once, and no listed one is gone."""
+    with open(os.path.join(ROOT, "docs", "contributing.md")) as f:
+        section = f.read().split("## Where things live", 1)[1]
+    listed, folder = [], None
+    for line in section.splitlines():
+        if line.startswith(("- ", "  ")) and folder:
+            listed += [folder + name for name in re.findall(r"`([\w/]+\.py)`", line)]
+        elif re.search(r"`((?:beam_jobs|readers)[\w/]*/)`", line):
+            folder = re.search(r"`((?:beam_jobs|readers)[\w/]*/)`", line).group(1)
+    modules = sorted(os.path.relpath(os.path.join(folder, name), ROOT)
+                     for package in ("beam_jobs", "readers")
+                     for folder, _, files in os.walk(os.path.join(ROOT, package))
+                     for name in files if name.endswith(".py"))
+    assert sorted(listed) == modules, set(listed) ^ set(modules)
