@@ -183,6 +183,10 @@ def plan_shards(run_files: list[RunFile], config: ShardConfig,
 
     `dropped`: per split, the keys of windows that must not be written (the windows of
     videos whose id came more than once), left out of the ranks.
+
+    Linear in buckets, shards and dropped keys (after one sort of the buckets): the
+    dropped keys are grouped by bucket once, and one sweep walks the buckets and the
+    shards' rank ranges together.
     """
     by_split: dict[str, dict[int, list]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
@@ -191,28 +195,33 @@ def plan_shards(run_files: list[RunFile], config: ShardConfig,
             by_split[run.split][bucket].append((run.path, first, count, nbytes))
     tasks = []
     for split in config.splits:
-        drop = dropped.get(split, frozenset())
-        dropped_in = collections.Counter(bucket_of(k, config.num_buckets) for k in drop)
-        buckets = sorted(by_split[split].items())
-        counts = [sum(c for _, _, c, _ in runs) - dropped_in[b] for b, runs in buckets]
-        total = sum(counts)
+        dropped_in: dict[int, list[int]] = collections.defaultdict(list)
+        for key in dropped.get(split, ()):
+            dropped_in[bucket_of(key, config.num_buckets)].append(key)
+        buckets = [(b, tuple(sorted((p, f, c) for p, f, c, _ in runs)),
+                    sum(c for _, _, c, _ in runs) - len(dropped_in.get(b, ())))
+                   for b, runs in sorted(by_split[split].items())]
+        buckets = [row for row in buckets if row[2] > 0]
+        total = sum(count for _, _, count in buckets)
         if not total:
             continue
-        nbytes = sum(size for _, runs in buckets for _, _, _, size in runs)
+        nbytes = sum(size for runs in by_split[split].values() for _, _, _, size in runs)
         n = num_shards_for(total, nbytes, config.num_shards, config.shard_bytes)
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
+        first_bucket, first_rank = 0, 0   # the first bucket that ends after this shard's lo
         for i in range(n):
             lo, hi = i * total // n, (i + 1) * total // n
-            segments = tuple(
-                Segment(b, tuple(sorted((p, f, c) for p, f, c, _ in runs)),
-                        max(lo - first, 0), min(hi - first, count))
-                for (b, runs), first, count in zip(buckets, starts, counts)
-                if first < hi and first + count > lo)
-            overlapping = {s.bucket for s in segments}
-            tasks.append(ShardTask(split, i, n, segments, frozenset(
-                k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+            while first_rank + buckets[first_bucket][2] <= lo:
+                first_rank += buckets[first_bucket][2]
+                first_bucket += 1
+            segments, keys = [], []
+            at, rank = first_bucket, first_rank
+            while at < len(buckets) and rank < hi:
+                bucket, runs, count = buckets[at]
+                segments.append(Segment(bucket, runs, max(lo - rank, 0), min(hi - rank, count)))
+                keys += dropped_in.get(bucket, ())
+                rank += count
+                at += 1
+            tasks.append(ShardTask(split, i, n, tuple(segments), frozenset(keys)))
     return tasks
 
 
