@@ -121,3 +121,24 @@ def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
     assert all("windows" in l and "frames/s" in l for l in progress)
     table = result.stderr[result.stderr.index("split  videos"):]
     assert all(word in table for word in ("train", "val", "frames/s"))
+
+
+def test_spill_on_a_distributed_runner_is_refused_in_one_line(tmp_path, latents, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        make_shards.run(["--input", latents, "--output_dir", str(tmp_path / "out"),
+                         "--window", "8", "--shuffle", "spill", "--runner", "DataflowRunner",
+                         "--project", "test-project", "--region", "us-central1",
+                         "--temp_location", "gs://test-bucket/tmp"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "--shuffle spill" in line and "DataflowRunner" in line and "Traceback" not in line
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_group_on_a_local_runner_says_how_much_memory_it_needs(tmp_path, latents, caplog):
+    run_job(latents, tmp_path / "out", *FLAGS, "--shuffle", "group")
+    (line,) = [r.getMessage() for r in caplog.records if "--shuffle group" in r.getMessage()]
+    assert "FnApiRunner" in line and "GB" in line and "\n" not in line
+    caplog.clear()
+    run_job(latents, tmp_path / "spill", *FLAGS, "--shuffle", "spill")
+    assert not [r for r in caplog.records if "--shuffle group" in r.getMessage()]
