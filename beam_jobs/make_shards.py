@@ -127,7 +127,8 @@ def _shard_config(config: JobConfig, source: Source) -> ShardConfig:
         tuple(config.splits), config.compression, config.num_shards,
         max(1, int(config.shard_size_mb * 2**20)),
         max(1, math.ceil(1.1 * output_bytes / (config.shuffle_bucket_mb * 2**20))),
-        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle)
+        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle,
+        max(1, int(config.shuffle_bucket_mb * 2**20)))
 
 
 def _dataset_config(config: JobConfig, source: Source, windows: WindowConfig
