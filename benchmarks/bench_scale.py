@@ -64,12 +64,12 @@ DEFAULTS = {"bucket": 128 * MB, "spill": 32 * MB, "shard": 200 * MB}
 WORKERS = 100
 # List prices assumed (USD, us-central1; GCS's as cloud.google.com/storage/pricing lists
 # them, checked 2026-12-01; Dataflow Shuffle's from cloud.google.com/dataflow/pricing, not
-# re-checked): GCS Standard class A
-# operations (object inserts, including each upload request, and lists) $0.005 per
-# 1,000; class B (object gets and metadata) $0.0004 per 1,000; deletes are free
-# operations; network between a bucket and workers in the same region is free. Dataflow
-# Shuffle (batch) $0.011 per GB of shuffle data processed, before its tiered discounts
-# on the first 5 TB of a job (so an upper bound). Latencies are typical, not measured.
+# re-checked): GCS Standard class A operations (object inserts, each upload request
+# counted as one, and lists) $0.005 per 1,000; class B (object gets and metadata) $0.0004
+# per 1,000; deletes are free operations; network between a bucket and workers in the
+# same region is free. Dataflow Shuffle (batch) $0.011 per GB of shuffle data processed,
+# before its tiered discounts on the first 5 TB of a job (so an upper bound). Latencies
+# are typical, not measured.
 CLASS_A_PER_1000 = 0.005
 CLASS_B_PER_1000 = 0.0004
 SHUFFLE_PER_GB = 0.011
