@@ -17,8 +17,9 @@ Two ways to get each bucket sorted (TFDS's writer and its on-disk shuffler are t
   GroupByKey, on the runner's own shuffle (Dataflow Shuffle takes hundreds of TB). Each
   bucket is sorted once and written once, as one run file at a deterministic path (a
   retried task rewrites the same bytes); a bucket that outgrows --shuffle_bucket_mb (the
-  bucket count is an estimate) is sorted externally, through the worker's local disk. A shard task streams its rank range from the one
-  to three bucket files it overlaps, seeking with their index: it never holds a bucket.
+  bucket count is an estimate) is sorted externally, through the worker's local disk.
+  A shard task streams its rank range from the one to three bucket files it overlaps,
+  seeking with their index: it never holds a bucket.
 
 Both plan from small rows, and the order depends only on the keys, so the two modes, any
 runner and any number of workers give byte-identical shards.
