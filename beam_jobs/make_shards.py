@@ -50,13 +50,48 @@ LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
                  "switchingdirectrunner", "prismrunner")
 
 
+def is_local_runner(runner: str) -> bool:
+    """Whether the runner (its class name, flags.runner_name) runs on this machine."""
+    return runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS
+
+
 def shuffle_mode(requested: str, runner: str) -> str:
     """--shuffle auto: spill on local runners (their GroupByKey is held in memory), group
     on any other (a distributed shuffle; per-bundle spills would be millions of files).
-    `runner` is the runner's class name (flags.runner_name)."""
+    `runner` is the runner's class name (flags.runner_name). Exit 2 with one line for
+    spill on a distributed runner: each worker would spill to its own disk, which the
+    shard tasks on other workers cannot read."""
+    local = is_local_runner(runner)
+    if requested == "spill" and not local:
+        refuse(f"--shuffle spill: {runner} is a distributed runner, and spill mode writes "
+               "sorted runs to each worker's local disk, which other workers cannot read; "
+               "use --shuffle group (or auto)")
     if requested != "auto":
         return requested
-    return "spill" if runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS else "group"
+    return "spill" if local else "group"
+
+
+def _output_bytes(config: JobConfig, source: Source) -> float:
+    """The windows' bytes, estimated from the input's: overlapping windows store a frame
+    window / stride times."""
+    return source.stored_bytes * max(1.0, config.window / config.stride)
+
+
+# FnApiRunner's GroupByKey, measured (FACTS.md): 0.75 GB plus about 5x the bytes grouped.
+GROUP_IN_MEMORY_BASE, GROUP_IN_MEMORY_FACTOR = 0.75 * 2**30, 5
+
+
+def note_group_memory(config: JobConfig, source: Source, runner: str) -> None:
+    """--shuffle group on a local runner: one line with the memory its in-memory
+    GroupByKey will need."""
+    if config.shuffle == "group" and is_local_runner(runner):
+        output = _output_bytes(config, source)
+        _LOG.warning("--shuffle group on %s holds every window in this machine's memory: "
+                     "about %.1f GB for an estimated %.2f GB of windows (0.75 GB + 5x); "
+                     "--shuffle spill (auto's choice here) holds --spill_buffer_mb per "
+                     "worker", runner, (GROUP_IN_MEMORY_BASE
+                                        + GROUP_IN_MEMORY_FACTOR * output) / 2**30,
+                     output / 2**30)
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
@@ -87,12 +122,13 @@ def _shard_config(config: JobConfig, source: Source) -> ShardConfig:
     """How the windows become shards. The shuffle's buckets are sized so that one sorted
     bucket is about --shuffle_bucket_mb, with no cap: their count grows with the data
     (overlapping windows store a frame more than once), a bucket's size does not."""
-    output_bytes = source.stored_bytes * max(1.0, config.window / config.stride)
+    output_bytes = _output_bytes(config, source)
     return ShardConfig(
         tuple(config.splits), config.compression, config.num_shards,
         max(1, int(config.shard_size_mb * 2**20)),
         max(1, math.ceil(1.1 * output_bytes / (config.shuffle_bucket_mb * 2**20))),
-        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle)
+        max(1, int(config.spill_buffer_mb * 2**20)), config.shuffle,
+        max(1, int(config.shuffle_bucket_mb * 2**20)))
 
 
 def _dataset_config(config: JobConfig, source: Source, windows: WindowConfig
@@ -155,6 +191,7 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
         source = build_source(config)
     except SourceError as e:
         refuse(str(e))
+    note_group_memory(config, source, runner_name(pipeline_args))
     options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, source, run_dir,

@@ -26,6 +26,10 @@ def counter(name: str) -> beam.metrics.metric.Metrics.DelegatingCounter:
     return beam.metrics.Metrics.counter(NAMESPACE, name)
 
 
+def distribution(name: str) -> beam.metrics.metric.Metrics.DelegatingDistribution:
+    return beam.metrics.Metrics.distribution(NAMESPACE, name)
+
+
 
 def _duration(seconds: float) -> str:
     if seconds < 60:

@@ -16,8 +16,10 @@ Two ways to get each bucket sorted (TFDS's writer and its on-disk shuffler are t
 - group (distributed runners): examples keyed by (split, bucket) go through one
   GroupByKey, on the runner's own shuffle (Dataflow Shuffle takes hundreds of TB). Each
   bucket is sorted once and written once, as one run file at a deterministic path (a
-  retried task rewrites the same bytes). A shard task streams its rank range from the one
-  to three bucket files it overlaps, seeking with their index: it never holds a bucket.
+  retried task rewrites the same bytes); a bucket that outgrows --shuffle_bucket_mb (the
+  bucket count is an estimate) is sorted externally, through the worker's local disk.
+  A shard task streams its rank range from the one to three bucket files it overlaps,
+  seeking with their index: it never holds a bucket.
 
 Both plan from small rows, and the order depends only on the keys, so the two modes, any
 runner and any number of workers give byte-identical shards.
@@ -42,7 +44,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import paths, progress
 from beam_jobs.cut import KeyedExample
 from beam_jobs.output_dir import RunDir
-from beam_jobs.sorted_runs import LOOKUP_BYTES, Written, read_run, write_run
+from beam_jobs.sorted_runs import LOOKUP_BYTES, Written, read_run, sort_bounded, write_run
+from beam_jobs.sorted_runs import allow_open_files as _allow_open_files
 from readers import format as data_format
 from readers.format.tfrecord import FRAME_OVERHEAD, frame
 
@@ -92,6 +95,7 @@ class ShardConfig:
     num_buckets: int = 1                 # key-range buckets per split
     spill_bytes: int = 32 << 20          # spill mode: what one worker buffers
     mode: str = "spill"                  # or "group"
+    bucket_bytes: int = 128 << 20        # group mode: what a bucket task sorts in memory
 
 
 def _count_temp(written: Written) -> None:
@@ -99,6 +103,12 @@ def _count_temp(written: Written) -> None:
     benchmark reads them): files, and bytes with their framing and index."""
     progress.counter("temp_files_written").inc()
     progress.counter("temp_bytes_written").inc(written.size)
+
+
+def _sort_bytes():
+    """The bytes of each in-memory sort a shuffle task does (a spill buffer, a bucket or
+    a chunk of one): its max is what a task held, whatever the bucket estimate said."""
+    return progress.distribution("sort_bytes")
 
 
 def bucket_of(key: int, num_buckets: int) -> int:
@@ -145,6 +155,8 @@ class _SpillRuns(beam.DoFn):
 
     def _spill(self) -> Iterable[RunFile]:
         spill_id = uuid.uuid4().hex
+        if self._buffered:
+            _sort_bytes().update(self._buffered)
         for split, records in sorted(self._buffers.items()):
             records.sort()
             path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.run")
@@ -155,16 +167,18 @@ class _SpillRuns(beam.DoFn):
 
 
 class _WriteBucket(beam.DoFn):
-    """group mode: one bucket's records, from the GroupByKey -> one sorted run file."""
+    """group mode: one bucket's records, from the GroupByKey -> one sorted run file.
 
-    def __init__(self, temp_dir: str):
-        self._temp_dir = temp_dir
+    The bucket count is an estimate: a bucket larger than `budget` bytes is sorted
+    externally (sort_bounded), streaming from the GroupByKey's iterable into the file."""
+
+    def __init__(self, temp_dir: str, budget: int):
+        self._temp_dir, self._budget = temp_dir, budget
 
     def process(self, element):
         (split, bucket), records = element
-        records = sorted(records)
         path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.run")
-        written = write_run(path, records)
+        written = write_run(path, sort_bounded(records, self._budget, _sort_bytes().update))
         _count_temp(written)
         yield RunFile(split, path, ((bucket, 0, written.records, written.payload),))
 
@@ -183,6 +197,10 @@ def plan_shards(run_files: list[RunFile], config: ShardConfig,
 
     `dropped`: per split, the keys of windows that must not be written (the windows of
     videos whose id came more than once), left out of the ranks.
+
+    Linear in buckets, shards and dropped keys (after one sort of the buckets): the
+    dropped keys are grouped by bucket once, and one sweep walks the buckets and the
+    shards' rank ranges together.
     """
     by_split: dict[str, dict[int, list]] = collections.defaultdict(
         lambda: collections.defaultdict(list))
@@ -191,28 +209,33 @@ def plan_shards(run_files: list[RunFile], config: ShardConfig,
             by_split[run.split][bucket].append((run.path, first, count, nbytes))
     tasks = []
     for split in config.splits:
-        drop = dropped.get(split, frozenset())
-        dropped_in = collections.Counter(bucket_of(k, config.num_buckets) for k in drop)
-        buckets = sorted(by_split[split].items())
-        counts = [sum(c for _, _, c, _ in runs) - dropped_in[b] for b, runs in buckets]
-        total = sum(counts)
+        dropped_in: dict[int, list[int]] = collections.defaultdict(list)
+        for key in dropped.get(split, ()):
+            dropped_in[bucket_of(key, config.num_buckets)].append(key)
+        buckets = [(b, tuple(sorted((p, f, c) for p, f, c, _ in runs)),
+                    sum(c for _, _, c, _ in runs) - len(dropped_in.get(b, ())))
+                   for b, runs in sorted(by_split[split].items())]
+        buckets = [row for row in buckets if row[2] > 0]
+        total = sum(count for _, _, count in buckets)
         if not total:
             continue
-        nbytes = sum(size for _, runs in buckets for _, _, _, size in runs)
+        nbytes = sum(size for runs in by_split[split].values() for _, _, _, size in runs)
         n = num_shards_for(total, nbytes, config.num_shards, config.shard_bytes)
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
+        first_bucket, first_rank = 0, 0   # the first bucket that ends after this shard's lo
         for i in range(n):
             lo, hi = i * total // n, (i + 1) * total // n
-            segments = tuple(
-                Segment(b, tuple(sorted((p, f, c) for p, f, c, _ in runs)),
-                        max(lo - first, 0), min(hi - first, count))
-                for (b, runs), first, count in zip(buckets, starts, counts)
-                if first < hi and first + count > lo)
-            overlapping = {s.bucket for s in segments}
-            tasks.append(ShardTask(split, i, n, segments, frozenset(
-                k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+            while first_rank + buckets[first_bucket][2] <= lo:
+                first_rank += buckets[first_bucket][2]
+                first_bucket += 1
+            segments, keys = [], []
+            at, rank = first_bucket, first_rank
+            while at < len(buckets) and rank < hi:
+                bucket, runs, count = buckets[at]
+                segments.append(Segment(bucket, runs, max(lo - rank, 0), min(hi - rank, count)))
+                keys += dropped_in.get(bucket, ())
+                rank += count
+                at += 1
+            tasks.append(ShardTask(split, i, n, tuple(segments), frozenset(keys)))
     return tasks
 
 
@@ -231,19 +254,6 @@ def _segment_records(segment: Segment, dropped: frozenset, num_buckets: int
                            for path, first, count in segment.runs))
     kept = (record for record in merged if _key(record) not in dropped)
     yield from itertools.islice(kept, segment.lo, segment.hi)
-
-
-def _allow_open_files(wanted: int) -> None:
-    """Raise this process's soft limit of open files when a merge needs more (a spill run
-    per 32 MB of a local run's windows: 3,200 at 100 GB, over the usual 1,024)."""
-    try:
-        import resource
-    except ImportError:  # not on POSIX
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (
-            wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))
 
 
 def _counted(records: Iterator[bytes]) -> Iterator[bytes]:
@@ -316,7 +326,7 @@ class WriteShuffledShards(beam.PTransform):
                         (e.split, bucket_of(e.key, config.num_buckets)),
                         e.key.to_bytes(_KEY_BYTES, "big") + e.example))
                     | "GroupBuckets" >> beam.GroupByKey()
-                    | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp)))
+                    | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
         return (
             runs
             | "GatherRuns" >> beam.combiners.ToList()

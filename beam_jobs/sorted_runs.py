@@ -9,11 +9,17 @@ TFRecord framing (so every record is CRC-checked when read back), then the index
 so a reader finds records [i, j) with two small reads at the end of the file and then
 reads exactly their bytes: a shard task streams the slice it needs, never loads a bucket,
 and reads no byte it does not write.
+
+`sort_bounded` sorts any number of records in about a given budget of memory: it spills
+sorted chunks to run files on the machine's local disk and merges them as streams.
 """
 from __future__ import annotations
 
+import heapq
+import os
 import struct
-from typing import Iterable, Iterator, NamedTuple
+import tempfile
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -73,3 +79,43 @@ def read_run(path: str, start: int, stop: int) -> Iterator[bytes]:
             if record is None or isinstance(record, Lost):  # a temp file of this run:
                 raise OSError(f"{path}: {record.reason if record else 'ends early'}")
             yield record
+
+
+def sort_bounded(records: Iterable[bytes], budget: int,
+                 sorting: Callable[[int], None] = lambda nbytes: None) -> Iterator[bytes]:
+    """`records` in sorted order, never holding much more than `budget` bytes of them:
+    sorted in memory when they fit; else sorted `budget` at a time, each chunk written as
+    a run file to this machine's local disk (a temp directory, removed when the
+    iterator ends or is closed), and the chunks merged as streams (heapq.merge, one
+    record and one open file per chunk). `sorting(nbytes)` is told each in-memory sort's
+    bytes."""
+    chunk: list[bytes] = []
+    held = 0
+    with tempfile.TemporaryDirectory(prefix="sort-") as local:
+        spilled: list[tuple[str, int]] = []
+        for record in records:
+            chunk.append(record)
+            held += len(record)
+            if held >= budget:
+                sorting(held)
+                chunk.sort()
+                path = os.path.join(local, f"{len(spilled)}.run")
+                spilled.append((path, write_run(path, chunk).records))
+                chunk, held = [], 0
+        sorting(held)
+        chunk.sort()
+        allow_open_files(len(spilled) + 64)
+        yield from heapq.merge(chunk, *(read_run(path, 0, count) for path, count in spilled))
+
+
+def allow_open_files(wanted: int) -> None:
+    """Raise this process's soft limit of open files when a merge needs more (a spill run
+    per 32 MB of a local run's windows: 3,200 at 100 GB, over the usual 1,024)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (
+            wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard))

@@ -19,14 +19,21 @@
    of --buckets_mb on the emulator, in group mode (one sorted file per bucket: streamed)
    and spill mode (each bucket in two runs: sorted in memory), its peak RSS above the
    interpreter's after imports.
-3. Estimated: requests of each kind per temp object, fitted to part 1's group-mode runs
-   (least squares), applied with the default sizes to the fire videos (5 GB of JPEG
-   windows), 2 TB and 20 TB of latent windows on 100 workers. Upload requests are not
-   scaled by part 1 (Beam uploads in 16 MB chunks whatever the object size), so they are
-   counted from the object sizes: ceil(size / 16 MB) per object. Shards and index files
-   are counted from the data's size: one shard per 200 MB, one index object beside each
-   (8 bytes per window plus 8), each written with one create and its uploads; the fit
-   of creates per temp object leaves the measured shard and index creates out.
+3. Estimated, for `--shuffle group` with the defaults on 100 workers: the fire videos
+   (5 GB of JPEG windows), and 2 TB and 20 TB of latent INPUT at window 100 / stride 50
+   (the windows' bytes are the input's times the output-per-input ratio part 1 measured:
+   overlapping windows store each frame about twice). Objects are counted from the data's
+   size: one temp object per bucket, one shard per 200 MB (at most 99,999 a split), one
+   index object beside each shard. Creates are one per object; uploads ceil(size / 16 MB)
+   per object (Beam uploads in 16 MB chunks); deletes one batch request per 100 temp
+   objects (the deletion lists the prefix, one list request per 1,000 objects, and
+   deletes in batches of 100, as FACTS.md measured); reads and metadata gets per temp
+   object fitted to part 1's group-mode runs (least squares). Bytes: group mode writes
+   the windows twice (the bucket files, then the shards) and reads them back once,
+   besides reading the input. Costs at the list prices below; Dataflow Shuffle carries
+   the windows once.
+4. Measured: plan_shards on synthetic rows (one run file per bucket, as group mode
+   gives) for the bucket count of each size, 10,000 dropped keys, timed once.
 """
 from __future__ import annotations
 
@@ -55,21 +62,34 @@ BEAM_UPLOAD_CHUNK = 16 * MB      # Beam's GCS writer uploads in chunks of this s
 VIDEO_OUTPUT_BYTES = 16 * (100 * 200 * 4 + 200)      # 16 windows of 100 x 200 float32
 DEFAULTS = {"bucket": 128 * MB, "spill": 32 * MB, "shard": 200 * MB}
 WORKERS = 100
-# Assumptions for the estimates (GCS standard storage list prices; typical latencies).
-CLASS_A_PER_1000 = 0.005     # $ per 1,000 object writes and lists
-CLASS_B_PER_1000 = 0.0004    # $ per 1,000 object reads and metadata gets
+# List prices assumed (USD, us-central1; GCS's as cloud.google.com/storage/pricing lists
+# them, checked 2026-12-01; Dataflow Shuffle's from cloud.google.com/dataflow/pricing, not
+# re-checked): GCS Standard class A operations (object inserts, each upload request
+# counted as one, and lists) $0.005 per 1,000; class B (object gets and metadata) $0.0004
+# per 1,000; deletes are free operations; network between a bucket and workers in the
+# same region is free. Dataflow Shuffle (batch) $0.011 per GB of shuffle data processed,
+# before its tiered discounts on the first 5 TB of a job (so an upper bound). Latencies
+# are typical, not measured.
+CLASS_A_PER_1000 = 0.005
+CLASS_B_PER_1000 = 0.0004
+SHUFFLE_PER_GB = 0.011
+DELETE_BATCH = 100           # deletes per batch request (Beam's GCS filesystem)
+LIST_PAGE = 1000             # objects per list request
 LATENCY_S = {"create": 0.05, "upload": 0.05, "read": 0.03, "metadata": 0.02,
              "list": 0.05, "batch": 0.2, "delete": 0.03}
 TARGETS = {"temp objects at 2 TB": 20_000, "delete requests per 100 objects": 1.0,
            "shard-task MB": 256, "bytes read per byte written": 1.1}
-SIZES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 5e9,
-         "2 TB of latent windows": 2e12, "20 TB of latent windows": 20e12}
+# name -> (input bytes, or None where only the windows' bytes are known; windows' bytes
+# when no input is given). Latent input: 832 x 200 float32 per video, windows of 100
+# every 50 (part 1's data, whose output-per-input ratio scales it).
+SIZES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": (None, 5e9),
+         "2 TB of latent input": (2e12, None), "20 TB of latent input": (20e12, None)}
 # Bytes of one stored window with its TFRecord framing, for the index sizes: the fire
 # videos' windows hold 32 JPEG frames of 270x480 (about 20 KB each); latent windows are
 # 100 x 200 float32 with their mask, as in part 1.
 WINDOW_BYTES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 32 * 20_000,
-                "2 TB of latent windows": VIDEO_OUTPUT_BYTES // 16,
-                "20 TB of latent windows": VIDEO_OUTPUT_BYTES // 16}
+                "2 TB of latent input": VIDEO_OUTPUT_BYTES // 16,
+                "20 TB of latent input": VIDEO_OUTPUT_BYTES // 16}
 INDEX_ENTRY = 8                  # one little-endian uint64 per record, then the length
 _index_uploads = [0]
 
@@ -141,7 +161,9 @@ def measure_job(sizes: list[int], work_dir: str) -> list[dict]:
         for mode in ("spill", "group"):
             row = _run_job(os.path.join(inputs, "*.tfrecord"), f"gs://bkt/out-{mode}-{videos}",
                            mode)
-            row.update(videos=videos, output_mb=round(videos * VIDEO_OUTPUT_BYTES / MB, 1))
+            row.update(videos=videos, output_mb=round(videos * VIDEO_OUTPUT_BYTES / MB, 1),
+                       input_bytes=sum(os.path.getsize(os.path.join(inputs, name))
+                                       for name in os.listdir(inputs)))
             row["read_per_written"] = round(row["temp_bytes_read"]
                                             / max(1, row["shard_bytes_written"]), 3)
             rows.append(row)
@@ -227,54 +249,79 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-REQUEST_KINDS = ("create", "upload", "read", "metadata", "list", "batch", "delete")
+def measure_plan(buckets: int, window_bytes: int, dropped: int = 10_000) -> float:
+    """Seconds plan_shards takes for `buckets` group-mode buckets of the default size."""
+    from beam_jobs.shard_writer import RunFile, ShardConfig, plan_shards
+
+    per_bucket = DEFAULTS["bucket"] / 1.1
+    runs = [RunFile("train", f"gs://bkt/run/buckets/train-{b:07d}.run",
+                    ((b, 0, int(per_bucket // window_bytes), int(per_bucket)),))
+            for b in range(buckets)]
+    keys = frozenset((i * 0x9E3779B97F4A7C15) % 2**64 for i in range(dropped))
+    start = time.perf_counter()
+    plan_shards(runs, ShardConfig(("train",), num_buckets=buckets), {"train": keys})
+    return time.perf_counter() - start
 
 
 def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
-    """Requests per temp object, fitted on the group-mode runs, applied at the defaults."""
+    """Objects, requests, bytes and costs of `--shuffle group` at the defaults."""
+    from beam_jobs.shard_writer import num_shards_for
+
     group = [r for r in job_rows if r["mode"] == "group"]
     per_object = {}
-    for kind in REQUEST_KINDS:
-        ys = [r["requests"].get(kind, 0) for r in group]
-        if kind == "create":   # shards and index objects are counted from the data's size
-            ys = [y - r["shard_objects"] - r["index_objects"] for y, r in zip(ys, group)]
-        a, b = _fit([r["temp_files"] for r in group], ys)
+    for kind in ("read", "metadata", "list"):
+        a, b = _fit([r["temp_files"] for r in group], [r["requests"].get(kind, 0) for r in group])
         per_object[kind] = {"fixed": round(a, 2), "per_temp_object": round(b, 4)}
     largest = max(group, key=lambda r: r["temp_files"])
-    batches_per_100 = 100 * largest["requests"].get("batch", 0) / max(
-        1, largest["requests"].get("objects_deleted", 0))
     read_ratio = largest["requests"].get("bytes_read", 0) / max(1, largest["shard_bytes_written"])
+    output_per_input = largest["shard_bytes_written"] / largest["input_bytes"]
     task_mb = max(r["peak_mb"] for r in task_rows if r["mode"] == "group")
     table = {}
-    for name, nbytes in SIZES.items():
+    for name, (input_bytes, windows_bytes) in SIZES.items():
+        nbytes = windows_bytes or input_bytes * output_per_input
         buckets = math.ceil(1.1 * nbytes / DEFAULTS["bucket"])
-        shards = math.ceil(nbytes / DEFAULTS["shard"])
+        windows = round(nbytes / WINDOW_BYTES[name])
+        shards = num_shards_for(windows, nbytes, None, DEFAULTS["shard"])  # at most 99,999
         index_objects = shards                   # uncompressed shards, the default
-        index_bytes = INDEX_ENTRY * (round(nbytes / WINDOW_BYTES[name]) + shards)
+        index_bytes = INDEX_ENTRY * (windows + shards)
         index_chunks = shards * math.ceil(index_bytes / shards / BEAM_UPLOAD_CHUNK)
         requests = {k: max(0.0, v["fixed"] + v["per_temp_object"] * buckets)
                     for k, v in per_object.items()}
-        requests["create"] += shards + index_objects
+        requests["create"] = buckets + shards + index_objects
         requests["upload"] = (buckets * math.ceil(DEFAULTS["bucket"] / BEAM_UPLOAD_CHUNK)
-                              + shards * math.ceil(DEFAULTS["shard"] / BEAM_UPLOAD_CHUNK)
+                              + shards * math.ceil(nbytes / shards / BEAM_UPLOAD_CHUNK)
                               + index_chunks)
-        class_a = requests["create"] + requests["upload"] + requests["list"]  # an upper bound
+        requests["list"] += math.ceil(buckets / LIST_PAGE)
+        requests["delete batches"] = math.ceil(buckets / DELETE_BATCH)
+        class_a = requests["create"] + requests["upload"] + requests["list"]
         class_b = requests["read"] + requests["metadata"]
-        serial = sum(requests[k] * LATENCY_S[k] for k in requests)
+        serial = sum(n * LATENCY_S["batch" if k == "delete batches" else k]
+                     for k, n in requests.items())
+        written = 2 * nbytes + index_bytes       # bucket files, then shards and indexes
+        read = (input_bytes or 0) + read_ratio * nbytes
         table[name] = {
+            "input GB": round(input_bytes / 1e9) if input_bytes else None,
+            "windows GB": round(nbytes / 1e9),
             "temp objects (one per bucket)": buckets,
             "shards": shards,
             "index objects (one per shard)": index_objects,
             "index MB": round(index_bytes / MB, 1),
-            "requests (fitted per object; uploads from sizes)": {
-                k: round(v) for k, v in requests.items()},
-            "GCS operation cost $ (list prices)": round(
-                class_a / 1000 * CLASS_A_PER_1000 + class_b / 1000 * CLASS_B_PER_1000, 2),
+            "requests": {k: round(v) for k, v in requests.items()},
+            "GCS GB written": round(written / 1e9),
+            "GCS GB read": round(read / 1e9),
+            "GCS operations $": round(class_a / 1000 * CLASS_A_PER_1000
+                                      + class_b / 1000 * CLASS_B_PER_1000, 2),
+            "Dataflow Shuffle $": round(nbytes / 1e9 * SHUFFLE_PER_GB, 2),
             "request latency if serial, h": round(serial / 3600, 2),
             f"request latency on {WORKERS} workers, min": round(serial / WORKERS / 60, 1),
+            "plan_shards s": round(measure_plan(buckets, WINDOW_BYTES[name]), 2),
         }
+        print(json.dumps({name: table[name]}), flush=True)
     return {"per_object": per_object,
-            "measured": {"delete batch requests per 100 temp objects": round(batches_per_100, 2),
+            "prices": {"GCS class A per 1,000": CLASS_A_PER_1000,
+                       "GCS class B per 1,000": CLASS_B_PER_1000,
+                       "Dataflow Shuffle per GB": SHUFFLE_PER_GB},
+            "measured": {"windows bytes per input byte": round(output_per_input, 3),
                          "GCS bytes read per shard byte written": round(read_ratio, 3),
                          "shard-task peak MB (group)": round(task_mb, 1),
                          "index objects per shard": round(

@@ -11,7 +11,8 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_jobs import make_shards
-from conftest import assert_verified, random_videos, read_dataset_json, run_job, write_videos
+from conftest import (assert_verified, random_videos, read_dataset_json, run_job, solid_frames,
+                      write_frame_folder, write_manifest, write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,3 +122,50 @@ def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
     assert all("windows" in l and "frames/s" in l for l in progress)
     table = result.stderr[result.stderr.index("split  videos"):]
     assert all(word in table for word in ("train", "val", "frames/s"))
+
+
+def test_spill_on_a_distributed_runner_is_refused_in_one_line(tmp_path, latents, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        make_shards.run(["--input", latents, "--output_dir", str(tmp_path / "out"),
+                         "--window", "8", "--shuffle", "spill", "--runner", "DataflowRunner",
+                         "--project", "test-project", "--region", "us-central1",
+                         "--temp_location", "gs://test-bucket/tmp"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "--shuffle spill" in line and "DataflowRunner" in line and "Traceback" not in line
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_group_on_a_local_runner_says_how_much_memory_it_needs(tmp_path, latents, caplog):
+    run_job(latents, tmp_path / "out", *FLAGS, "--shuffle", "group")
+    (line,) = [r.getMessage() for r in caplog.records if "--shuffle group" in r.getMessage()]
+    assert "FnApiRunner" in line and "GB" in line and "\n" not in line
+    caplog.clear()
+    run_job(latents, tmp_path / "spill", *FLAGS, "--shuffle", "spill")
+    assert not [r for r in caplog.records if "--shuffle group" in r.getMessage()]
+
+
+def _dry_run_graph_bytes(manifest) -> int:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        result = make_shards.run([
+            "--input", str(manifest), "--output_dir", "gs://test-bucket/out", "--window", "2",
+            "--runner", "DataflowRunner", "--dry_run=True", "--project", "test-project",
+            "--region", "us-central1", "--temp_location", "gs://test-bucket/tmp",
+            "--setup_file", "./setup.py"])
+    finally:
+        os.chdir(cwd)
+    return result.job.proto_pipeline.ByteSize()
+
+
+def test_the_job_graph_does_not_grow_with_the_manifest(tmp_path):
+    """Dataflow limits a job graph to about 20 MB: manifest rows are read in the pipeline,
+    not embedded in it (about 630 bytes a row would reach the limit at ~30,000 rows)."""
+    write_frame_folder(tmp_path / "f", solid_frames(3, size=(8, 8)))
+    sizes = []
+    for rows in (1_000, 50_000):
+        manifest = write_manifest(tmp_path / f"m{rows}.jsonl", [
+            {"video_id": f"video-{i:06d}", "frames": "f"} for i in range(rows)])
+        sizes.append(_dry_run_graph_bytes(manifest))
+    assert sizes[1] <= 1.2 * sizes[0], sizes

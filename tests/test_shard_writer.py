@@ -1,4 +1,5 @@
 """The shuffled shard writer as a Beam transform, on Beam's TestPipeline, in both modes."""
+import collections
 import os
 
 import apache_beam as beam
@@ -10,8 +11,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_jobs.cut import CutWindows, KeyedExample, VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
-from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, WriteShuffledShards,
-                                    bucket_of, plan_shards)
+from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, ShardTask,
+                                    WriteShuffledShards, bucket_of, num_shards_for, plan_shards)
 from beam_jobs.sorted_runs import read_run, write_run
 from beam_jobs.sources.latents import LatentVideo
 from readers import format as data_format
@@ -120,3 +121,55 @@ def test_cut_windows_keys_and_counts():
             lambda e: tf.train.Example.FromString(e.example).features.feature["start"]
             .int64_list.value[0])
         assert_that(starts, equal_to([0, 3, 6]), label="Starts")
+
+
+def _reference_plan(run_files, config, dropped):
+    """plan_shards by definition: every record's rank, then each shard's slice of them."""
+    tasks = []
+    for split in config.splits:
+        per_bucket = collections.defaultdict(list)
+        for run in run_files:
+            if run.split == split:
+                for bucket, first, count, _ in run.buckets:
+                    per_bucket[bucket].append((run.path, first, count))
+        drop = dropped.get(split, frozenset())
+        kept = {b: sum(c for _, _, c in runs)
+                - sum(bucket_of(k, config.num_buckets) == b for k in drop)
+                for b, runs in per_bucket.items()}
+        ranks = [b for b in sorted(kept) for _ in range(kept[b])]   # the bucket of each rank
+        if not ranks:
+            continue
+        nbytes = sum(s for run in run_files if run.split == split for *_, s in run.buckets)
+        n = num_shards_for(len(ranks), nbytes, config.num_shards, config.shard_bytes)
+        start = {b: ranks.index(b) for b in kept if kept[b] > 0}
+        for i in range(n):
+            lo, hi = i * len(ranks) // n, (i + 1) * len(ranks) // n
+            overlapping = sorted(set(ranks[lo:hi]))
+            tasks.append(ShardTask(split, i, n, tuple(
+                Segment(b, tuple(sorted(per_bucket[b])), max(lo - start[b], 0),
+                        min(hi - start[b], kept[b])) for b in overlapping),
+                frozenset(k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+    return tasks
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_matches_the_reference_on_random_runs(seed):
+    rng = np.random.default_rng(seed)
+    num_buckets = int(rng.integers(1, 12))
+    runs, keys = [], collections.defaultdict(list)
+    for r in range(int(rng.integers(1, 5))):
+        for split in ("train", "val"):
+            rows, at = [], 0
+            for b in sorted(rng.choice(num_buckets, int(rng.integers(0, num_buckets + 1)),
+                                       replace=False)):
+                count = int(rng.integers(1, 6))
+                low = -(-(int(b) << 64) // num_buckets)
+                keys[split] += [low + int(rng.integers(0, 2**40)) for _ in range(count)]
+                rows.append((int(b), at, count, 10 * count))
+                at += count
+            runs.append(RunFile(split, f"{split}-r{r}", tuple(rows)))
+    dropped = {split: frozenset(ks[j] for j in rng.permutation(len(ks))[
+        :int(rng.integers(0, len(ks) + 1))]) for split, ks in keys.items()}
+    config = ShardConfig(("train", "val"), num_shards=int(rng.integers(1, 9)) if seed % 2 else
+                         None, shard_bytes=int(rng.integers(5, 60)), num_buckets=num_buckets)
+    assert plan_shards(runs, config, dropped) == _reference_plan(runs, config, dropped)

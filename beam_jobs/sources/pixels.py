@@ -205,25 +205,51 @@ def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 2
     return len(entries) * (sum(counts) / len(counts) if counts else 1.0)
 
 
-class ReadPixelVideos(beam.PTransform):
-    """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows)."""
+class _ReadManifest(beam.DoFn):
+    """A manifest's path -> a PixelVideo per row that is a video, and a failure row
+    (tagged "failures") per row that is not."""
 
-    def __init__(self, entries: list[VideoEntry], fmt: PixelFormat, failures: list[dict]):
+    def __init__(self, fmt: PixelFormat, splits: tuple[str, ...]):
+        self._fmt, self._splits = fmt, splits
+
+    def process(self, path: str):
+        entries, failures = read_manifest(path, self._splits)
+        for entry in entries:
+            yield PixelVideo(entry, self._fmt)
+        for row in failures:
+            yield beam.pvalue.TaggedOutput("failures", row)
+
+
+class ReadPixelVideos(beam.PTransform):
+    """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows).
+
+    The job graph holds the input paths, not the rows: manifests are read inside the
+    pipeline (a job of 50,000 rows submits the graph of one of 1,000), then their videos
+    are spread over the workers."""
+
+    def __init__(self, config: JobConfig, fmt: PixelFormat):
         super().__init__()
-        self._entries, self._fmt, self._failures = entries, fmt, failures
+        self._kind, self._root = config.input_kind, config.input_root
+        self._paths = [path for path, _ in config.input_files]
+        self._splits, self._fmt = tuple(config.splits), fmt
 
     def expand(self, pipeline):
-        videos = pipeline | "ListVideos" >> beam.Create(
-            [PixelVideo(e, self._fmt) for e in self._entries])
-        failures = pipeline | "ManifestFailures" >> beam.Create(self._failures)
-        return videos, failures
+        inputs = pipeline | "ListInputs" >> beam.Create(self._paths)
+        if self._kind == "videos":
+            root, fmt = self._root, self._fmt
+            videos = inputs | "VideoFiles" >> beam.Map(
+                lambda path: PixelVideo(video_file_entries([path], root)[0], fmt))
+            return videos, pipeline | "ManifestFailures" >> beam.Create([])
+        read = inputs | "ReadManifests" >> beam.ParDo(
+            _ReadManifest(self._fmt, self._splits)).with_outputs("failures", main="videos")
+        return read.videos | "SpreadVideos" >> beam.Reshuffle(), read.failures
 
 
 def build_source(config: JobConfig) -> Source:
     """Manifests or video files: labels, metadata and the frame size are those the
     first entries declare or hold (probe_pixel_format); with an encoder, windows hold
     its latents and the encoder is loaded once here (probe_encoder)."""
-    entries, failures = _entries(config)
+    entries = _entries(config)
     # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
     encoding = "raw" if config.encodes_frames else config.frame_encoding
     codec = media.FrameCodec(config.frame_size or (0, 0), config.channels, encoding,
@@ -257,25 +283,24 @@ def build_source(config: JobConfig) -> Source:
     # encode and run the model, and threads share one process (no second start-up,
     # memory:// paths work).
     return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
-                  ReadPixelVideos(entries, fmt, failures),
+                  ReadPixelVideos(config, fmt),
                   estimate_frames(entries, fmt) * frame_bytes, "multi_threading",
                   pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
                   frame=frame, labels=labels)
 
 
-def _entries(config: JobConfig) -> tuple[list[VideoEntry], list[dict]]:
-    """The videos of the manifests (and their rows' failures), or the video files."""
+def _entries(config: JobConfig) -> list[VideoEntry]:
+    """The videos of the manifests, or the video files, for probing and sizing on the
+    launcher (the pipeline reads them again, in ReadPixelVideos)."""
     if config.input_kind == "videos":
-        return video_file_entries([p for p, _ in config.input_files], config.input_root), []
-    entries, failures = [], []
+        return video_file_entries([p for p, _ in config.input_files], config.input_root)
+    entries = []
     for path, _ in config.input_files:
         try:
-            more, bad = read_manifest(path, config.splits)
+            entries += read_manifest(path, config.splits)[0]
         except ManifestError as e:
             raise SourceError(f"--input: {e}") from None
-        entries += more
-        failures += bad
-    return entries, failures
+    return entries
 
 
 def probe_encoder(config: JobConfig, frame_shape: tuple[int, int, int]) -> EncoderSpec:
