@@ -148,7 +148,8 @@ class _CutVideo(beam.DoFn):
         self._progress_config = progress_config
         self._allow_nonfinite = allow_nonfinite
         self._counters = {name: progress.counter(name) for name in
-                          ("videos_too_short", "windows", "frames", "bad_frames")}
+                          ("videos_too_short", "windows", "frames", "bad_frames",
+                           "windows_abandoned")}
 
     def setup(self):
         c = self._progress_config
@@ -175,6 +176,7 @@ class _CutVideo(beam.DoFn):
             yield beam.pvalue.TaggedOutput(FAILURES, failure(
                 video.source, video.record_index, video.video_id, str(e)))
             if cut.keys:
+                self._counters["windows_abandoned"].inc(len(cut.keys))
                 yield beam.pvalue.TaggedOutput(_ABANDONED, Abandoned(
                     split, video.video_id, tuple(cut.keys)))
             return
