@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 
-from job_versions import HEAD, code_of, run_job
+from job_versions import HEAD, compare, peak_table
 from pixel_sample import frame_paths, write_frame_manifest
 
 LENGTHS = (1, 10)
@@ -59,33 +58,16 @@ def main() -> None:
     args, job_flags = parser.parse_known_args()
 
     versions = [HEAD] + ([args.baseline] if args.baseline else [])
-    runs: dict[str, dict[str, list]] = {v: {f"{s}x": [] for s in LENGTHS} for v in versions}
     with tempfile.TemporaryDirectory() as temp_dir:
         work_dir = args.work_dir or temp_dir
-        manifests = _manifests(work_dir, args.frames)
-        for r in range(args.repeats):
-            for version in versions:
-                code = code_of(version, work_dir)
-                for length, manifest in manifests.items():
-                    result = run_job(code, [
-                        "--input", manifest, "--output_dir", os.path.join(work_dir, f"out-{length}"),
-                        "--window", "8", "--stride", "4", "--frame_encoding", "raw",
-                        "--frame_size", "270x480", *job_flags],
-                        os.path.join(work_dir, f"job-{version}-{length}-{r}.log"))
-                    result.pop("output")
-                    print(f"{version:8s} {length:>3s} run {r + 1}: peak {result['peak_mb']:7.0f} MB, "
-                          f"wall {result['wall_s']:6.1f} s", flush=True)
-                    runs[version][length].append(result)
-
-    peaks = {v: {length: statistics.median(r["peak_mb"] for r in rs)
-                 for length, rs in by_length.items()} for v, by_length in runs.items()}
+        jobs = {length: ["--input", manifest, "--output_dir",
+                         os.path.join(work_dir, f"out-{length}"), "--window", "8",
+                         "--stride", "4", "--frame_encoding", "raw", "--frame_size",
+                         "270x480", *job_flags]
+                for length, manifest in _manifests(work_dir, args.frames).items()}
+        runs = compare(versions, jobs, work_dir, args.repeats)
     print(f"\njob flags: {' '.join(job_flags) or '(none)'}; frames at 1x: {args.frames}")
-    print(f"{'code':10s} {'1x peak MB':>11s} {'10x peak MB':>12s} {'10x/1x':>7s}")
-    for v, p in peaks.items():
-        ratio = p["10x"] / p["1x"]
-        verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
-        print(f"{v:10s} {p['1x']:11.0f} {p['10x']:12.0f} {ratio:7.2f}  "
-              f"(target <= {TARGET_RATIO}: {verdict})")
+    peaks = peak_table(runs, "1x", "10x", TARGET_RATIO)
     with open(args.json, "w") as f:
         json.dump({"config": {"frames_1x": args.frames, "repeats": args.repeats,
                               "job_flags": job_flags, "cpus": os.cpu_count()},

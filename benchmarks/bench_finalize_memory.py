@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 
-from job_versions import HEAD, code_of, run_job
+from job_versions import HEAD, compare, peak_table
 
 from beam_jobs.sample import write_latent_sample
 
@@ -47,35 +46,20 @@ def main() -> None:
     args, job_flags = parser.parse_known_args()
 
     versions = [HEAD] + ([args.baseline] if args.baseline else [])
-    runs: dict[str, dict[str, list]] = {v: {f"{s}x": [] for s in SCALES} for v in versions}
     with tempfile.TemporaryDirectory() as temp_dir:
         work_dir = args.work_dir or temp_dir
+        jobs = {}
         for s in SCALES:
             write_latent_sample(os.path.join(work_dir, f"latents-{s}x"), videos=s * args.videos,
                                 files=s * FILES_PER_SCALE, dim=DIM, frames=(FRAMES, FRAMES + 1))
-        for r in range(args.repeats):
-            for version in versions:
-                code = code_of(version, work_dir)
-                for s in SCALES:
-                    result = run_job(code, [
-                        "--input", os.path.join(work_dir, f"latents-{s}x", "*.tfrecord"),
-                        "--output_dir", os.path.join(work_dir, f"out-{s}x"),
-                        "--window", "100", "--stride", "50", "--splits", "train=0.9,test=0.1",
-                        *job_flags], os.path.join(work_dir, f"job-{version}-{s}x-{r}.log"))
-                    result.pop("output")
-                    print(f"{version:8s} {s}x run {r + 1}: peak {result['peak_mb']:7.0f} MB, "
-                          f"wall {result['wall_s']:6.1f} s", flush=True)
-                    runs[version][f"{s}x"].append(result)
-
-    peaks = {v: {scale: statistics.median(r["peak_mb"] for r in rs)
-                 for scale, rs in by_scale.items()} for v, by_scale in runs.items()}
+            jobs[f"{s}x"] = [
+                "--input", os.path.join(work_dir, f"latents-{s}x", "*.tfrecord"),
+                "--output_dir", os.path.join(work_dir, f"out-{s}x"),
+                "--window", "100", "--stride", "50", "--splits", "train=0.9,test=0.1",
+                *job_flags]
+        runs = compare(versions, jobs, work_dir, args.repeats)
     print(f"\njob flags: {' '.join(job_flags) or '(none)'}; videos at 1x: {args.videos}")
-    print(f"{'code':10s} {'1x peak MB':>11s} {'4x peak MB':>11s} {'4x/1x':>6s}")
-    for v, p in peaks.items():
-        ratio = p["4x"] / p["1x"]
-        verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
-        print(f"{v:10s} {p['1x']:11.0f} {p['4x']:11.0f} {ratio:6.2f}  "
-              f"(target <= {TARGET_RATIO}: {verdict})")
+    peaks = peak_table(runs, "1x", "4x", TARGET_RATIO)
     with open(args.json, "w") as f:
         json.dump({"config": {"videos_1x": args.videos, "repeats": args.repeats,
                               "frames": FRAMES, "dim": DIM, "job_flags": job_flags,

@@ -4,6 +4,7 @@ against the code before a change (not a benchmark)."""
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 
@@ -32,3 +33,35 @@ def run_job(code_dir: str, argv: list[str], log_path: str) -> dict:
     os.environ["PYTHONPATH"] = code_dir   # what any worker process imports, too
     return run_tree([sys.executable, "-m", "beam_jobs.make_shards", *argv, "--overwrite"],
                     log_path, cwd=code_dir)
+
+
+def compare(versions: list[str], jobs: dict[str, list[str]], work_dir: str,
+            repeats: int) -> dict[str, dict[str, list[dict]]]:
+    """Run each job (label -> argv) with each code version, in turns: --repeats rounds,
+    in each every version runs every job; {version: {label: [run_tree's figures]}}."""
+    runs = {v: {label: [] for label in jobs} for v in versions}
+    for r in range(repeats):
+        for version in versions:
+            code = code_of(version, work_dir)
+            for label, argv in jobs.items():
+                result = run_job(code, argv, os.path.join(work_dir, f"job-{version}-{label}-{r}.log"))
+                result.pop("output")
+                print(f"{version:8s} {label:>4s} run {r + 1}: peak {result['peak_mb']:7.0f} MB, "
+                      f"wall {result['wall_s']:6.1f} s", flush=True)
+                runs[version][label].append(result)
+    return runs
+
+
+def peak_table(runs: dict[str, dict[str, list[dict]]], small: str, large: str,
+               target: float) -> dict[str, dict[str, float]]:
+    """Print each version's median peak at `small` and `large` and their ratio against
+    `target`; return the medians."""
+    peaks = {v: {label: statistics.median(r["peak_mb"] for r in rs)
+                 for label, rs in by_label.items()} for v, by_label in runs.items()}
+    print(f"{'code':10s} {small + ' peak MB':>12s} {large + ' peak MB':>12s} "
+          f"{large + '/' + small:>7s}")
+    for v, p in peaks.items():
+        ratio = p[large] / p[small]
+        print(f"{v:10s} {p[small]:12.0f} {p[large]:12.0f} {ratio:7.2f}  (target <= {target}: "
+              f"{'met' if ratio <= target else 'MISSED'})")
+    return peaks
