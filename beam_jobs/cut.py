@@ -92,7 +92,8 @@ class ProgressConfig:
 
 @dataclasses.dataclass
 class _Cut:
-    """What one video gave so far: its windows' keys, frames read, bad frames."""
+    """What one video gave so far: its windows' keys, frames read, bad frames (index,
+    where, reason)."""
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
@@ -185,22 +186,22 @@ class _CutVideo(beam.DoFn):
         for name, value in (("videos_too_short", not windows_cut), ("windows", windows_cut),
                             ("frames", cut.frames), ("bad_frames", len(cut.bad))):
             self._counters[name].inc(int(value))
-        for index, frame in cut.bad:
+        for index, where, reason in cut.bad:
             yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
                 "video_id": video.video_id, "source": video.source, "frame": index,
-                "where": frame.where, "reason": frame.reason})
+                "where": where, "reason": reason})
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, video.source,
             video.record_index, info.get("source_fps"), info.get("encoder_device")))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames
-        (index, Frame) as they are read, `info` what the source tells of itself (a video
+        (index, where, reason: not their pixels) as they are read, `info` what the source tells of itself (a video
         file's frame rate)."""
         def counted(frames):
             for cut.frames, frame in enumerate(frames, start=1):
                 if not frame.valid:
-                    cut.bad.append((cut.frames - 1, frame))
+                    cut.bad.append((cut.frames - 1, frame.where, frame.reason))
                 yield frame
 
         frames = counted(video.frames(info))
