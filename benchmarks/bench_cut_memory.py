@@ -18,12 +18,11 @@ shows the median peak per version and length and the ratio 10x / 1x (target: fla
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 
-from job_versions import HEAD, compare, peak_table
+from job_versions import compare, parser_with_versions, peak_table, versions_of
 from pixel_sample import frame_paths, write_frame_manifest
 
 LENGTHS = (1, 10)
@@ -46,18 +45,10 @@ def _manifests(work_dir: str, frames: int) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Other flags are passed to the job.")
+    parser = parser_with_versions(__doc__)
     parser.add_argument("--frames", type=int, default=100, help="the video's frames at 1x")
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--baseline", default="f6c515c",
-                        help="the commit to compare with ('' for none)")
-    parser.add_argument("--json", required=True, help="where the results go")
-    parser.add_argument("--work_dir", default=None,
-                        help="where the data is written (default: a temp dir, removed after)")
     args, job_flags = parser.parse_known_args()
-
-    versions = [HEAD] + ([args.baseline] if args.baseline else [])
+    versions = versions_of(args)
     with tempfile.TemporaryDirectory() as temp_dir:
         work_dir = args.work_dir or temp_dir
         jobs = {length: ["--input", manifest, "--output_dir",

@@ -3,6 +3,7 @@ measured (benchmarks/process_tree.py): shared by the memory benchmarks that comp
 against the code before a change (not a benchmark)."""
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -65,3 +66,21 @@ def peak_table(runs: dict[str, dict[str, list[dict]]], small: str, large: str,
         print(f"{v:10s} {p[small]:12.0f} {p[large]:12.0f} {ratio:7.2f}  (target <= {target}: "
               f"{'met' if ratio <= target else 'MISSED'})")
     return peaks
+
+
+def parser_with_versions(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line with the flags these comparisons share: --repeats,
+    --baseline (the commit to compare with), --json and --work_dir."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     epilog="Other flags are passed to the job.")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--baseline", default="f6c515c",
+                        help="the commit to compare with ('' for none)")
+    parser.add_argument("--json", required=True, help="where the results go")
+    parser.add_argument("--work_dir", default=None,
+                        help="where the data is written (default: a temp dir, removed after)")
+    return parser
+
+
+def versions_of(args: argparse.Namespace) -> list[str]:
+    return [HEAD] + ([args.baseline] if args.baseline else [])
