@@ -8,7 +8,7 @@ sequences and decoded pixel videos both fit.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Iterator, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -21,6 +21,7 @@ from readers import format as data_format
 
 _VIDEO_COUNTS = "video_counts"
 _BAD_FRAMES = "bad_frames"
+_ABANDONED = "abandoned"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +75,28 @@ class VideoCount(NamedTuple):
         return row
 
 
+class Abandoned(NamedTuple):
+    """A video that failed after some of its windows were emitted: their keys, which the
+    shard writer must leave out."""
+    split: str
+    video_id: str
+    keys: tuple[int, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class ProgressConfig:
     total_videos: Optional[int] = None
     workers: int = 1
     interval: float = 10.0
+
+
+@dataclasses.dataclass
+class _Cut:
+    """What one video gave so far: its windows' keys, frames read, bad frames (index,
+    where, reason)."""
+    keys: list[int] = dataclasses.field(default_factory=list)
+    frames: int = 0
+    bad: list = dataclasses.field(default_factory=list)
 
 
 class CutOutputs(NamedTuple):
@@ -87,6 +105,7 @@ class CutOutputs(NamedTuple):
     videos: beam.PCollection       # VideoCount, one per video that was cut
     failures: beam.PCollection     # failure rows, one per unusable video
     bad_frames: beam.PCollection   # rows of bad_frames.jsonl
+    abandoned: beam.PCollection    # Abandoned, one per video that failed half-way
 
 
 class CutWindows(beam.PTransform):
@@ -102,17 +121,20 @@ class CutWindows(beam.PTransform):
 
     def expand(self, videos) -> CutOutputs:
         cut = videos | "Cut" >> beam.ParDo(self._cut).with_outputs(
-            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, main="examples")
-        return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES])
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, main="examples")
+        return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES],
+                          cut[_ABANDONED])
 
 
 class _CutVideo(beam.DoFn):
     """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
 
-    Frames stream through `windows.stream_windows` (at most L of them held), but a
-    video's examples are emitted only once its last frame is read: a video that fails
-    half-way (labels that do not match its frame count, a file that breaks) must not
-    leave half its windows in the dataset.
+    Frames stream through `windows.stream_windows` (at most L of them held) and each
+    window's example is emitted as soon as it is cut, so a long video never sits in
+    memory. A video that fails half-way (labels that do not match its frame count, a
+    file that breaks) has emitted some windows already: it gives, besides its failure
+    row, an `Abandoned` row with their keys, and the shard writer leaves them out as it
+    does the windows of duplicate ids.
     """
 
     def __init__(self, features: list[data_format.FeatureSpec], config: WindowConfig,
@@ -127,7 +149,8 @@ class _CutVideo(beam.DoFn):
         self._progress_config = progress_config
         self._allow_nonfinite = allow_nonfinite
         self._counters = {name: progress.counter(name) for name in
-                          ("videos_too_short", "windows", "frames", "bad_frames")}
+                          ("videos_too_short", "windows", "frames", "bad_frames",
+                           "windows_abandoned")}
 
     def setup(self):
         c = self._progress_config
@@ -144,36 +167,41 @@ class _CutVideo(beam.DoFn):
         self._progress.start()
         split = self._config.split_of(video)
         info: dict = {}
+        cut = _Cut()
         try:
-            examples, frames, bad_frames = self._cut(video, split, info)
+            for example in self._examples(video, split, info, cut):
+                cut.keys.append(example.key)
+                yield example
         except BadRecord as e:
             self._progress.add(failures=1)
             yield beam.pvalue.TaggedOutput(FAILURES, failure(
                 video.source, video.record_index, video.video_id, str(e)))
+            if cut.keys:
+                self._counters["windows_abandoned"].inc(len(cut.keys))
+                yield beam.pvalue.TaggedOutput(_ABANDONED, Abandoned(
+                    split, video.video_id, tuple(cut.keys)))
             return
-        yield from examples
-        self._progress.add(videos=1, frames=frames, windows=len(examples))
-        for name, value in (("videos_too_short", not examples), ("windows", len(examples)),
-                            ("frames", frames), ("bad_frames", len(bad_frames))):
+        windows_cut = len(cut.keys)
+        self._progress.add(videos=1, frames=cut.frames, windows=windows_cut)
+        for name, value in (("videos_too_short", not windows_cut), ("windows", windows_cut),
+                            ("frames", cut.frames), ("bad_frames", len(cut.bad))):
             self._counters[name].inc(int(value))
-        for index, frame in bad_frames:
+        for index, where, reason in cut.bad:
             yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
                 "video_id": video.video_id, "source": video.source, "frame": index,
-                "where": frame.where, "reason": frame.reason})
+                "where": where, "reason": reason})
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
-            split, len(examples), len(bad_frames), frames, video.video_id, video.source,
+            split, windows_cut, len(cut.bad), cut.frames, video.video_id, video.source,
             video.record_index, info.get("source_fps"), info.get("encoder_device")))
 
-    def _cut(self, video, split: str, info: dict) -> tuple[list[KeyedExample], int, list]:
-        """All the video's examples, its frame count, and its bad frames (index, Frame);
-        `info` gets what the source tells of itself (a video file's frame rate)."""
-        count, bad = 0, []
-
+    def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
+        """The video's examples, one at a time; `cut` gets its frame count and bad frames
+        (index, where, reason: not their pixels) as they are read, `info` what the source tells of itself (a video
+        file's frame rate)."""
         def counted(frames):
-            nonlocal count
-            for count, frame in enumerate(frames, start=1):
+            for cut.frames, frame in enumerate(frames, start=1):
                 if not frame.valid:
-                    bad.append((count - 1, frame))
+                    cut.bad.append((cut.frames - 1, frame.where, frame.reason))
                 yield frame
 
         frames = counted(video.frames(info))
@@ -182,15 +210,13 @@ class _CutVideo(beam.DoFn):
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
         video_id = video.video_id.encode("utf-8")
-        examples = []
         config = self._config
         for start, window in windows.stream_windows(frames, config.length, config.stride,
                                                     config.tail):
             values = self._window_values(window)
             values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
-            examples.append(KeyedExample(split, config.key(video.video_id, start),
-                                         data_format.encode_example(self._features, values)))
-        return examples, count, bad
+            yield KeyedExample(split, config.key(video.video_id, start),
+                               data_format.encode_example(self._features, values))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""

@@ -1,14 +1,20 @@
-"""Videos whose id comes more than once: no copy of them is used.
+"""Videos whose id comes more than once: no copy of them is used; and the window keys that
+the shard writer must leave out.
 
 Two videos with one id would share window keys and a split, and a reader could not tell
 them apart, so every copy is a failure. Duplicates are only known once every video is
 cut, which is after their windows entered the shuffle: their keys are handed to the
-shard writer as a side input (`DroppedKeys`), which leaves those windows out, and the
-last step reports each copy as a failure (`set_aside`).
+shard writer as a side input (`DroppedKeys`), which leaves those windows out, and each
+copy is reported as a failure. The windows that a video which failed half-way had
+already emitted (`Abandoned`) are left out the same way, and such a video counts as a
+copy of its id: its keys are those of any other video with that id.
+
+Nothing here gathers every video: ids are counted per key, only the ids that come more
+than once (and their copies) go on, and the side input holds only the keys to drop.
 """
 from __future__ import annotations
 
-import collections
+from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
@@ -16,55 +22,78 @@ from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.sources.base import failure
 
 
-def duplicate_videos(videos: list[VideoCount]) -> list[VideoCount]:
-    """The videos whose id came more than once, every copy of them."""
-    seen = collections.Counter(v.video_id for v in videos)
-    return [v for v in videos if seen[v.video_id] > 1]
+class Duplicates(NamedTuple):
+    """The PCollections that `FindDuplicates` gives."""
+    unique: beam.PCollection     # VideoCount of every video whose id came once
+    failures: beam.PCollection   # one failure row per copy of an id that came more than once
+    dropped: beam.PCollection    # one dict {split: frozenset of keys}: a singleton side input
 
 
-def dropped_keys(duplicates: list[VideoCount], config: WindowConfig
-                 ) -> dict[str, frozenset[int]]:
-    """Per split, the keys of the windows of duplicated videos: they are cut like any
-    video's (so the shuffle holds them), and left out when the shards are written."""
-    keys_by_split: dict[str, set[int]] = {}
-    for count in duplicates:
-        keys_by_split.setdefault(count.split, set()).update(
-            config.key(count.video_id, start) for start in config.starts(count.frames))
-    return {split: frozenset(k) for split, k in keys_by_split.items()}
+def copy_failures(video_id: str, copies: Iterable[VideoCount], times: int) -> list[dict]:
+    """One failure row per copy of a video id that came `times` times."""
+    copies = sorted(copies, key=lambda c: (c.source, -1 if c.record_index is None
+                                           else c.record_index))
+    where = "; ".join(f"{c.source}" + ("" if c.record_index is None else
+                                       f" #{c.record_index}") for c in copies[:4])
+    return [failure(c.source, c.record_index, video_id,
+                    f"the video id appears {times} times ({where}): no copy is used")
+            for c in copies]
 
 
-class DroppedKeys(beam.PTransform):
-    """The list of every video's `VideoCount` -> one dict, per split, of the window keys
-    that the shard writer must leave out (a singleton side input)."""
+class _MergeKeys(beam.CombineFn):
+    """(split, keys) rows -> {split: frozenset of keys}."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, accumulator: dict, row) -> dict:
+        split, keys = row
+        accumulator.setdefault(split, set()).update(keys)
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for accumulator in accumulators:
+            for split, keys in accumulator.items():
+                merged.setdefault(split, set()).update(keys)
+        return merged
+
+    def extract_output(self, accumulator: dict) -> dict[str, frozenset[int]]:
+        return {split: frozenset(keys) for split, keys in accumulator.items()}
+
+
+class FindDuplicates(beam.PTransform):
+    """(VideoCounts, Abandoned) -> `Duplicates`."""
 
     def __init__(self, config: WindowConfig):
         super().__init__()
         self._config = config
 
-    def expand(self, video_lists):
+    def expand(self, inputs) -> Duplicates:
+        videos, abandoned = inputs
         config = self._config
-        return video_lists | "KeysOfDuplicates" >> beam.Map(
-            lambda videos: dropped_keys(duplicate_videos(videos), config))
-
-
-def set_aside(videos: list[VideoCount]) -> tuple[list[VideoCount], list[dict]]:
-    """(the videos whose id came once, one failure row per copy of every other)."""
-    duplicates = duplicate_videos(videos)
-    duplicated = {v.video_id for v in duplicates}
-    return [v for v in videos if v.video_id not in duplicated], _failures(duplicates)
-
-
-def _failures(duplicates: list[VideoCount]) -> list[dict]:
-    """One failure row per occurrence of a video id that came more than once."""
-    by_id = collections.defaultdict(list)
-    for count in duplicates:
-        by_id[count.video_id].append(count)
-    rows = []
-    for video_id, counts in by_id.items():
-        where = "; ".join(f"{c.source}" + ("" if c.record_index is None else
-                                           f" #{c.record_index}") for c in counts[:4])
-        for c in counts:
-            rows.append(failure(c.source, c.record_index, video_id,
-                                f"the video id appears {len(counts)} times ({where}): "
-                                "no copy is used"))
-    return rows
+        repeated = (
+            (videos | "VideoIds" >> beam.Map(lambda v: v.video_id),
+             abandoned | "AbandonedIds" >> beam.Map(lambda a: a.video_id))
+            | "AllIds" >> beam.Flatten()
+            | "CountIds" >> beam.combiners.Count.PerElement()
+            | "Repeated" >> beam.Filter(lambda id_count: id_count[1] > 1))
+        parted = videos | "SetAside" >> beam.FlatMap(
+            lambda v, times: [beam.pvalue.TaggedOutput("copies", v) if v.video_id in times
+                              else v], beam.pvalue.AsDict(repeated)).with_outputs(
+                                  "copies", main="unique")
+        copies = parted.copies
+        failures = (copies
+                    | "KeyCopies" >> beam.Map(lambda v: (v.video_id, v))
+                    | "GroupCopies" >> beam.GroupByKey()
+                    | "CopyFailures" >> beam.FlatMap(
+                        lambda group, times: copy_failures(group[0], group[1],
+                                                           times[group[0]]),
+                        beam.pvalue.AsDict(repeated)))
+        dropped = (
+            (copies | "KeysOfCopies" >> beam.Map(lambda v: (v.split, [
+                config.key(v.video_id, start) for start in config.starts(v.frames)])),
+             abandoned | "KeysOfAbandoned" >> beam.Map(lambda a: (a.split, a.keys)))
+            | "AllDropped" >> beam.Flatten()
+            | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()))
+        return Duplicates(parted.unique, failures, dropped)

@@ -1,16 +1,16 @@
-"""The job's last step: failures.jsonl, the failure threshold, then dataset.json."""
+"""The job's last steps: the sidecar files, the failure threshold, then dataset.json."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Mapping, Optional, Sequence
 
 import apache_beam as beam
 
-from beam_jobs import __version__, duplicates, progress, storage
+from beam_jobs import __version__, progress, storage
 from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
+from beam_jobs.sidecars import WriteSortedJsonl
 from readers import format as data_format
 
 COMMITTED = "datasets_committed"
@@ -30,51 +30,56 @@ class DatasetConfig:
     labels: Optional[Mapping[str, Any]] = None
 
 
-def _split_counts(videos: list[VideoCount]) -> dict[str, dict]:
-    """{split: {"videos", "windows", "skipped_short", "frames", "bad_frames"}}."""
-    counts: dict[str, dict] = {}
-    for video in videos:
+class _CountVideos(beam.CombineFn):
+    """VideoCounts -> ({split: {"videos", "windows", "skipped_short", "frames",
+    "bad_frames"}}, the sorted encoder devices that cut them)."""
+
+    def create_accumulator(self):
+        return {}, set()
+
+    def add_input(self, accumulator, video: VideoCount):
+        counts, devices = accumulator
         row = counts.setdefault(video.split, _empty_counts())
         row["videos" if video.windows else "skipped_short"] += 1
         row["windows"] += video.windows
         row["bad_frames"] += video.bad_frames
         row["frames"] += video.frames
-    return counts
+        if video.encoder_device:
+            devices.add(video.encoder_device)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        counts, devices = self.create_accumulator()
+        for more_counts, more_devices in accumulators:
+            for split, row in more_counts.items():
+                into = counts.setdefault(split, _empty_counts())
+                for name, value in row.items():
+                    into[name] += value
+            devices |= more_devices
+        return counts, devices
+
+    def extract_output(self, accumulator):
+        counts, devices = accumulator
+        return counts, sorted(devices)
 
 
 def _empty_counts() -> dict:
     return {"videos": 0, "windows": 0, "skipped_short": 0, "frames": 0, "bad_frames": 0}
 
 
-def _jsonl(rows: list[dict]) -> bytes:
-    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8")
+def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed: int,
+             sidecars: list[str], *, run: RunDir, config: DatasetConfig) -> None:
+    """After the sidecar files are written (`sidecars`: their names), write dataset.json
+    when the failure fraction allows it and this run still holds the directory's lease.
 
-
-def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: list[dict],
-             bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> None:
-    """Write failures.jsonl, bad_frames.jsonl and videos.jsonl, then dataset.json when the
-    failure fraction allows it and this run still holds the directory's lease.
-
-    Videos whose id came more than once are failures (their windows were left out of
-    the shards). Over the threshold, the shards are removed again: a directory without
+    `videos`: the per split counts of the videos that gave no failure, and the encoder
+    devices used (`_CountVideos`); `failed`: how many input records or videos failed.
+    Over the threshold, the shards are removed again: a directory without
     dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
     that the next run knows failures.jsonl is the job's.
     """
-    videos, duplicate_failures = duplicates.set_aside(videos)
-    videos = sorted(videos, key=lambda v: (v.split, v.video_id))
-    counts = _split_counts(videos)
-    failures = sorted(failures + duplicate_failures, key=lambda f: (
-        f["source"], f["record_index"] if f["record_index"] is not None else -1,
-        f["video_id"] or ""))
-    sidecars = {data_format.FAILURES_JSONL: failures,
-                data_format.VIDEOS_JSONL: [v.to_json() for v in videos]}
-    if bad_frames:
-        sidecars[data_format.BAD_FRAMES_JSONL] = sorted(
-            bad_frames, key=lambda row: (row["video_id"], row["source"], row["frame"]))
-    for name, rows in sidecars.items():
-        storage.write_bytes(run.output(name), _jsonl(rows))
+    counts, devices_used = videos
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
-    failed = sum(row.get("records", 1) for row in failures)
     progress.counter("videos_ok").inc(good)
     progress.counter("videos_failed").inc(failed)
     shards = sorted(written)
@@ -97,11 +102,10 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
         compression=config.compression, failures=failed, flags=dict(config.flags),
         run_id=run.run_id,
         files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
-                           + list(sidecars))),
+                           + sidecars)),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
-            **config.encoder, "devices_used": sorted({v.encoder_device for v in videos
-                                                       if v.encoder_device})},
+            **config.encoder, "devices_used": devices_used},
         splits={split: data_format.SplitInfo(
                     **counts.get(split, empty),
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
@@ -112,12 +116,20 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     progress.counter(COMMITTED).inc()
 
 
-class Finalize(beam.PTransform):
-    """The written shards -> `finalize`, once, after the last shard is written: the run's
-    small rows are gathered into one task, which alone decides whether a dataset exists.
+def _failure_key(row: dict) -> tuple:
+    return (row["source"], -1 if row["record_index"] is None else row["record_index"],
+            row["video_id"] or "")
 
-    `videos`: every video's VideoCount, already gathered into one list (the list that
-    duplicate ids are found in); `failures`: the PCollections of failure rows.
+
+class Finalize(beam.PTransform):
+    """The written shards -> `finalize`, once, after the last shard and sidecar file is
+    written. Only small rows reach its one task: a row per shard, the counts (from
+    combiners) and the sidecars' names. The sidecar files are written sorted in parts
+    (`sidecars.WriteSortedJsonl`): videos.jsonl by (split, video_id), failures.jsonl
+    by (source, record_index, video_id), bad_frames.jsonl by (video_id, source, frame).
+
+    `videos`: the VideoCount of every video that gave no failure; `failures`: the
+    PCollections of failure rows; `bad_frames`: rows of bad_frames.jsonl.
     """
 
     def __init__(self, run: RunDir, config: DatasetConfig, videos: beam.PCollection,
@@ -127,12 +139,23 @@ class Finalize(beam.PTransform):
         self._videos, self._failures, self._bad_frames = videos, failures, bad_frames
 
     def expand(self, written):
-        failures = (tuple(self._failures) | "AllFailures" >> beam.Flatten()
-                    | "GatherFailures" >> beam.combiners.ToList())
-        bad_frames = self._bad_frames | "GatherBadFrames" >> beam.combiners.ToList()
+        run = self._run
+        failures = tuple(self._failures) | "AllFailures" >> beam.Flatten()
+        sidecars = (
+            self._videos | "VideoRows" >> beam.Map(VideoCount.to_json)
+            | "VideosJsonl" >> WriteSortedJsonl(
+                run, data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
+            failures | "FailuresJsonl" >> WriteSortedJsonl(
+                run, data_format.FAILURES_JSONL, _failure_key),
+            self._bad_frames | "BadFramesJsonl" >> WriteSortedJsonl(
+                run, data_format.BAD_FRAMES_JSONL,
+                lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
+        names = sidecars | "Sidecars" >> beam.Flatten() | "GatherSidecars" >> beam.combiners.ToList()
+        counts = self._videos | "CountVideos" >> beam.CombineGlobally(_CountVideos())
+        failed = (failures | "FailedRecords" >> beam.Map(lambda row: row.get("records", 1))
+                  | "CountFailed" >> beam.CombineGlobally(sum))
         return (written
                 | "GatherShards" >> beam.combiners.ToList()
                 | "Commit" >> beam.Map(
-                    finalize, beam.pvalue.AsSingleton(self._videos),
-                    beam.pvalue.AsSingleton(failures), beam.pvalue.AsSingleton(bad_frames),
-                    run=self._run, config=self._config))
+                    finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failed),
+                    beam.pvalue.AsSingleton(names), run=run, config=self._config))

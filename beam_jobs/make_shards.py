@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from beam_jobs import output_dir, paths, storage
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
-from beam_jobs.duplicates import DroppedKeys
+from beam_jobs.duplicates import FindDuplicates
 from beam_jobs.finalize import COMMITTED, DatasetConfig, Finalize
 from beam_jobs.flags import PROG, JobConfig, parse_args, recorded_flags, refuse, runner_name
 from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
@@ -97,20 +97,20 @@ def note_group_memory(config: JobConfig, source: Source, runner: str) -> None:
 def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
                    run: output_dir.RunDir, workers: int = 1) -> None:
     """Read the videos, cut them into windows, write the windows as shuffled shards
-    (leaving out those of duplicate ids), then commit dataset.json."""
+    (leaving out those of duplicate ids and of videos that failed half-way), then write
+    the sidecar files and commit dataset.json."""
     windows = _window_config(config)
     videos, read_failures = pipeline | "ReadVideos" >> source.read
     cut = videos | "CutWindows" >> CutWindows(
         source.features, windows, source.pad_frame, source.encoder,
         ProgressConfig(source.total_videos, workers, config.progress_interval),
         config.allow_nonfinite)
-    # One small row per video, gathered: videos.jsonl, the counts, and duplicate ids.
-    video_rows = cut.videos | "GatherVideos" >> beam.combiners.ToList()
-    dropped = video_rows | "DroppedKeys" >> DroppedKeys(windows)
+    duplicates = (cut.videos, cut.abandoned) | "FindDuplicates" >> FindDuplicates(windows)
     written = cut.examples | "WriteShards" >> WriteShuffledShards(
-        run, _shard_config(config, source), beam.pvalue.AsSingleton(dropped))
-    written | "Finalize" >> Finalize(run, _dataset_config(config, source, windows), video_rows,
-                                     (read_failures, cut.failures), cut.bad_frames)
+        run, _shard_config(config, source), beam.pvalue.AsSingleton(duplicates.dropped))
+    written | "Finalize" >> Finalize(
+        run, _dataset_config(config, source, windows), duplicates.unique,
+        (read_failures, cut.failures, duplicates.failures), cut.bad_frames)
 
 
 def _window_config(config: JobConfig) -> WindowConfig:

@@ -41,15 +41,15 @@ def wait_for_quiet(max_wait_s: float) -> float:
     return time.perf_counter() - start
 
 
-def run_tree(command: list[str], log_path: str) -> dict:
-    """Run `command`; its wall time, peak tree RSS, CPU seconds per process, the CPU
+def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
+    """Run `command` in `cwd`; its wall time, peak tree RSS, CPU seconds per process, the CPU
     seconds other processes of the machine used meanwhile, a timeline and stdout."""
     cpu: dict[int, dict] = {}
     timeline = []   # (s, CPU s of the main process, CPU s of all others in the tree, procs)
     peak = 0
     with open(log_path, "w") as log:
         start, busy_start, own_start = time.perf_counter(), _busy_cpu_s(), time.process_time()
-        job = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        job = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         root = psutil.Process(job.pid)
         while job.poll() is None:
             try:

@@ -1,0 +1,143 @@
+"""The job's end without per-video lists: windows stream out of the cut, a video that
+fails half-way leaves none of them, and the sidecar files come out sorted from parts."""
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.internal import pickler
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.transforms.combiners import ToListCombineFn
+
+from beam_jobs import make_shards, output_dir, sidecars
+from beam_jobs.flags import parse_args
+from beam_jobs.sources import build_source
+from conftest import (assert_verified, latent_example, read_dataset_json, read_examples,
+                      solid_frames, write_frame_folder, write_manifest, write_records)
+
+
+def _jsonl(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def _counter(result, name: str) -> int:
+    return sum(c.committed or 0 for c in
+               result.metrics().query(MetricsFilter().with_name(name))["counters"])
+
+
+def test_a_video_that_fails_half_way_leaves_none_of_its_streamed_windows(tmp_path):
+    write_frame_folder(tmp_path / "v", solid_frames(6))
+    write_manifest(tmp_path / "m.jsonl", [
+        {"video_id": "ok", "frames": "v", "labels": list(range(6))},
+        # 4 labels: windows [0, 2) and [2, 4) are cut and emitted, then frame 5 fails it
+        {"video_id": "short_labels", "frames": "v", "labels": list(range(4))},
+        # 8 labels: all three windows are emitted before the count is found wrong
+        {"video_id": "long_labels", "frames": "v", "labels": list(range(8))},
+        {"video_id": "ok2", "frames": "v", "labels": list(range(6))}])
+    out = tmp_path / "out"
+    result = make_shards.run(["--input", str(tmp_path / "m.jsonl"), "--output_dir", str(out),
+                              "--window", "2", "--stride", "2", "--max_failure_fraction", "0.5"])
+    assert_verified(out)
+    assert _counter(result, "windows_abandoned") == 2 + 3
+    assert sorted(e["video_id"] for e in read_examples(out)) == ["ok"] * 3 + ["ok2"] * 3
+    failures = {r["video_id"]: r["reason"] for r in _jsonl(out / "failures.jsonl")}
+    assert failures == {"long_labels": "8 labels for 6 frames",
+                        "short_labels": "4 labels, but the video has more frames"}
+    assert [r["video_id"] for r in _jsonl(out / "videos.jsonl")] == ["ok", "ok2"]
+    meta = read_dataset_json(out)
+    assert meta["failures"] == 2 and meta["splits"]["train"]["windows"] == 6
+
+
+def test_a_half_way_failure_with_the_id_of_a_good_video_fails_both(tmp_path):
+    write_frame_folder(tmp_path / "v", solid_frames(6))
+    write_manifest(tmp_path / "m.jsonl", [
+        {"video_id": "a", "frames": "v", "labels": list(range(6))},
+        {"video_id": "a", "frames": "v", "labels": list(range(4))},
+        *({"video_id": f"b{i}", "frames": "v", "labels": list(range(6))} for i in range(3))])
+    out = tmp_path / "out"
+    make_shards.run(["--input", str(tmp_path / "m.jsonl"), "--output_dir", str(out),
+                     "--window", "2", "--stride", "2", "--max_failure_fraction", "0.5"])
+    assert_verified(out)
+    assert {e["video_id"] for e in read_examples(out)} == {"b0", "b1", "b2"}
+    rows = _jsonl(out / "failures.jsonl")
+    assert [(r["video_id"], r["record_index"]) for r in rows] == [("a", 0), ("a", 1)]
+    assert "appears 2 times" in rows[0]["reason"]
+    assert rows[1]["reason"] == "4 labels, but the video has more frames"
+
+
+def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rng):
+    records = []
+    for i in range(600):
+        if i % 50 == 7:
+            records.append(b"not an example %d" % i)
+        else:
+            records.append(latent_example(rng.standard_normal((int(rng.integers(3, 12)), 2))
+                                          .astype(np.float32)))
+    for f in range(3):
+        write_records(str(tmp_path / "in" / f"part-{f}.tfrecord"), records[f::3])
+    out = tmp_path / "out"
+    make_shards.run(["--input", str(tmp_path / "in" / "*"), "--output_dir", str(out),
+                     "--window", "4", "--stride", "2", "--splits", "train=0.7,test=0.3",
+                     "--max_failure_fraction", "0.1"])
+    assert_verified(out)
+    videos = _jsonl(out / "videos.jsonl")
+    assert len(videos) == 600 - 12
+    assert videos == sorted(videos, key=lambda r: (r["split"], r["video_id"]))
+    meta = read_dataset_json(out)
+    for split, info in meta["splits"].items():
+        mine = [v for v in videos if v["split"] == split]
+        assert info["windows"] == sum(v["windows"] for v in mine)
+        assert info["videos"] + info["skipped_short"] == len(mine)
+    failures = _jsonl(out / "failures.jsonl")
+    assert [(r["source"], r["record_index"]) for r in failures] == sorted(
+        (str(tmp_path / "in" / f"part-{i % 3}.tfrecord"), i // 3) for i in range(600) if i % 50 == 7)
+    assert meta["failures"] == 12
+
+
+def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
+    rows = [{"video_id": f"v{int(rng.integers(0, 700)):04d}", "source": f"s{i % 3}",
+             "frame": int(rng.integers(0, 5))} for i in range(3000)]
+    run = output_dir.RunDir(str(tmp_path / "out"), "r", str(tmp_path / "temp"))
+    os.makedirs(run.output_dir)
+    key = lambda row: (row["video_id"], row["source"], row["frame"])  # noqa: E731
+    with BeamTestPipeline() as p:
+        _ = p | beam.Create(rows) | sidecars.WriteSortedJsonl(run, "rows.jsonl", key)
+        _ = (p | "Empty" >> beam.Create([]) | "Skipped" >> sidecars.WriteSortedJsonl(
+            run, "empty.jsonl", key, when_empty=False))
+    written = [json.loads(line) for line in open(tmp_path / "out" / "rows.jsonl")]
+    assert written == sorted(rows, key=lambda row: (key(row), json.dumps(row, sort_keys=True)))
+    assert len(os.listdir(tmp_path / "temp" / "sidecars" / "rows.jsonl")) > 50
+    assert not os.path.exists(tmp_path / "out" / "empty.jsonl")
+
+
+def _to_list_steps(pipeline: beam.Pipeline) -> set[str]:
+    """The labels of the pipeline's ToList steps: each combine whose CombineFn (in the
+    job proto, pickled) is a ToListCombineFn, named by the step that applied ToList."""
+    steps = set()
+    for t in pipeline.to_runner_api().components.transforms.values():
+        if t.spec.urn != common_urns.composites.COMBINE_PER_KEY.urn:
+            continue
+        combine = beam_runner_api_pb2.CombinePayload.FromString(t.spec.payload)
+        if isinstance(pickler.loads(combine.combine_fn.payload), ToListCombineFn):
+            steps.add(t.unique_name.rsplit("/", 2)[0])
+    return steps
+
+
+def test_no_list_of_per_video_rows_is_gathered(tmp_path):
+    write_records(str(tmp_path / "in" / "a.tfrecord"),
+                  [latent_example(np.zeros((6, 2), np.float32))])
+    for shuffle in ("spill", "group"):
+        config, _ = parse_args(["--input", str(tmp_path / "in" / "*"), "--output_dir",
+                                str(tmp_path / "out"), "--window", "4", "--shuffle", shuffle])
+        pipeline = beam.Pipeline()
+        make_shards.build_pipeline(pipeline, config, build_source(config),
+                                   output_dir.RunDir(str(tmp_path / "out"), "r", ""))
+        # one row per run file, per shard, per sidecar part, per sidecar file: none per video
+        assert _to_list_steps(pipeline) == {
+            "WriteShards/GatherRuns", "Finalize/GatherShards", "Finalize/GatherSidecars",
+            "Finalize/VideosJsonl/GatherParts", "Finalize/FailuresJsonl/GatherParts",
+            "Finalize/BadFramesJsonl/GatherParts"}
