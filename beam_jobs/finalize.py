@@ -1,4 +1,5 @@
-"""The job's last step: failures.jsonl, the failure threshold, then dataset.json."""
+"""The job's last steps: failures.jsonl, the failure threshold, then the commit (one
+write of dataset.json), the cleanup after it, and the lease's release."""
 from __future__ import annotations
 
 import dataclasses
@@ -51,14 +52,14 @@ def _jsonl(rows: list[dict]) -> bytes:
 
 
 def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: list[dict],
-             bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> None:
-    """Write failures.jsonl, bad_frames.jsonl and videos.jsonl, then dataset.json when the
-    failure fraction allows it and this run still holds the directory's lease.
+             bad_frames: list[dict], *, run: RunDir, config: DatasetConfig) -> bool:
+    """Commit failures.jsonl, bad_frames.jsonl, videos.jsonl and dataset.json when the
+    failure fraction allows it and this run still holds the directory's lease; whether
+    it committed.
 
     Videos whose id came more than once are failures (their windows were left out of
-    the shards). Over the threshold, the shards are removed again: a directory without
-    dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
-    that the next run knows failures.jsonl is the job's.
+    the shards). Over the threshold, the shards are removed again and the sidecars go
+    to the run folder, which stays: the directory, and any dataset in it, is unchanged.
     """
     videos, duplicate_failures = duplicates.set_aside(videos)
     videos = sorted(videos, key=lambda v: (v.split, v.video_id))
@@ -71,18 +72,19 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
     if bad_frames:
         sidecars[data_format.BAD_FRAMES_JSONL] = sorted(
             bad_frames, key=lambda row: (row["video_id"], row["source"], row["frame"]))
-    for name, rows in sidecars.items():
-        storage.write_bytes(run.output(name), _jsonl(rows))
+    sidecars = {name: _jsonl(rows) for name, rows in sidecars.items()}
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
     failed = sum(row.get("records", 1) for row in failures)
     progress.counter("videos_ok").inc(good)
     progress.counter("videos_failed").inc(failed)
     shards = sorted(written)
     if failed and failed / (failed + good) > config.max_failure_fraction:
+        for name, data in sidecars.items():
+            storage.write_bytes(run.in_run_folder(name), data)
         storage.delete_files([run.output(name) for s in shards
                               for name in (s.file, s.offsets) if name], run.output_dir)
         run.delete_temp()
-        return
+        return False
     empty = _empty_counts()
     for split in config.windows.splits:
         in_shards = sum(s.examples for s in shards if s.split == split)
@@ -107,9 +109,29 @@ def finalize(written: list[WrittenShard], videos: list[VideoCount], failures: li
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
                                  for s in shards if s.split == split))
                 for split in config.windows.splits})
+    commit(run, dataset, sidecars)
+    return True
+
+
+def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: Mapping[str, bytes]
+           ) -> None:
+    """The commit: the sidecars, then dataset.json in one write (locally a temp file
+    renamed over it; on GCS one upload), which names this run's shards. Until this
+    write, the directory's dataset is the one before, whole; from it on, this one."""
+    for name, data in sidecars.items():
+        storage.write_bytes(run.output(name), data)
     storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
-    run.delete_run_folder()
     progress.counter(COMMITTED).inc()
+
+
+def _clean_up(committed: bool, run: RunDir) -> None:
+    """After the commit, best-effort (a failure is a warning; the dataset stays whole)."""
+    if committed:
+        run.clean_up_after_commit()
+
+
+def _release_lease(_, run: RunDir) -> None:
+    run.release_lease()
 
 
 class Finalize(beam.PTransform):
@@ -135,4 +157,6 @@ class Finalize(beam.PTransform):
                 | "Commit" >> beam.Map(
                     finalize, beam.pvalue.AsSingleton(self._videos),
                     beam.pvalue.AsSingleton(failures), beam.pvalue.AsSingleton(bad_frames),
-                    run=self._run, config=self._config))
+                    run=self._run, config=self._config)
+                | "CleanUp" >> beam.Map(_clean_up, run=self._run)
+                | "ReleaseLease" >> beam.Map(_release_lease, run=self._run))

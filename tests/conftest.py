@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -67,6 +68,15 @@ def run_jobs(root, jobs) -> dict[str, str]:
         run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
         made[name] = str(root / name)
     return made
+
+
+def plain_name(name: str) -> str:
+    """A shard's or index's name without its run id: `train-00000-of-00002.tfrecord`."""
+    return re.sub(r"-[0-9a-f]{12}(?=\.tfrecord)", "", name)
+
+
+def plain_names(names) -> list[str]:
+    return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
 
 
 def assert_verified(output_dir) -> None:
