@@ -91,7 +91,8 @@ class RunDir:
             _delete_local_temp(self.temp_dir, self.run_id)
 
     def delete_run_folder(self) -> None:
-        self.delete_temp()
+        if not paths.is_inside(self.temp_dir, self.run_path):
+            _delete_local_temp(self.temp_dir, self.run_id)
         storage.delete_tree(self.run_path, self.output_dir, last=RUN_JSON)
 
     def holds_lease(self) -> bool:
