@@ -209,7 +209,9 @@ def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) 
                                  "write the dataset somewhere else")
     probes = [paths.join(out, n) for n in (data_format.DATASET_JSON, data_format.FAILURES_JSONL,
                                            data_format.shard_name("train", 0, 1, "none"),
-                                           data_format.shard_name("train", 0, 1, "gzip"))]
+                                           data_format.shard_name("train", 0, 1, "gzip"),
+                                           data_format.shard_name("train", 0, 1, "none",
+                                                                  "0" * 12))]
     probes.append(paths.join(out, STATE_DIR, RUNS, "r", TEMP, "s", "b.rec"))
     for pattern in patterns:
         regex = paths.glob_regex(pattern)

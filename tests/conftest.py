@@ -79,6 +79,14 @@ def plain_names(names) -> list[str]:
     return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
 
 
+def failed_run_file(output_dir, name: str = "failures.jsonl") -> str:
+    """A sidecar of the one run in `output_dir` that did not commit (over the failure
+    threshold): it lies in that run's folder."""
+    runs = os.path.join(str(output_dir), "_make_shards", "runs")
+    (run,) = os.listdir(runs)
+    return os.path.join(runs, run, name)
+
+
 def assert_verified(output_dir) -> None:
     """When `output_dir` holds a dataset, every record of it checks out."""
     if str(output_dir).startswith("gs://") or not os.path.exists(
