@@ -177,3 +177,31 @@ def test_group_mode_on_gcs_deletes_its_temp_objects_in_batches(gcs, tmp_path):
     assert not gcs.ls("bkt/group_out/_make_shards", refresh=True) if gcs.exists(
         "bkt/group_out/_make_shards") else True
     _download(gcs, "bkt/group_out", tmp_path / "copy")
+
+
+def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp_path):
+    _latents_on_gcs(gcs, "swap_in", videos=4, length=30)
+    argv = ("gs://bkt/swap_in/*.tfrecord", "gs://bkt/swap", "--window", "8", "--num_shards", "2")
+    run_job(*argv)
+    first = json.loads(gcs.cat("bkt/swap/dataset.json"))
+    gcs_emulator.reset_counts()
+    run_job(*argv, "--overwrite")
+    second = json.loads(gcs.cat("bkt/swap/dataset.json"))
+    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/swap", refresh=True))
+    assert names == sorted(second["files"] + ["dataset.json"])
+    assert not set(first["files"]) & set(names) - {"failures.jsonl", "videos.jsonl"}
+    # the old shards and indexes went in one checked batch request, not one by one
+    assert gcs_emulator.counts().get("delete", 0) <= 1     # single deletes: the lease
+    _download(gcs, "bkt/swap", tmp_path / "copy")
+
+    from beam_jobs import output_dir
+    claim = output_dir.prepare("gs://bkt/swap", True, job="make-shards-test")
+    held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
+    assert held["job"] == "make-shards-test" and held["expires"] is None
+    with pytest.raises(output_dir.OutputDirError, match="job make-shards-test"):
+        output_dir.prepare("gs://bkt/swap", True)
+    claim.run.release_lease()   # what the pipeline's last step does, by its generation
+    assert not gcs.exists("bkt/swap/_make_shards/lease.json")
+    output_dir.abandon(claim.run)
+    output_dir.release(claim)
+    assert json.loads(gcs.cat("bkt/swap/dataset.json")) == second
