@@ -213,3 +213,26 @@ def test_detach_submits_a_job_that_commits_cleans_up_and_releases_on_its_own(tmp
         os.chdir(cwd)
     names = [t.unique_name for t in result.job.proto_pipeline.components.transforms.values()]
     assert {"Finalize/Commit", "Finalize/CleanUp", "Finalize/ReleaseLease"} <= set(names)
+
+
+def test_the_heartbeat_survives_a_failed_renewal(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
+    path = str(tmp_path / "lease.json")
+    held = lease.Lease(path, "r1").acquire()
+    # Reading the lease fails for a while (a link to a directory: an OSError, as a
+    # network error would be), then the same file is back. Each swap is one rename.
+    aside, link = str(tmp_path / "aside"), str(tmp_path / "link")
+    os.link(path, aside)
+    os.symlink(tmp_path, link)
+    os.replace(link, path)
+    deadline = time.monotonic() + 60
+    while "could not renew" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.replace(aside, path)
+    expires = json.load(open(path))["expires"]
+    while json.load(open(path))["expires"] == expires and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "could not renew" in caplog.text and not held.lost
+    assert json.load(open(path))["expires"] > expires
+    held.release()
+    assert not os.path.exists(path)
