@@ -164,7 +164,10 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     try:
         result = _run(config, pipeline_args, claim.run, dry_run, started)
     except BaseException as e:
-        output_dir.abandon(claim.run)  # a run that stops leaves only what proves itself
+        # A run that stops leaves only what proves itself. A cancelled job's workers may
+        # still write: its run folder stays, listing their files for the next run.
+        if job is None:
+            output_dir.abandon(claim.run)
         output_dir.release(claim)
         if isinstance(e, KeyboardInterrupt):
             raise KeyboardInterrupt(
@@ -188,7 +191,7 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
     build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)
     result = pipeline.run()
-    if config.detach:
+    if config.detach and not dry_run:
         _LOG.info("submitted job %s: it commits %s, cleans up and releases the directory "
                   "on its own", options.view_as(GoogleCloudOptions).job_name,
                   run_dir.output(data_format.DATASET_JSON))
