@@ -9,9 +9,7 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
-from apache_beam.portability.api import beam_runner_api_pb2  # noqa: F401 (Beam present)
 
 from beam_jobs import lease, make_shards, output_dir
 from conftest import (assert_verified, latent_example, plain_names, random_videos,
@@ -87,7 +85,7 @@ def test_a_run_over_the_failure_threshold_leaves_the_old_dataset(old, tmp_path, 
                                                        ["dataset.json"])
 
 
-def _start(command, out, old_files):
+def _start(command, out):
     """Start the job; return once it is writing its own shards (never the old ones)."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
@@ -106,7 +104,7 @@ def _start(command, out, old_files):
 def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, stop):
     out, before, big = old
     command = _job(big, out, "--overwrite", "--spill_buffer_mb", "0.2")
-    process = _start(command, out, before)
+    process = _start(command, out)
     os.killpg(process.pid, signal.SIGKILL if stop == "kill -9" else signal.SIGINT)
     code = process.wait()
     stderr = process.stderr.read()
@@ -126,7 +124,7 @@ def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, s
 
 def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     out, before, big = old
-    process = _start(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out, before)
+    process = _start(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out)
     # An old file that the cleanup after the commit cannot delete: a directory now.
     (index,) = [n for n in before if n.startswith("train-00000") and n.endswith(".index")]
     os.remove(out / index)
