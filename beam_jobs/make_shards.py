@@ -14,7 +14,9 @@ import dataclasses
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any, Optional
 
@@ -45,6 +47,9 @@ from beam_jobs.sources import Source, SourceError, build_source
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
+# Set by Ctrl-C (main's SIGINT handler): Beam re-raises a KeyboardInterrupt that reaches
+# a DoFn as a RuntimeError, so an interrupt is known by this, not by the exception.
+_INTERRUPTED = threading.Event()
 # Runners that run in this process or on this machine: their GroupByKey is held in memory.
 LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
                  "switchingdirectrunner", "prismrunner")
@@ -169,11 +174,12 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         if job is None:
             output_dir.abandon(claim.run)
         output_dir.release(claim)
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, KeyboardInterrupt) or _INTERRUPTED.is_set():
             raise KeyboardInterrupt(
                 f"{config.output_dir} holds the dataset this run committed" if
                 claim.run.committed() else
-                f"nothing was committed; {config.output_dir} holds what it held before")
+                f"nothing was committed; {config.output_dir} holds what it held before"
+            ) from None
         raise
     if not config.detach:  # else the job releases the lease itself when it is done
         output_dir.release(claim)
@@ -248,14 +254,26 @@ def main() -> None:
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
     # Worker processes' warnings come back through the local job service, among them a
     # protobuf dump per worker about a directory Beam looks for; their errors still show.
-    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(
-        logging.ERROR)
+    logging.getLogger(_JOB_SERVICE).setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         run(sys.argv[1:], started=_STARTED)
     except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
         print(f"{PROG}: interrupted: {e or 'nothing was committed'}", file=sys.stderr)
         sys.exit(130)
+
+
+_JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: stop the run. Beam logs the interrupt as an error with its traceback
+    where a DoFn was running; the one line that matters is main's."""
+    _INTERRUPTED.set()
+    for name in ("apache_beam", _JOB_SERVICE):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
