@@ -70,9 +70,17 @@ def run_jobs(root, jobs) -> dict[str, str]:
     return made
 
 
+_RUN_ID_IN_NAME = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord)")
+
+
 def plain_name(name: str) -> str:
     """A shard's or index's name without its run id: `train-00000-of-00002.tfrecord`."""
-    return re.sub(r"-[0-9a-f]{12}(?=\.tfrecord)", "", name)
+    return _RUN_ID_IN_NAME.sub("", name)
+
+
+def plain_dataset_json(output_dir) -> dict:
+    """dataset.json with every shard and index name in it without its run id."""
+    return json.loads(plain_name(json.dumps(read_dataset_json(output_dir))))
 
 
 def plain_names(names) -> list[str]:

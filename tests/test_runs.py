@@ -11,8 +11,8 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_jobs import make_shards
-from conftest import (assert_verified, plain_name, plain_names, random_videos,
-                      read_dataset_json, run_job, write_videos)
+from conftest import (assert_verified, plain_dataset_json, plain_name, plain_names,
+                      random_videos, run_job, write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,15 +63,6 @@ def _same_shards(a, b):
     assert all(filecmp.cmp(ours[n], theirs[n], shallow=False) for n in ours)
 
 
-def _plain_splits(directory) -> dict:
-    """dataset.json's splits, shard names without their run ids."""
-    splits = read_dataset_json(directory)["splits"]
-    for split in splits.values():
-        for shard in split["shards"]:
-            shard.update({k: plain_name(shard[k]) for k in ("file", "index") if shard.get(k)})
-    return splits
-
-
 def test_fnapi_and_direct_runner_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "fnapi", *FLAGS, "--runner", "FnApiRunner")
     run_job(latents, tmp_path / "direct", *FLAGS, "--runner", "DirectRunner")
@@ -120,7 +111,7 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     assert_verified(out)
     _same_shards(out, tmp_path / "clean")
     assert plain_names(os.listdir(out)) == plain_names(os.listdir(tmp_path / "clean"))
-    assert _plain_splits(out) == _plain_splits(tmp_path / "clean")
+    assert plain_dataset_json(out)["splits"] == plain_dataset_json(tmp_path / "clean")["splits"]
 
 
 def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
