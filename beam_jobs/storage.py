@@ -10,7 +10,8 @@ operations that decide what may be deleted, and the lease on a directory, go her
   is deleted;
 - `create_exclusive`, `replace_if` and `delete_if` compare and swap (GCS object
   generation preconditions; on local disk an exclusive create and a checked replace);
-- GCS deletes go 100 to a batch request.
+- GCS deletes go 100 to a batch request; every delete's answer is checked, a failed
+  one is tried again, and one that keeps failing raises OSError (never silent).
 """
 from __future__ import annotations
 
