@@ -1,4 +1,5 @@
-"""The job's last steps: the sidecar files, the failure threshold, then dataset.json."""
+"""The job's last steps: the sidecar files, the failure threshold, then the commit (one
+write of dataset.json), the cleanup after it, and the lease's release."""
 from __future__ import annotations
 
 import dataclasses
@@ -68,15 +69,15 @@ def _empty_counts() -> dict:
 
 
 def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed: int,
-             sidecars: list[str], *, run: RunDir, config: DatasetConfig) -> None:
-    """After the sidecar files are written (`sidecars`: their names), write dataset.json
-    when the failure fraction allows it and this run still holds the directory's lease.
+             sidecars: list[str], *, run: RunDir, config: DatasetConfig) -> bool:
+    """After the sidecar files are written into the run folder (`sidecars`: their names),
+    commit the dataset when the failure fraction allows it and this run still holds the
+    directory's lease; whether it committed.
 
     `videos`: the per split counts of the videos that gave no failure, and the encoder
     devices used (`_CountVideos`); `failed`: how many input records or videos failed.
-    Over the threshold, the shards are removed again: a directory without
-    dataset.json holds no dataset, whatever else lies in it. The run folder stays, so
-    that the next run knows failures.jsonl is the job's.
+    Over the threshold, the shards are removed again and the sidecars stay in the run
+    folder, which stays: the directory, and any dataset in it, is unchanged.
     """
     counts, devices_used = videos
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
@@ -87,7 +88,7 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
         storage.delete_files([run.output(name) for s in shards
                               for name in (s.file, s.offsets) if name], run.output_dir)
         run.delete_temp()
-        return
+        return False
     empty = _empty_counts()
     for split in config.windows.splits:
         in_shards = sum(s.examples for s in shards if s.split == split)
@@ -111,9 +112,29 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
                                  for s in shards if s.split == split))
                 for split in config.windows.splits})
+    commit(run, dataset, sidecars)
+    return True
+
+
+def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
+    """The commit: the sidecars moved from the run folder into the directory, then
+    dataset.json in one write (locally a temp file renamed over it; on GCS one upload),
+    which names this run's shards. Until this write, the directory's dataset is the one
+    before, whole (its shards untouched); from it on, this one."""
+    for name in sidecars:
+        storage.move(run.in_run_folder(name), run.output(name))
     storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
-    run.delete_run_folder()
     progress.counter(COMMITTED).inc()
+
+
+def _clean_up(committed: bool, run: RunDir) -> None:
+    """After the commit, best-effort (a failure is a warning; the dataset stays whole)."""
+    if committed:
+        run.clean_up_after_commit()
+
+
+def _release_lease(_, run: RunDir) -> None:
+    run.release_lease()
 
 
 def _failure_key(row: dict) -> tuple:
@@ -123,7 +144,8 @@ def _failure_key(row: dict) -> tuple:
 
 class Finalize(beam.PTransform):
     """The written shards -> `finalize`, once, after the last shard and sidecar file is
-    written. Only small rows reach its one task: a row per shard, the counts (from
+    written, then the cleanup after a commit and the lease's release, all inside the
+    pipeline (a launcher that submits and exits leaves a job that commits on its own). Only small rows reach its one task: a row per shard, the counts (from
     combiners) and the sidecars' names. The sidecar files are written sorted in parts
     (`sidecars.WriteSortedJsonl`): videos.jsonl by (split, video_id), failures.jsonl
     by (source, record_index, video_id), bad_frames.jsonl by (video_id, source, frame).
@@ -158,4 +180,6 @@ class Finalize(beam.PTransform):
                 | "GatherShards" >> beam.combiners.ToList()
                 | "Commit" >> beam.Map(
                     finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failed),
-                    beam.pvalue.AsSingleton(names), run=run, config=self._config))
+                    beam.pvalue.AsSingleton(names), run=run, config=self._config)
+                | "CleanUp" >> beam.Map(_clean_up, run=run)
+                | "ReleaseLease" >> beam.Map(_release_lease, run=run))

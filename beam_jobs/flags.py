@@ -30,6 +30,7 @@ class JobConfig:
     input: tuple[str, ...]          # the globs, local ones made absolute
     output_dir: str                 # normalized
     overwrite: bool
+    detach: bool
     all_cores: bool
     progress_interval: float
     allow_nonfinite: bool
@@ -146,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--overwrite", action="store_true",
                     help="replace a finished dataset in --output_dir (default: refuse; the "
                          "leftovers of an unfinished run are always cleared)")
+    io.add_argument("--detach", action="store_true",
+                    help="on a distributed runner (Dataflow), submit the job and exit: the "
+                         "job commits, cleans up and releases the directory on its own "
+                         "(for Flex Templates and schedulers; default: wait for it)")
     io.add_argument("--all_cores", action="store_true",
                     help="run locally on every core: --direct_num_workers <cores>, and "
                          "--direct_running_mode multi_processing for latents or "

@@ -1,13 +1,20 @@
 """One run at a time in an output directory: a lease, taken by create-if-absent.
 
 The lease is a small JSON object in the directory's state folder naming its run, host
-and process, renewed by a heartbeat thread in the launcher. A second run finds it and
-is refused with a line naming the holder. A lease is stale, and taken over, when its
-process is gone from this host (a run killed with -9) or when it was not renewed for
-`LEASE_SECONDS` (a launcher on another machine that died). Taking over and renewing are
-compare-and-swap operations (GCS generation preconditions on gs://), so of two runs
-racing for a stale lease one wins; and a run whose lease was taken over knows it,
-because its next renewal fails: `finalize` checks the holder before it commits.
+and process. A second run finds it and is refused with a line naming the holder.
+
+- A run on this machine's runner renews it from a heartbeat thread in the launcher
+  (a failed renewal is tried again at the next beat). It is stale, and taken over,
+  when its process is gone from this host (a run killed with -9) or when it was not
+  renewed for `LEASE_SECONDS`.
+- A job on a distributed runner (Dataflow) needs no launcher once submitted: its lease
+  names the job, has no heartbeat and never expires; the pipeline releases it after its
+  commit. Only a person takes it over, by deleting the lease file once the job is gone.
+
+Taking over and renewing are compare-and-swap operations (GCS generation preconditions
+on gs://), so of two runs racing for a stale lease one wins; and a run whose lease was
+taken over knows it, because its next renewal fails: `finalize` checks the holder
+before it commits.
 """
 from __future__ import annotations
 
@@ -33,13 +40,21 @@ class Holder:
     host: str
     pid: int
     started: float
-    expires: float
+    expires: Optional[float]       # None: a job's lease, which never expires
+    job: Optional[str] = None      # the job on a distributed runner that holds it
 
-    def describe(self) -> str:
+    def describe(self, path: str) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
-        return f"run {self.run_id} (pid {self.pid} on {self.host}, started {started})"
+        if self.job is not None:
+            return (f"run {self.run_id} (job {self.job}, submitted from {self.host} at "
+                    f"{started}); if that job is no longer running (cancelled, failed), "
+                    f"delete {path} to take over")
+        return (f"run {self.run_id} (pid {self.pid} on {self.host}, started {started}); "
+                "wait for it to finish or choose another directory")
 
     def stale(self, now: float) -> bool:
+        if self.job is not None:
+            return False
         if self.host == socket.gethostname() and not _alive(self.pid):
             return True
         return now > self.expires
@@ -73,10 +88,11 @@ def holder(path: str) -> Optional[Holder]:
 
 
 class Lease:
-    """The lease at `path` held by `run_id`, renewed in the background until released."""
+    """The lease at `path` held by `run_id`, renewed in the background until released;
+    or, for `job` (a job on a distributed runner), never renewed and never expiring."""
 
-    def __init__(self, path: str, run_id: str):
-        self.path, self.run_id = path, run_id
+    def __init__(self, path: str, run_id: str, job: Optional[str] = None):
+        self.path, self.run_id, self.job = path, run_id, job
         self._token: Optional[str] = None
         self._started = time.time()
         self._stop = threading.Event()
@@ -86,16 +102,17 @@ class Lease:
     def _content(self) -> bytes:
         return json.dumps(dataclasses.asdict(Holder(
             self.run_id, socket.gethostname(), os.getpid(), self._started,
-            time.time() + LEASE_SECONDS))).encode("utf-8")
+            None if self.job else time.time() + LEASE_SECONDS, self.job))).encode("utf-8")
 
     def acquire(self) -> "Lease":
         """Take the lease, or raise LeaseHeld naming the live run that has it."""
         for _ in range(5):
             self._token = storage.create_exclusive(self.path, self._content())
             if self._token is not None:
-                self._thread = threading.Thread(target=self._heartbeat, daemon=True,
-                                                name="make_shards-lease")
-                self._thread.start()
+                if self.job is None:
+                    self._thread = threading.Thread(target=self._heartbeat, daemon=True,
+                                                    name="make_shards-lease")
+                    self._thread.start()
                 return self
             current = storage.read_with_token(self.path)
             if current is None:
@@ -103,15 +120,24 @@ class Lease:
             data, token = current
             other = _parse(data)
             if other is not None and not other.stale(time.time()):
-                raise LeaseHeld(other.describe())
+                raise LeaseHeld(other.describe(self.path))
             _LOG.warning("taking over the stale lease of %s",
-                         other.describe() if other else "an unreadable lease")
+                         f"run {other.run_id}" if other else "an unreadable lease")
             storage.delete_if(self.path, token)
         raise LeaseHeld("another run keeps taking the lease")
 
+    @property
+    def token(self) -> Optional[str]:
+        return self._token
+
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
-            token = storage.replace_if(self.path, self._content(), self._token)
+            try:
+                token = storage.replace_if(self.path, self._content(), self._token)
+            except Exception as e:  # a network error: the lease lasts; try at the next beat
+                _LOG.warning("could not renew the lease on %s (%s); trying again in %.0f s",
+                             os.path.dirname(self.path), e, HEARTBEAT_SECONDS)
+                continue
             if token is None:
                 self.lost = True
                 _LOG.error("lost the lease on %s to another run; this run will not "

@@ -14,7 +14,9 @@ import dataclasses
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any, Optional
 
@@ -45,6 +47,9 @@ from beam_jobs.sources import Source, SourceError, build_source
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")  # not __name__: "__main__" under -m
+# Set by Ctrl-C (main's SIGINT handler): Beam re-raises a KeyboardInterrupt that reaches
+# a DoFn as a RuntimeError, so an interrupt is known by this, not by the exception.
+_INTERRUPTED = threading.Event()
 # Runners that run in this process or on this machine: their GroupByKey is held in memory.
 LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
                  "switchingdirectrunner", "prismrunner")
@@ -152,37 +157,64 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     `started` (time.monotonic()) is when the command started, for the summary's elapsed
     time (default: now). `encoder`: any Beam RunInference ModelHandler, used as the frame
     encoder instead of an --encoder file (its load_model once per worker, its
-    run_inference on each batch of --encoder_batch_size frames)."""
+    run_inference on each batch of --encoder_batch_size frames).
+
+    Until the commit (one write of dataset.json, a step of the pipeline) the directory's
+    dataset is the one before, whatever stops this run. On a distributed runner the
+    pipeline also cleans up and releases the lease, so with --detach this returns once
+    the job is submitted; Ctrl-C in a launcher that waits cancels the job."""
     started = time.monotonic() if started is None else started
     config, pipeline_args = parse_args(argv)
     if encoder is not None and (config.encoder or config.input_kind == "latents"):
         refuse("encoder=: a ModelHandler encodes frames: give it without --encoder, with "
                "a manifest or video files as --input")
+    runner = runner_name(pipeline_args)
+    if config.detach and is_local(runner):
+        refuse(f"--detach: a local run ({runner}) is this process; --detach submits a job "
+               "to a distributed runner (e.g. --runner DataflowRunner) and exits")
     options = PipelineOptions(pipeline_args)
     config = dataclasses.replace(config, encoder_handler=encoder, shuffle=shuffle_mode(
-        config.shuffle, runner_name(pipeline_args)))
+        config.shuffle, runner))
     # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
     # output directory, which may be gs:// on a machine without credentials or network.
     dry_run = options.view_as(TestOptions).dry_run
     if dry_run:
         return _run(config, pipeline_args, output_dir.RunDir(config.output_dir, "dry-run", ""),
                     dry_run, started)
+    job = None
+    if not is_local(runner):  # the lease names the job; give it a name to name
+        job = options.view_as(GoogleCloudOptions).job_name
+        if not job:
+            job = time.strftime("make-shards-%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+            pipeline_args = [*pipeline_args, f"--job_name={job}"]
     # Spilling to a remote output would write an object per spill: spill to local disk.
     local_temp = (output_dir.local_temp_base(options.view_as(GoogleCloudOptions).temp_location)
                   if config.shuffle == "spill" and paths.has_scheme(config.output_dir)
                   else None)
     try:
         claim = output_dir.prepare(config.output_dir, config.overwrite,
-                                   [p for p, _ in config.input_files], config.input, local_temp)
+                                   [p for p, _ in config.input_files], config.input, local_temp,
+                                   job)
     except output_dir.OutputDirError as e:
         refuse(str(e))
     try:
-        return _run(config, pipeline_args, claim.run, dry_run, started)
-    except BaseException:
-        output_dir.abandon(claim.run)  # a run that stops leaves only what proves itself
-        raise
-    finally:
+        result = _run(config, pipeline_args, claim.run, dry_run, started)
+    except BaseException as e:
+        # A run that stops leaves only what proves itself. A cancelled job's workers may
+        # still write: its run folder stays, listing their files for the next run.
+        if job is None:
+            output_dir.abandon(claim.run)
         output_dir.release(claim)
+        if isinstance(e, KeyboardInterrupt) or _INTERRUPTED.is_set():
+            raise KeyboardInterrupt(
+                f"{config.output_dir} holds the dataset this run committed" if
+                claim.run.committed() else
+                f"nothing was committed; {config.output_dir} holds what it held before"
+            ) from None
+        raise
+    if not config.detach:  # else the job releases the lease itself when it is done
+        output_dir.release(claim)
+    return result
 
 
 def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir,
@@ -197,7 +229,18 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
     build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)
     result = pipeline.run()
-    result.wait_until_finish()
+    if config.detach and not dry_run:
+        _LOG.info("submitted job %s: it commits %s, cleans up and releases the directory "
+                  "on its own", options.view_as(GoogleCloudOptions).job_name,
+                  run_dir.output(data_format.DATASET_JSON))
+        return result
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        if not is_local(options.view_as(StandardOptions).runner):
+            result.cancel()
+            _LOG.warning("cancelled job %s", options.view_as(GoogleCloudOptions).job_name)
+        raise
     if dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
@@ -206,7 +249,8 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
         sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "
                  f"({failed / max(1, failed + ok):.1%}), more than --max_failure_fraction "
                  f"{config.max_failure_fraction}; see "
-                 f"{run_dir.output(data_format.FAILURES_JSONL)}. No dataset.json was written.")
+                 f"{run_dir.in_run_folder(data_format.FAILURES_JSONL)}. No dataset.json was "
+                 "written; a dataset already there is unchanged.")
     _log_summary(config.output_dir, time.monotonic() - started)
     return result
 
@@ -242,10 +286,26 @@ def main() -> None:
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
     # Worker processes' warnings come back through the local job service, among them a
     # protobuf dump per worker about a directory Beam looks for; their errors still show.
-    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(
-        logging.ERROR)
+    logging.getLogger(_JOB_SERVICE).setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
-    run(sys.argv[1:], started=_STARTED)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        run(sys.argv[1:], started=_STARTED)
+    except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
+        print(f"{PROG}: interrupted: {e or 'nothing was committed'}", file=sys.stderr)
+        sys.exit(130)
+
+
+_JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: stop the run. Beam logs the interrupt as an error with its traceback
+    where a DoFn was running; the one line that matters is main's."""
+    _INTERRUPTED.set()
+    for name in ("apache_beam", _JOB_SERVICE):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

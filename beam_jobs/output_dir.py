@@ -5,20 +5,26 @@ The job deletes only files it can prove it wrote. The proof is on disk:
     OUT/dataset.json                 the committed dataset; it lists its files and run id
     OUT/_make_shards/lease.json      the lease of the run writing now (beam_jobs.lease)
     OUT/_make_shards/runs/RUN/       one folder per run, written before any data:
-        run.json                     run id, start, where its temp data lives, sidecars
+        run.json                     run id, where its temp data lives, its sidecars, and
+                                     the files of the dataset it replaces; deleted last
         shards.json                  the shard files it will write (before it writes them)
+        failures.jsonl ...           the sidecars of a run that did not commit
         tmp/                         its temp data (unless on local disk elsewhere)
 
 A file is the job's when dataset.json or a run's lists name it; anything else in the
 directory (a file named like a shard included, and every symbolic link) is foreign, and
-a directory holding foreign files is refused, never cleared. Before a run starts, the
-leftovers of earlier runs are removed: a killed run's listed files and temp data, and
-the temp data of a run killed after it committed.
+a directory holding foreign files is refused, never cleared. A run's shards carry its
+id in their names, so it never writes over the dataset it replaces: that dataset stays
+whole until the run commits (writes dataset.json), and only then are its files deleted.
+Nothing deletes a file the committed dataset.json lists. Before a run starts, the
+leftovers of earlier runs are removed (best-effort): files they listed that the
+committed dataset does not, their temp data and their folders.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import tempfile
 import uuid
@@ -35,6 +41,7 @@ SHARDS_JSON = "shards.json"
 TEMP = "tmp"
 SIDECARS = (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL, data_format.VIDEOS_JSONL)
 _TEMP_MARKER = "make_shards_run.json"
+_LOG = logging.getLogger("beam_jobs.output_dir")
 
 
 class OutputDirError(ValueError):
@@ -47,6 +54,9 @@ class RunDir:
     output_dir: str
     run_id: str
     temp_dir: str      # the run's temp data: under its run folder, or a local directory
+    # The lease's token when the pipeline itself releases the lease (a distributed
+    # runner: the launcher may be gone by then); None when the launcher does.
+    lease_token: Optional[str] = None
 
     @property
     def state_dir(self) -> str:
@@ -63,6 +73,12 @@ class RunDir:
     def output(self, name: str) -> str:
         return paths.join(self.output_dir, name)
 
+    def in_run_folder(self, name: str) -> str:
+        return paths.join(self.run_path, name)
+
+    def shard_name(self, split: str, index: int, num_shards: int, compression: str) -> str:
+        return data_format.shard_name(split, index, num_shards, compression, self.run_id)
+
     def record_shards(self, names: Iterable[str]) -> None:
         """List the shard files this run is about to write (so a rerun may clear them)."""
         storage.write_bytes(paths.join(self.run_path, SHARDS_JSON),
@@ -75,12 +91,39 @@ class RunDir:
             _delete_local_temp(self.temp_dir, self.run_id)
 
     def delete_run_folder(self) -> None:
-        self.delete_temp()
-        storage.delete_tree(self.run_path, self.output_dir)
+        if not paths.is_inside(self.temp_dir, self.run_path):
+            _delete_local_temp(self.temp_dir, self.run_id)
+        storage.delete_tree(self.run_path, self.output_dir, last=RUN_JSON)
 
     def holds_lease(self) -> bool:
         holder = lease.holder(self.lease_path)
         return holder is not None and holder.run_id == self.run_id
+
+    def committed(self) -> bool:
+        """Whether the directory's dataset.json names this run."""
+        return _committed(self.output_dir, storage.list_dir(self.output_dir))[0] == self.run_id
+
+    def clean_up_after_commit(self) -> None:
+        """Delete the files of the dataset this run replaced (those its dataset.json does
+        not list), its temp data, then its folder, run.json last. Best-effort: a failure
+        is a warning, and the next run in the directory finishes the job."""
+        try:
+            out = self.output_dir
+            entries = storage.list_dir(out)
+            _, committed = _committed(out, entries)
+            run_json = _read_json(self.in_run_folder(RUN_JSON)) or {}
+            replaced = _job_files(run_json.get("replaces", [])) - committed
+            storage.delete_files(sorted(self.output(n) for n in replaced if n in entries), out)
+            self.delete_run_folder()
+        except Exception as e:  # the dataset is committed: nothing here may undo it
+            _LOG.warning("the dataset in %s is committed, but cleaning up after it failed "
+                         "(%s); the next run there finishes the cleanup", self.output_dir,
+                         str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    def release_lease(self) -> None:
+        """Release the lease from inside the pipeline (when `lease_token` is set)."""
+        if self.lease_token is not None:
+            storage.delete_if(self.lease_path, self.lease_token)
 
 
 def _delete_local_temp(temp_dir: str, run_id: str) -> None:
@@ -106,9 +149,7 @@ class _PastRun:
 def _read_json(path: str):
     try:
         return json.loads(storage.read_bytes(path).decode("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError):
         return None
 
 
@@ -122,13 +163,17 @@ def _past_runs(out: str, foreign: list[str]) -> list[_PastRun]:
             foreign.append(f"{STATE_DIR}/{name}")
     runs = []
     for name, entry in storage.list_dir(runs_dir).items():
-        run_json = _read_json(paths.join(runs_dir, name, RUN_JSON)) if entry.kind == "dir" else None
-        if not isinstance(run_json, dict) or run_json.get("run_id") != name:
+        # A folder named as a run id is a run's, with or without its run.json (a cleanup
+        # that stopped half-way deletes run.json last, so what it lists is gone then).
+        if entry.kind != "dir" or not data_format.RUN_ID.match(name):
             foreign.append(f"{STATE_DIR}/{RUNS}/{name}")
             continue
-        shards = _read_json(paths.join(runs_dir, name, SHARDS_JSON)) or []
-        runs.append(_PastRun(name, run_json.get("temp_dir"),
-                             _job_files(run_json.get("sidecars", [])) | _job_files(shards)))
+        run_json = _read_json(paths.join(runs_dir, name, RUN_JSON))
+        if not (isinstance(run_json, dict) and run_json.get("run_id") == name):
+            run_json = {}
+        runs.append(_PastRun(name, run_json.get("temp_dir"), _job_files(
+            _read_json(paths.join(runs_dir, name, SHARDS_JSON))) | _job_files(
+            run_json.get("sidecars")) | _job_files(run_json.get("replaces"))))
     return runs
 
 
@@ -164,7 +209,9 @@ def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) 
                                  "write the dataset somewhere else")
     probes = [paths.join(out, n) for n in (data_format.DATASET_JSON, data_format.FAILURES_JSONL,
                                            data_format.shard_name("train", 0, 1, "none"),
-                                           data_format.shard_name("train", 0, 1, "gzip"))]
+                                           data_format.shard_name("train", 0, 1, "gzip"),
+                                           data_format.shard_name("train", 0, 1, "none",
+                                                                  "0" * 12))]
     probes.append(paths.join(out, STATE_DIR, RUNS, "r", TEMP, "s", "b.rec"))
     for pattern in patterns:
         regex = paths.glob_regex(pattern)
@@ -181,13 +228,17 @@ class Claim(NamedTuple):
 
 
 def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
-            patterns: Iterable[str] = (), local_temp: Optional[str] = None) -> Claim:
+            patterns: Iterable[str] = (), local_temp: Optional[str] = None,
+            job: Optional[str] = None) -> Claim:
     """Take the directory for a new run: its lease, cleared leftovers, a run folder.
+    A committed dataset stays as it is: the run replaces it when it commits.
 
     `out` is normalized (paths.normalize). `local_temp`: a local directory under which
     the run keeps its temp data, when it must not go into `out` (a local run writing to
-    gs://). Raises OutputDirError with a one-line reason. A directory holding foreign
-    files is refused before anything is written to it.
+    gs://). `job`: the name of the job on a distributed runner; the lease then names it,
+    never expires, and the pipeline releases it (RunDir.lease_token). Raises
+    OutputDirError with a one-line reason. A directory holding foreign files is refused
+    before anything is written to it.
     """
     if not storage.supported(out):
         raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
@@ -202,12 +253,13 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
     run_id = uuid.uuid4().hex[:12]
     run = RunDir(out, run_id, "")
     try:
-        held = lease.Lease(run.lease_path, run_id).acquire()
+        held = lease.Lease(run.lease_path, run_id, job).acquire()
     except lease.LeaseHeld as e:
-        raise OutputDirError(f"--output_dir: {out} is being written by {e}; wait for it to "
-                             "finish or choose another directory") from None
+        raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
+    if job is not None:
+        run = dataclasses.replace(run, lease_token=held.token)
     try:
-        _clear(out, overwrite)
+        replaces = _clear(out, overwrite)
         temp = paths.join(run.run_path, TEMP)
         if local_temp is not None:
             temp = os.path.join(local_temp, f"make_shards-{run_id}")
@@ -216,7 +268,8 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
                 json.dump({"run_id": run_id, "output_dir": out}, f)
         run = dataclasses.replace(run, temp_dir=temp)
         storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
-            {"run_id": run_id, "temp_dir": temp, "sidecars": list(SIDECARS)}).encode("utf-8"))
+            {"run_id": run_id, "temp_dir": temp, "sidecars": list(SIDECARS),
+             "replaces": replaces}).encode("utf-8"))
     except BaseException:
         release(Claim(run, held, created))
         raise
@@ -225,13 +278,22 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
 
 def abandon(run: RunDir) -> None:
     """Clear what a run that stopped half-way wrote: its listed shards and temp data,
-    and its folder unless a sidecar it wrote (failures.jsonl) needs it as proof."""
-    listed = _read_json(paths.join(run.run_path, SHARDS_JSON)) or []
-    storage.delete_files([run.output(name) for name in listed], run.output_dir)
-    if any(storage.kind(run.output(name)) == "file" for name in SIDECARS):
-        run.delete_temp()
-    else:
-        run.delete_run_folder()
+    and its folder unless it holds the run's failures.jsonl. A run that committed is
+    only cleaned up after: nothing its dataset.json lists is touched. Best-effort: what
+    is left, the next run removes."""
+    try:
+        if run.committed():
+            run.clean_up_after_commit()
+            return
+        listed = _job_files(_read_json(run.in_run_folder(SHARDS_JSON)))
+        storage.delete_files(sorted(run.output(name) for name in listed), run.output_dir)
+        if storage.kind(run.in_run_folder(data_format.FAILURES_JSONL)) == "file":
+            run.delete_temp()
+        else:
+            run.delete_run_folder()
+    except Exception as e:
+        _LOG.warning("could not remove what the run left in %s (%s); the next run there "
+                     "removes it", run.output_dir, e)
 
 
 def release(claim: Claim) -> None:
@@ -271,26 +333,28 @@ def _inventory(out: str) -> _Inventory:
     return _Inventory(entries, runs, committed_run, committed)
 
 
-def _clear(out: str, overwrite: bool) -> None:
-    """Remove earlier runs' leftovers; remove a committed dataset only with `overwrite`."""
-    entries, runs, committed_run, committed = _inventory(out)
+def _clear(out: str, overwrite: bool) -> list[str]:
+    """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
+    run folder); refuse a committed dataset without `overwrite`. Returns the committed
+    dataset's files, which the new run deletes once it has committed."""
+    entries, runs, _, committed = _inventory(out)
     for past in runs:
-        leftovers = [] if past.run_id == committed_run else sorted(
-            paths.join(out, name) for name in past.files - committed if name in entries)
-        storage.delete_files(leftovers, out)
-        if past.temp_dir:
-            if paths.is_inside(past.temp_dir, out):
+        try:
+            storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
+                                        if name in entries), out)
+            if past.temp_dir and paths.is_inside(past.temp_dir, out):
                 storage.delete_tree(past.temp_dir, out)
-            elif os.path.isdir(past.temp_dir):
+            elif past.temp_dir and os.path.isdir(past.temp_dir):
                 _delete_local_temp(past.temp_dir, past.run_id)
-        storage.delete_tree(paths.join(out, STATE_DIR, RUNS, past.run_id), out)
-    if data_format.DATASET_JSON in entries:
-        if not overwrite:
-            raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
-                                 "--overwrite to replace it")
-        # dataset.json first: a crash half-way leaves a visibly unfinished directory.
-        storage.delete_files([paths.join(out, data_format.DATASET_JSON)], out)
-        storage.delete_files(sorted(paths.join(out, n) for n in committed if n in entries), out)
+            storage.delete_tree(paths.join(out, STATE_DIR, RUNS, past.run_id), out,
+                                last=RUN_JSON)
+        except OSError as e:
+            _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
+                         "run tries again", past.run_id, out, e)
+    if data_format.DATASET_JSON in entries and not overwrite:
+        raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
+                             "--overwrite to replace it")
+    return sorted(committed)
 
 
 def local_temp_base(temp_location: Optional[str]) -> str:

@@ -266,12 +266,12 @@ def _counted(records: Iterator[bytes]) -> Iterator[bytes]:
 
 
 class _WriteShard(beam.DoFn):
-    def __init__(self, output_dir: str, compression: str, num_buckets: int):
-        self._output_dir, self._compression = output_dir, compression
+    def __init__(self, run: RunDir, compression: str, num_buckets: int):
+        self._run, self._output_dir, self._compression = run, run.output_dir, compression
         self._num_buckets = num_buckets
 
     def process(self, task: ShardTask):
-        name = data_format.shard_name(task.split, task.index, task.num_shards, self._compression)
+        name = self._run.shard_name(task.split, task.index, task.num_shards, self._compression)
         # Written in place: a retried task rewrites the same bytes, and no reader looks
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
@@ -296,7 +296,7 @@ def _record_shard_names(tasks: list[ShardTask], run: RunDir, compression: str
                         ) -> list[ShardTask]:
     """List the shards in the run folder before any is written, so that a rerun after a
     kill can tell them from foreign files."""
-    names = [data_format.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
+    names = [run.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
     run.record_shards(names + ([data_format.index_name(n) for n in names]
                                if compression == "none" else []))
     return tasks
@@ -336,4 +336,4 @@ class WriteShuffledShards(beam.PTransform):
             | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(
-                _WriteShard(self._run.output_dir, config.compression, config.num_buckets)))
+                _WriteShard(self._run, config.compression, config.num_buckets)))

@@ -64,8 +64,9 @@ def concatenate(parts: list[tuple[int, str]], path: str) -> None:
 
 
 class WriteSortedJsonl(beam.PTransform):
-    """Rows (dicts) -> the JSONL file `name` in the run's output, one line per row in
-    `sort_key` order; gives that name once it is written. With `when_empty=False` no
+    """Rows (dicts) -> the JSONL file `name` in the run's folder (the commit moves it into
+    the output directory), one line per row in `sort_key` order; gives that name once it
+    is written. With `when_empty=False` no
     rows write no file and give nothing."""
 
     def __init__(self, run: RunDir, name: str, sort_key: Callable[[dict], Any],
@@ -90,7 +91,7 @@ class WriteSortedJsonl(beam.PTransform):
 
         def write(part_list):
             if part_list or when_empty:
-                concatenate(part_list, run.output(name))
+                concatenate(part_list, run.in_run_folder(name))
                 yield name
 
         return parts | "Concatenate" >> beam.FlatMap(write)

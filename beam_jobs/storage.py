@@ -10,7 +10,8 @@ operations that decide what may be deleted, and the lease on a directory, go her
   is deleted;
 - `create_exclusive`, `replace_if` and `delete_if` compare and swap (GCS object
   generation preconditions; on local disk an exclusive create and a checked replace);
-- GCS deletes go 100 to a batch request.
+- GCS deletes go 100 to a batch request; every delete's answer is checked, a failed
+  one is tried again, and one that keeps failing raises OSError (never silent).
 """
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ import io
 import os
 import shutil
 import stat
+import time
 import uuid
 from typing import BinaryIO, Iterable, NamedTuple, Optional
 
 from beam_jobs import paths
 
 GCS_BATCH = 100   # operations per GCS batch request, the service's limit
+DELETE_ATTEMPTS = 3   # a failed delete is tried again this often, then it raises
+RETRY_SECONDS = 0.5
 
 
 class Entry(NamedTuple):
@@ -68,19 +72,31 @@ def _gcs_list(path: str) -> dict[str, Entry]:
 
 
 def _gcs_delete(paths_: list[str]) -> int:
-    """Delete objects in batch requests; return how many batch requests were sent."""
-    from google.api_core import exceptions
-
-    requests = 0
-    for i in range(0, len(paths_), GCS_BATCH):
-        with _client().batch(raise_exception=False):
-            for path in paths_[i:i + GCS_BATCH]:
-                try:
-                    _blob(path).delete()
-                except exceptions.NotFound:
-                    pass
-        requests += 1
-    return requests
+    """Delete objects in batch requests, checking each object's answer (a missing object
+    counts as deleted) and sending the failed ones again; OSError when some still fail.
+    Returns how many batch requests were sent."""
+    requests, failed = 0, list(paths_)
+    for attempt in range(DELETE_ATTEMPTS):
+        if attempt:
+            time.sleep(RETRY_SECONDS * attempt)
+        pending, failed = failed, []
+        for i in range(0, len(pending), GCS_BATCH):
+            chunk = pending[i:i + GCS_BATCH]
+            try:
+                batch = _client().batch(raise_exception=False)
+                with batch:
+                    for path in chunk:
+                        _blob(path).delete()
+                # one (status) per deferred delete, in order; `finish` keeps them here
+                failed += [(path, r.status_code) for path, r in zip(chunk, batch._responses)
+                           if not (200 <= r.status_code < 300 or r.status_code == 404)]
+            except Exception as e:  # the batch request itself failed: all of it again
+                failed += [(path, str(e)) for path in chunk]
+            requests += 1
+        if not failed:
+            return requests
+        failed = [path for path, _ in failed]
+    raise OSError(f"could not delete {len(failed)} objects, e.g. {failed[0]}")
 
 
 def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:
@@ -157,6 +173,17 @@ def write_bytes(path: str, data: bytes) -> None:
     with open(temp, "wb") as f:
         f.write(data)
     os.replace(temp, path)
+
+
+def move(source: str, target: str) -> None:
+    """Move a file within one output directory, replacing `target` whole (locally one
+    rename; on GCS a server-side copy, then the source deleted)."""
+    if _is_gcs(source):
+        blob = _blob(source)
+        blob.bucket.copy_blob(blob, _blob(target).bucket, _blob(target).name)
+        _gcs_delete([source])
+        return
+    os.replace(source, target)
 
 
 def make_dirs(path: str) -> None:
@@ -327,32 +354,58 @@ def _check_inside(path: str, root: str) -> None:
 
 def delete_files(paths_: Iterable[str], root: str) -> int:
     """Delete these files (literal names; links themselves, never their targets);
-    missing ones are skipped. Returns the GCS batch requests sent (0 locally)."""
+    missing ones are skipped, a failed delete is tried again, then raises OSError.
+    Returns the GCS batch requests sent (0 locally)."""
     paths_ = list(paths_)
     for path in paths_:
         _check_inside(path, root)
     if paths_ and _is_gcs(paths_[0]):
         return _gcs_delete(paths_)
     for path in paths_:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        _retry(_unlink, path)
     return 0
 
 
-def delete_tree(path: str, root: str) -> int:
-    """Delete directory `path` and everything under it, which must lie inside `root`.
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _retry(function, path: str) -> None:
+    for attempt in range(DELETE_ATTEMPTS):
+        try:
+            return function(path)
+        except OSError:
+            if attempt == DELETE_ATTEMPTS - 1:
+                raise
+            time.sleep(RETRY_SECONDS * (attempt + 1))
+
+
+def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
+    """Delete directory `path` and everything under it, which must lie inside `root`;
+    the file `last` directly in it, if given, only after everything else (a run folder's
+    run.json: while it is there, the folder proves whose its listed files are).
     On GCS: list the prefix, delete in batches (one request per 100 objects). Locally:
     never through a link (the directory must be a real one; links inside are unlinked,
-    not followed). Returns the GCS requests sent for deleting."""
+    not followed). Every delete is checked (OSError). Returns the GCS requests sent."""
     _check_inside(path, root)
     if _is_gcs(path):
-        return _gcs_delete(_gcs_walk(path))
+        objects = _gcs_walk(path)
+        final = [o for o in objects if last is not None and o == f"{path.rstrip('/')}/{last}"]
+        return _gcs_delete([o for o in objects if o not in final]) + _gcs_delete(final)
     if os.path.islink(path):
-        os.unlink(path)
+        _retry(_unlink, path)
     elif os.path.isdir(path):
-        shutil.rmtree(path)
+        for name in sorted(os.listdir(path)):
+            if name != last:
+                inner = os.path.join(path, name)
+                _retry(shutil.rmtree if os.path.isdir(inner) and not os.path.islink(inner)
+                       else _unlink, inner)
+        if last is not None:
+            _retry(_unlink, os.path.join(path, last))
+        _retry(os.rmdir, path)
     return 0
 
 

@@ -178,6 +178,7 @@ sys.path.insert(0, {tests!r})
 import gcs_emulator
 gcs_emulator.anonymous_beam()
 from beam_jobs import shard_writer
+from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import Segment, ShardTask
 process = psutil.Process()
 base = process.memory_info().rss
@@ -189,7 +190,7 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 task = ShardTask("train", 0, 1, tuple(Segment(*s) for s in json.loads({segments!r})))
 start = time.perf_counter()
-(written,) = shard_writer._WriteShard({out!r}, "none", {buckets}).process(task)
+(written,) = shard_writer._WriteShard(RunDir({out!r}, "0" * 12, ""), "none", {buckets}).process(task)
 stop.set()
 peak[0] = max(peak[0], process.memory_info().rss)
 print(json.dumps({{"examples": written.examples, "peak_mb": (peak[0] - base) / 2**20,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -67,6 +68,31 @@ def run_jobs(root, jobs) -> dict[str, str]:
         run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
         made[name] = str(root / name)
     return made
+
+
+_RUN_ID_IN_NAME = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord)")
+
+
+def plain_name(name: str) -> str:
+    """A shard's or index's name without its run id: `train-00000-of-00002.tfrecord`."""
+    return _RUN_ID_IN_NAME.sub("", name)
+
+
+def plain_dataset_json(output_dir) -> dict:
+    """dataset.json with every shard and index name in it without its run id."""
+    return json.loads(plain_name(json.dumps(read_dataset_json(output_dir))))
+
+
+def plain_names(names) -> list[str]:
+    return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
+
+
+def failed_run_file(output_dir, name: str = "failures.jsonl") -> str:
+    """A sidecar of the one run in `output_dir` that did not commit (over the failure
+    threshold): it lies in that run's folder."""
+    runs = os.path.join(str(output_dir), "_make_shards", "runs")
+    (run,) = os.listdir(runs)
+    return os.path.join(runs, run, name)
 
 
 def assert_verified(output_dir) -> None:

@@ -72,13 +72,14 @@ def test_too_many_failures_stop_the_job_without_a_dataset(tmp_path, rng, capsys)
         run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "10")
     message = str(exit_info.value.code)
     assert "4 of 12 videos failed (33.3%)" in message and "--max_failure_fraction" in message
-    # the run folder stays, as proof that failures.jsonl is the job's
-    assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards", "failures.jsonl",
-                                                   "videos.jsonl"]
-    assert len(_failures(tmp_path / "out")) == 4
+    # the sidecars go to the run folder, which stays: nothing else is left
+    assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards"]
     (run,) = os.listdir(tmp_path / "out" / "_make_shards" / "runs")
-    assert sorted(os.listdir(tmp_path / "out" / "_make_shards" / "runs" / run)) == [
-        "run.json", "shards.json"]
+    folder = tmp_path / "out" / "_make_shards" / "runs" / run
+    assert f"see {folder / 'failures.jsonl'}" in message
+    assert len(_failures(folder)) == 4
+    assert sorted(os.listdir(folder)) == ["failures.jsonl", "run.json", "shards.json",
+                                          "videos.jsonl"]
 
 
 def _cli(*args, cwd=None):

@@ -12,8 +12,8 @@ import pytest
 
 import gcs_emulator
 from beam_jobs import lease, make_shards, storage
-from conftest import (assert_verified, latent_example, read_dataset_json, read_examples, run_job, solid_frames,
-                      write_frame_folder)
+from conftest import (assert_verified, latent_example, plain_names, read_dataset_json,
+                      read_examples, run_job, solid_frames, write_frame_folder)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
         _put(f"gs://bkt/latents/part-{i}.tfrecord", _tfrecord([latent_example(frames, [i, 0])]))
     run_job("gs://bkt/latents/*.tfrecord", "gs://bkt/out", "--window", "10", "--stride", "5",
             "--num_shards", "2")
-    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/out"))
+    names = plain_names(gcs.ls("bkt/out"))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00002.tfrecord",
                      "train-00000-of-00002.tfrecord.index", "train-00001-of-00002.tfrecord",
                      "train-00001-of-00002.tfrecord.index", "videos.jsonl"]
@@ -125,12 +125,12 @@ def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
         held.release()
     run_job("gs://bkt/safe/in/*.tfrecord", "gs://bkt//safe/out/", "--window", "5")
     assert "already holds a dataset" in refused("gs://bkt/safe/out")
-    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/safe/out", refresh=True))
+    names = plain_names(gcs.ls("bkt/safe/out", refresh=True))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00001.tfrecord",
                      "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
     _download(gcs, "bkt/safe/out", tmp_path / "copy")
     meta = json.loads(gcs.cat("bkt/safe/out/dataset.json"))
-    assert meta["files"] == ["failures.jsonl", "train-00000-of-00001.tfrecord",
+    assert plain_names(meta["files"]) == ["failures.jsonl", "train-00000-of-00001.tfrecord",
                              "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
 
 
@@ -154,7 +154,7 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
     # failures.jsonl, videos.jsonl and dataset.json; no spill run
     assert counts.get("create", 0) == 10, counts
     assert not os.listdir(temp)   # the local spill files are gone
-    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/spill_out", refresh=True))
+    names = plain_names(gcs.ls("bkt/spill_out", refresh=True))
     assert names == ["dataset.json", "failures.jsonl", "train-00000-of-00002.tfrecord",
                      "train-00000-of-00002.tfrecord.index", "train-00001-of-00002.tfrecord",
                      "train-00001-of-00002.tfrecord.index", "videos.jsonl"]
@@ -177,3 +177,31 @@ def test_group_mode_on_gcs_deletes_its_temp_objects_in_batches(gcs, tmp_path):
     assert not gcs.ls("bkt/group_out/_make_shards", refresh=True) if gcs.exists(
         "bkt/group_out/_make_shards") else True
     _download(gcs, "bkt/group_out", tmp_path / "copy")
+
+
+def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp_path):
+    _latents_on_gcs(gcs, "swap_in", videos=4, length=30)
+    argv = ("gs://bkt/swap_in/*.tfrecord", "gs://bkt/swap", "--window", "8", "--num_shards", "2")
+    run_job(*argv)
+    first = json.loads(gcs.cat("bkt/swap/dataset.json"))
+    gcs_emulator.reset_counts()
+    run_job(*argv, "--overwrite")
+    second = json.loads(gcs.cat("bkt/swap/dataset.json"))
+    names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/swap", refresh=True))
+    assert names == sorted(second["files"] + ["dataset.json"])
+    assert not set(first["files"]) & set(names) - {"failures.jsonl", "videos.jsonl"}
+    # the old shards and indexes went in one checked batch request, not one by one
+    assert gcs_emulator.counts().get("delete", 0) <= 1     # single deletes: the lease
+    _download(gcs, "bkt/swap", tmp_path / "copy")
+
+    from beam_jobs import output_dir
+    claim = output_dir.prepare("gs://bkt/swap", True, job="make-shards-test")
+    held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
+    assert held["job"] == "make-shards-test" and held["expires"] is None
+    with pytest.raises(output_dir.OutputDirError, match="job make-shards-test"):
+        output_dir.prepare("gs://bkt/swap", True)
+    claim.run.release_lease()   # what the pipeline's last step does, by its generation
+    assert not gcs.exists("bkt/swap/_make_shards/lease.json")
+    output_dir.abandon(claim.run)
+    output_dir.release(claim)
+    assert json.loads(gcs.cat("bkt/swap/dataset.json")) == second

@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 import readers
-from conftest import (latent_example, read_dataset_json, read_examples, run_job, solid_frames,
-                      write_frame_folder, write_manifest, write_records, write_video)
+from conftest import (failed_run_file, latent_example, read_dataset_json, read_examples, run_job,
+                      solid_frames, write_frame_folder, write_manifest, write_records,
+                      write_video)
 
 
 def _failures(out) -> dict:
@@ -66,7 +67,7 @@ def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path
     with pytest.raises(SystemExit) as exit_info:  # 15 of 20 lost: far over 5%
         run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4")
     assert "15 of 20 videos failed" in str(exit_info.value.code)
-    (row,) = _failures(tmp_path / "out").values()
+    (row,) = _failures(os.path.dirname(failed_run_file(tmp_path / "out"))).values()
     assert row["record_index"] == 5 and row["records"] == 15
     assert "length frame is corrupt" in row["reason"] and "about 15 records" in row["reason"]
 

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import run_job, write_frame_folder, write_manifest, write_videos
+from conftest import plain_name, run_job, write_frame_folder, write_manifest, write_videos
 
 PINNED = {
     "latents_two_splits": {
@@ -101,7 +101,9 @@ def built(tmp_path_factory) -> dict[str, str]:
 
 
 def _digests(path: str) -> dict[str, str]:
-    return {name: hashlib.sha256(open(os.path.join(path, name), "rb").read()).hexdigest()
+    """sha256 by shard name without its run id (plain_name): the bytes are pinned."""
+    return {plain_name(name): hashlib.sha256(open(os.path.join(path, name), "rb").read()
+                                             ).hexdigest()
             for name in sorted(os.listdir(path)) if ".tfrecord" in name}
 
 

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import (read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
-                      write_manifest, write_video)
+from conftest import (failed_run_file, read_dataset_json, read_examples, run_job, solid_frames,
+                      write_frame_folder, write_manifest, write_video)
 
 
 def _by_video(examples):
@@ -117,7 +117,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     with pytest.raises(SystemExit):
         run_job(str(tmp_path / "m.jsonl"), tmp_path / "fail", "--window", "7",
                 "--on_bad_frame", "fail")
-    (row,) = [json.loads(l) for l in open(tmp_path / "fail" / "failures.jsonl")]
+    (row,) = [json.loads(l) for l in open(failed_run_file(tmp_path / "fail"))]
     assert row["video_id"] == "v" and "frame" in row["reason"] and "frame_2.png" in row["reason"]
 
 

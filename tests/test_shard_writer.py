@@ -28,7 +28,7 @@ def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
 def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
     records = []
     for i in range(shards):
-        path = os.path.join(directory, data_format.shard_name(split, i, shards, "none"))
+        path = os.path.join(directory, data_format.shard_name(split, i, shards, "none", "r1"))
         records += [r.numpy() for r in tf.data.TFRecordDataset(path)]
     return records
 

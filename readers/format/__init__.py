@@ -16,7 +16,7 @@ from readers.format import codecs, index, tfrecord, wire  # noqa: F401 (submodul
 from readers.format.codecs import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_JSON, FAILURES_JSONL, INDEX_SUFFIX, MAX_SHARDS,
-    VIDEOS_JSONL, index_name, is_index_name, is_shard_name, shard_name, tf_compression_type)
+    RUN_ID, VIDEOS_JSONL, index_name, is_index_name, is_shard_name, shard_name, tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SplitInfo,
     load_spec, window_features)

@@ -13,12 +13,18 @@ _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 
 COMPRESSIONS = tuple(_SUFFIX)
 MAX_SHARDS = 99_999   # shard names number them in five digits
-_SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+RUN_ID = re.compile(r"^[0-9a-f]{12}$")   # a run's id: its shards' names end with it
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}(-[0-9a-f]{12})?\.tfrecord(\.gz)?$")
 INDEX_SUFFIX = ".index"
 
 
-def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:
-    return f"{split}-{index:05d}-of-{num_shards:05d}{_SUFFIX[compression]}"
+def shard_name(split: str, index: int, num_shards: int, compression: str,
+               run_id: str = "") -> str:
+    """`train-00000-of-00004-RUNID.tfrecord`: each run's shards have their own names, so
+    a new run never writes over the files of the dataset it replaces. Names without a
+    run id are those of datasets written before."""
+    run = f"-{run_id}" if run_id else ""
+    return f"{split}-{index:05d}-of-{num_shards:05d}{run}{_SUFFIX[compression]}"
 
 
 def is_shard_name(name: str) -> bool:

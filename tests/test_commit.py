@@ -1,0 +1,236 @@
+"""The commit protocol: with --overwrite, the old dataset stays whole, byte for byte, until
+the new run commits (one write of dataset.json); nothing undoes a commit; what a run
+leaves half-cleaned never blocks the directory; Ctrl-C is one line; a job on a
+distributed runner holds the directory by a lease that names it."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_jobs import lease, make_shards, output_dir
+from conftest import (assert_verified, latent_example, plain_names, random_videos,
+                      read_dataset_json, run_job, write_records, write_videos)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]
+
+
+def _dataset(out) -> dict:
+    """Every file of the dataset in `out` (not the job's state folder) and its bytes."""
+    files = {}
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name)
+        if os.path.isdir(path):
+            files[name] = None if name == "_make_shards" else "a directory"
+        else:
+            with open(path, "rb") as f:
+                files[name] = f.read()
+    return {name: data for name, data in files.items() if data is not None}
+
+
+def _job(input_glob, out, *extra):
+    return [sys.executable, "-m", "beam_jobs.make_shards", "--input", input_glob,
+            "--output_dir", str(out), *FLAGS, *extra]
+
+
+@pytest.fixture
+def old(tmp_path, rng):
+    """A committed dataset in tmp_path/out, its bytes, and a bigger input for a new run
+    that takes a while (so that it can be stopped half-way)."""
+    write_videos(str(tmp_path / "small"), random_videos(rng, 6), files=2)
+    out = tmp_path / "out"
+    run_job(str(tmp_path / "small" / "*"), out, *FLAGS)
+    write_videos(str(tmp_path / "big"), random_videos(rng, 40, lengths=(300, 400), dim=64),
+                 files=8)
+    return out, _dataset(out), str(tmp_path / "big" / "*")
+
+
+def _assert_unchanged(out, before):
+    assert _dataset(out) == before
+    assert_verified(out)
+
+
+def test_a_refused_run_leaves_the_old_dataset(old, capsys):
+    out, before, big = old
+    for extra in (["--window", "0"],                 # a bad flag: refused before any work
+                  ["--sequence_feature", "nope"]):   # an input that cannot be probed
+        with pytest.raises(SystemExit) as exit_info:
+            make_shards.run(["--input", big, "--output_dir", str(out), "--overwrite", *FLAGS,
+                             *extra])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+            "python -m beam_jobs.make_shards: error:")
+        _assert_unchanged(out, before)
+        assert not os.path.exists(out / "_make_shards" / "lease.json")
+
+
+def test_a_run_over_the_failure_threshold_leaves_the_old_dataset(old, tmp_path, rng):
+    out, before, big = old
+    good = [latent_example(f, r) for f, r in random_videos(rng, 4)]
+    write_records(str(tmp_path / "bad" / "a.tfrecord"), good + [b"not an example"] * 4)
+    with pytest.raises(SystemExit) as exit_info:
+        make_shards.run(["--input", str(tmp_path / "bad" / "*"), "--output_dir", str(out),
+                         "--overwrite", *FLAGS])
+    assert "videos failed" in str(exit_info.value.code)
+    _assert_unchanged(out, before)
+    # the rerun commits, and clears the failed run's folder and the old dataset
+    run_job(big, out, *FLAGS, "--overwrite")
+    assert not set(read_dataset_json(out)["files"]) & {n for n in before if "tfrecord" in n}
+    assert os.listdir(out) and not os.path.exists(out / "_make_shards")
+    assert plain_names(os.listdir(out)) == plain_names(read_dataset_json(out)["files"] +
+                                                       ["dataset.json"])
+
+
+def _start(command, out):
+    """Start the job; return once it is writing its own shards (never the old ones)."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        runs = out / "_make_shards" / "runs"
+        if os.path.isdir(runs) and any(os.path.exists(runs / r / "shards.json")
+                                       for r in os.listdir(runs)):
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be stopped"
+    return process
+
+
+@pytest.mark.parametrize("stop", ["kill -9", "Ctrl-C"])
+def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, stop):
+    out, before, big = old
+    command = _job(big, out, "--overwrite", "--spill_buffer_mb", "0.2")
+    process = _start(command, out)
+    os.killpg(process.pid, signal.SIGKILL if stop == "kill -9" else signal.SIGINT)
+    code = process.wait()
+    stderr = process.stderr.read()
+    if stop == "Ctrl-C":
+        assert code == 130, stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        last = stderr.strip().splitlines()[-1]
+        assert last.startswith("python -m beam_jobs.make_shards: interrupted: nothing was "
+                               "committed"), last
+        assert not os.path.exists(out / "_make_shards" / "lease.json")
+    _assert_unchanged(out, before)
+    subprocess.run(command, check=True, capture_output=True)
+    assert_verified(out)
+    assert plain_names(os.listdir(out)) == plain_names(read_dataset_json(out)["files"] +
+                                                       ["dataset.json"])
+
+
+def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
+    out, before, big = old
+    process = _start(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out)
+    # An old file that the cleanup after the commit cannot delete: a directory now.
+    (index,) = [n for n in before if n.startswith("train-00000") and n.endswith(".index")]
+    os.remove(out / index)
+    os.makedirs(out / index / "in the way")
+    stderr = process.communicate()[1]
+    assert process.returncode == 0, stderr[-2000:]
+    assert "Traceback" not in stderr
+    (warning,) = [l for l in stderr.splitlines() if "cleaning up after it failed" in l]
+    assert "WARNING" in warning and "is committed" in warning
+    meta = read_dataset_json(out)
+    committed = {n: b for n, b in _dataset(out).items() if n in meta["files"]}
+    assert_verified(out)
+    # the next run finishes the cleanup, once the directory in the way is gone; the
+    # committed dataset is untouched
+    os.rmdir(out / index / "in the way")
+    os.rmdir(out / index)
+    with pytest.raises(SystemExit):
+        make_shards.run(["--input", big, "--output_dir", str(out), *FLAGS])
+    assert _dataset(out) == {**committed, "dataset.json": _dataset(out)["dataset.json"]}
+    assert read_dataset_json(out) == meta
+    assert not os.path.exists(out / "_make_shards")
+    assert_verified(out)
+
+
+def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
+    out, before, big = old
+    runs = out / "_make_shards" / "runs"
+    # a cleanup that stopped half-way: run.json gone (it goes last), a listed shard and
+    # temp data left; and a folder with nothing but temp data
+    half = runs / "0123456789ab"
+    (half / "tmp" / "spill").mkdir(parents=True)
+    (half / "tmp" / "spill" / "train-0.run").write_bytes(b"spilled")
+    extra = "train-00000-of-00003-0123456789ab.tfrecord"
+    (half / "shards.json").write_text(json.dumps([extra]))
+    (out / extra).write_bytes(b"half written")
+    (runs / "ba9876543210" / "tmp").mkdir(parents=True)
+    run_job(big, out, *FLAGS, "--overwrite")
+    assert not os.path.exists(out / extra) and not os.path.exists(out / "_make_shards")
+    assert plain_names(os.listdir(out)) == plain_names(read_dataset_json(out)["files"] +
+                                                       ["dataset.json"])
+
+
+def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
+    out = str(tmp_path / "out")
+    claim = output_dir.prepare(out, False, job="make-shards-20261201-1")
+    path = os.path.join(out, "_make_shards", "lease.json")
+    with open(path) as f:
+        held = json.load(f)
+    assert held["job"] == "make-shards-20261201-1" and held["expires"] is None
+    assert claim.run.lease_token is not None   # the pipeline releases it
+    # its launcher may be gone (a template, a scheduler): the lease holds all the same
+    held["pid"], held["started"] = 2 ** 22 + 1, time.time() - 10 ** 6
+    with open(path, "w") as f:
+        json.dump(held, f)
+    with pytest.raises(output_dir.OutputDirError) as refused:
+        output_dir.prepare(out, False)
+    message = str(refused.value)
+    assert "job make-shards-20261201-1" in message and f"delete {path}" in message
+    assert "\n" not in message
+    os.remove(path)   # what the message says to do, once the job is gone
+    second = output_dir.prepare(out, False)
+    assert lease.holder(path).run_id == second.run.run_id
+    output_dir.abandon(second.run)
+    output_dir.release(second)
+
+
+def test_detach_submits_a_job_that_commits_cleans_up_and_releases_on_its_own(tmp_path, rng,
+                                                                            capsys):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 2), files=1)
+    argv = ["--input", str(tmp_path / "in" / "*"), "--output_dir", "gs://test-bucket/out",
+            "--window", "5", "--detach"]
+    with pytest.raises(SystemExit) as exit_info:   # a local run is this process
+        make_shards.run(argv)
+    assert exit_info.value.code == 2
+    assert "--detach" in capsys.readouterr().err.strip().splitlines()[-1]
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        result = make_shards.run([
+            *argv, "--runner", "DataflowRunner", "--dry_run=True", "--project",
+            "test-project", "--region", "us-central1", "--temp_location",
+            "gs://test-bucket/tmp", "--setup_file", "./setup.py"])
+    finally:
+        os.chdir(cwd)
+    names = [t.unique_name for t in result.job.proto_pipeline.components.transforms.values()]
+    assert {"Finalize/Commit", "Finalize/CleanUp", "Finalize/ReleaseLease"} <= set(names)
+
+
+def test_the_heartbeat_survives_a_failed_renewal(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(lease, "HEARTBEAT_SECONDS", 0.05)
+    path = str(tmp_path / "lease.json")
+    held = lease.Lease(path, "r1").acquire()
+    # Reading the lease fails for a while (a link to a directory: an OSError, as a
+    # network error would be), then the same file is back. Each swap is one rename.
+    aside, link = str(tmp_path / "aside"), str(tmp_path / "link")
+    os.link(path, aside)
+    os.symlink(tmp_path, link)
+    os.replace(link, path)
+    deadline = time.monotonic() + 60
+    while "could not renew" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.replace(aside, path)
+    expires = json.load(open(path))["expires"]
+    while json.load(open(path))["expires"] == expires and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "could not renew" in caplog.text and not held.lost
+    assert json.load(open(path))["expires"] > expires
+    held.release()
+    assert not os.path.exists(path)
