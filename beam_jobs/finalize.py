@@ -122,7 +122,7 @@ def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -
     which names this run's shards. Until this write, the directory's dataset is the one
     before, whole (its shards untouched); from it on, this one."""
     for name in sidecars:
-        storage.move(run.in_run_folder(name), run.output(name))
+        storage.place(run.in_run_folder(name), run.output(name))
     storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
     progress.counter(COMMITTED).inc()
 

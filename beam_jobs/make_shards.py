@@ -169,7 +169,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         refuse("encoder=: a ModelHandler encodes frames: give it without --encoder, with "
                "a manifest or video files as --input")
     runner = runner_name(pipeline_args)
-    if config.detach and is_local(runner):
+    if config.detach and is_local_runner(runner):
         refuse(f"--detach: a local run ({runner}) is this process; --detach submits a job "
                "to a distributed runner (e.g. --runner DataflowRunner) and exits")
     options = PipelineOptions(pipeline_args)
@@ -182,7 +182,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         return _run(config, pipeline_args, output_dir.RunDir(config.output_dir, "dry-run", ""),
                     dry_run, started)
     job = None
-    if not is_local(runner):  # the lease names the job; give it a name to name
+    if not is_local_runner(runner):  # the lease names the job; give it a name to name
         job = options.view_as(GoogleCloudOptions).job_name
         if not job:
             job = time.strftime("make-shards-%Y%m%d-%H%M%S") + f"-{os.getpid()}"
@@ -237,7 +237,7 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
-        if not is_local(options.view_as(StandardOptions).runner):
+        if not is_local_runner(options.view_as(StandardOptions).runner):
             result.cancel()
             _LOG.warning("cancelled job %s", options.view_as(GoogleCloudOptions).job_name)
         raise
@@ -292,8 +292,12 @@ def main() -> None:
     try:
         run(sys.argv[1:], started=_STARTED)
     except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
-        print(f"{PROG}: interrupted: {e or 'nothing was committed'}", file=sys.stderr)
-        sys.exit(130)
+        print(f"{PROG}: interrupted: {e or 'nothing was committed'}", file=sys.stderr,
+              flush=True)
+        # Not sys.exit: the interrupted bundle's state-sampler thread (Beam's, not a
+        # daemon) never stops, and the interpreter would wait for it at exit forever.
+        logging.shutdown()
+        os._exit(130)
 
 
 _JOB_SERVICE = "apache_beam.runners.portability.local_job_service"

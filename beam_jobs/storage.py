@@ -175,13 +175,13 @@ def write_bytes(path: str, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def move(source: str, target: str) -> None:
-    """Move a file within one output directory, replacing `target` whole (locally one
-    rename; on GCS a server-side copy, then the source deleted)."""
+def place(source: str, target: str) -> None:
+    """Put a finished file of a run's folder at `target`, replacing it whole: locally one
+    rename; on GCS a server-side copy, the source left for the run folder's deletion
+    after the commit (batched there, not one request here)."""
     if _is_gcs(source):
         blob = _blob(source)
         blob.bucket.copy_blob(blob, _blob(target).bucket, _blob(target).name)
-        _gcs_delete([source])
         return
     os.replace(source, target)
 

@@ -108,10 +108,10 @@ def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
         _ = p | beam.Create(rows) | sidecars.WriteSortedJsonl(run, "rows.jsonl", key)
         _ = (p | "Empty" >> beam.Create([]) | "Skipped" >> sidecars.WriteSortedJsonl(
             run, "empty.jsonl", key, when_empty=False))
-    written = [json.loads(line) for line in open(tmp_path / "out" / "rows.jsonl")]
+    written = [json.loads(line) for line in open(run.in_run_folder("rows.jsonl"))]
     assert written == sorted(rows, key=lambda row: (key(row), json.dumps(row, sort_keys=True)))
     assert len(os.listdir(tmp_path / "temp" / "sidecars" / "rows.jsonl")) > 50
-    assert not os.path.exists(tmp_path / "out" / "empty.jsonl")
+    assert not os.path.exists(run.in_run_folder("empty.jsonl"))
 
 
 def _to_list_steps(pipeline: beam.Pipeline) -> set[str]:
