@@ -8,8 +8,8 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_jobs import make_shards
 from beam_jobs.sorted_runs import sort_bounded
-from conftest import (assert_verified, latent_example, solid_frames, write_frame_folder,
-                      write_manifest, write_records)
+from conftest import (assert_verified, latent_example, plain_name, solid_frames,
+                      write_frame_folder, write_manifest, write_records)
 
 BUDGET_MB = 0.1
 BUDGET = int(BUDGET_MB * 2**20)
@@ -40,11 +40,12 @@ def _run(input_glob, out, mode, bucket_mb, *flags):
 
 
 def _same_shards(a, b):
-    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
-    assert len(names) == 3 and names == sorted(n for n in os.listdir(b)
-                                               if n.endswith(".tfrecord"))
-    for name in names:
-        with open(os.path.join(a, name), "rb") as x, open(os.path.join(b, name), "rb") as y:
+    """The same shards, byte for byte, under the same names but for the run id."""
+    shards = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)
+               if n.endswith(".tfrecord")} for d in (a, b)]
+    assert len(shards[0]) == 3 and sorted(shards[0]) == sorted(shards[1])
+    for name, path in shards[0].items():
+        with open(path, "rb") as x, open(shards[1][name], "rb") as y:
             assert x.read() == y.read(), name
 
 
