@@ -179,8 +179,8 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     # output directory, which may be gs:// on a machine without credentials or network.
     dry_run = options.view_as(TestOptions).dry_run
     if dry_run:
-        return _run(config, pipeline_args, output_dir.RunDir(config.output_dir, "dry-run", ""),
-                    dry_run, started)
+        return _run(config, pipeline_args, runner,
+                    output_dir.RunDir(config.output_dir, "dry-run", ""), dry_run, started)
     job = None
     if not is_local_runner(runner):  # the lease names the job; give it a name to name
         job = options.view_as(GoogleCloudOptions).job_name
@@ -198,7 +198,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     except output_dir.OutputDirError as e:
         refuse(str(e))
     try:
-        result = _run(config, pipeline_args, claim.run, dry_run, started)
+        result = _run(config, pipeline_args, runner, claim.run, dry_run, started)
     except BaseException as e:
         # A run that stops leaves only what proves itself. A cancelled job's workers may
         # still write: its run folder stays, listing their files for the next run.
@@ -217,13 +217,14 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     return result
 
 
-def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir,
-         dry_run: bool, started: float) -> beam.runners.runner.PipelineResult:
+def _run(config: JobConfig, pipeline_args: list[str], runner: str,
+         run_dir: output_dir.RunDir, dry_run: bool, started: float
+         ) -> beam.runners.runner.PipelineResult:
     try:
         source = build_source(config)
     except SourceError as e:
         refuse(str(e))
-    note_group_memory(config, source, runner_name(pipeline_args))
+    note_group_memory(config, source, runner)
     options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, source, run_dir,
@@ -237,7 +238,7 @@ def _run(config: JobConfig, pipeline_args: list[str], run_dir: output_dir.RunDir
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
-        if not is_local_runner(options.view_as(StandardOptions).runner):
+        if not is_local_runner(runner):
             result.cancel()
             _LOG.warning("cancelled job %s", options.view_as(GoogleCloudOptions).job_name)
         raise
