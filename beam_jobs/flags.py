@@ -13,7 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import keys, paths, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
-from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
+from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
 from readers import format as data_format
 
 PROG = "python -m beam_jobs.make_shards"
@@ -41,6 +41,7 @@ class JobConfig:
     frame_size: Optional[tuple[int, int]]
     channels: int
     fps: Optional[float]
+    max_timestamp_gap: float
     max_frames: Optional[int]
     frame_encoding: str
     jpeg_quality: int
@@ -183,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="3 for RGB, 1 for grayscale (default: %(default)s)")
     pix.add_argument("--fps", type=number(float, 0, 1000, low_open=True), default=None,
                      help="resample video files to this frame rate (default: every frame)")
+    pix.add_argument("--max_timestamp_gap", type=number(float, 0, 1e6, low_open=True),
+                     default=DEFAULT_MAX_TIMESTAMP_GAP, metavar="SECONDS",
+                     help="with --fps, a video with a frame stamped more than this after "
+                          "every frame before it, or past the duration its container "
+                          "declares by more, fails instead of repeating one frame to fill "
+                          "the gap (default: %(default)s)")
     pix.add_argument("--max_frames", type=number(int, 1, 10**9), default=None,
                      help="use at most this many frames of a video")
     pix.add_argument("--frame_encoding", choices=FRAME_ENCODINGS, default="jpeg",
@@ -399,8 +406,9 @@ _LATENTS, _PIXELS = frozenset({"latents"}), frozenset({"manifest", "videos"})
 FLAG_KINDS: dict[str, frozenset[str]] = {
     **dict.fromkeys(("sequence_feature", "sequence_shape", "metadata_feature",
                      "id_feature"), _LATENTS),
-    **dict.fromkeys(("frame_size", "channels", "fps", "max_frames", "frame_encoding",
-                     "jpeg_quality", "on_bad_frame", "max_frame_bytes"), _PIXELS),
+    **dict.fromkeys(("frame_size", "channels", "fps", "max_timestamp_gap", "max_frames",
+                     "frame_encoding", "jpeg_quality", "on_bad_frame", "max_frame_bytes"),
+                    _PIXELS),
     **dict.fromkeys(("encoder", "encoder_input_scale", "encoder_input_offset",
                      "encoder_layout", "encoder_device", "encoder_batch_size",
                      "latent_dtype"), frozenset({ENCODED})),

@@ -175,15 +175,24 @@ def write_frame_folder(directory, frames, fmt: str = "png", name: str = "frame_{
 
 
 def write_video(path, frames, codec: str = "libx264", rate: int = 10,
-                options: Optional[dict] = None) -> str:
+                options: Optional[dict] = None, times: Optional[Sequence[float]] = None) -> str:
+    """A video file of `frames` at `rate`, or stamped at `times` (seconds, to the ms)."""
+    import fractions
+
     import av
 
     h, w = frames[0].shape[:2]
+    ms = fractions.Fraction(1, 1000)
     with av.open(str(path), "w", options=options or {}) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        if times is not None:
+            stream.codec_context.time_base = ms
+        for i, frame in enumerate(frames):
+            video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
+            if times is not None:
+                video_frame.pts, video_frame.time_base = round(times[i] * 1000), ms
+            for packet in stream.encode(video_frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

@@ -224,6 +224,7 @@ def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):
     ("--fps", "inf"), ("--fps", "nan"), ("--fps", "-1"), ("--shard_size_mb", "nan"),
     ("--shard_size_mb", "0.0000001"), ("--shuffle_bucket_mb", "inf"), ("--window", "abc"),
     ("--max_frame_bytes", "0"), ("--encoder_input_scale", "nan"), ("--seed", "-3"),
+    ("--max_timestamp_gap", "0"), ("--max_timestamp_gap", "inf"),
 ])
 def test_numbers_out_of_range_are_refused_before_tensorflow(tmp_path, flag, value):
     code = ("import sys\nfrom beam_jobs import make_shards\n"

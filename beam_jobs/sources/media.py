@@ -8,6 +8,10 @@ alike. What is never silently changed:
 - Alpha is dropped without compositing (RGBA -> RGB, LA -> L); palette images are
   expanded through their palette.
 - A video that decodes fewer frames than its container declares fails (a file cut short).
+- With --fps, a frame stamped more than --max_timestamp_gap seconds after every frame
+  before it, or past the duration its container declares by more, fails its video:
+  resampling would fill the gap with copies of one frame (a million for a 10-hour
+  glitch at 30 fps).
 - A path that is not a regular file (a FIFO, a device) or that is larger than
   --max_frame_bytes is not read.
 """
@@ -31,6 +35,9 @@ from beam_jobs.sources.base import BadRecord
 JPEG_MAGIC = b"\xff\xd8"
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: most of level 6's size at a fraction of its time
 DEFAULT_MAX_FRAME_BYTES = 256 << 20  # an 8K 16-bit RGB TIFF is 200 MB
+# Seconds: far over a steady frame interval (1 s in a 1 fps time-lapse) or a burst of
+# dropped frames, and at --fps 30 at most 150 copies of one frame.
+DEFAULT_MAX_TIMESTAMP_GAP = 5.0
 _DEEP_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 # A video may decode a frame or two fewer than its container declares (edit lists).
 _SHORTFALL_FRAMES, _SHORTFALL_FRACTION = 2, 0.02
@@ -171,21 +178,25 @@ def _open_video(path: str) -> Iterator[tuple[Any, Any, float, int]]:
         raise BadRecord(f"cannot decode video {path}: {e}") from None
 
 
-def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = None
+def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = None,
+                 max_gap: float = DEFAULT_MAX_TIMESTAMP_GAP
                  ) -> Iterator[tuple[Image.Image, float]]:
     """(RGB image, time in seconds from the first frame) of each frame of a video file,
     resampled to `fps` when given: for each time k / fps, the first frame at or after it
     (frames are dropped to lower the rate, repeated to raise it). `info`, when given,
     gets the source's frame rate ("source_fps").
 
-    Raises BadRecord when the file cannot be decoded, or when it decodes fewer frames
-    than its container declares (a file cut short).
+    Raises BadRecord when the file cannot be decoded, when it decodes fewer frames than
+    its container declares (a file cut short), or, with `fps`, when a frame's time is
+    more than `max_gap` seconds past the latest before it or past the declared duration
+    (checked as each frame comes, before any copy of it is made).
     """
     with _open_video(path) as (container, stream, rate, declared):
         if info is not None:
             info["source_fps"] = round(rate, 6)
         stream.thread_type = "AUTO"
-        first, next_time, decoded = None, 0.0, 0
+        end = declared_seconds(container, stream) if fps else None
+        first, latest, next_time, decoded = None, 0.0, 0.0, 0
         for index, frame in enumerate(container.decode(stream)):
             decoded += 1
             time = frame.time if frame.time is not None else index / rate
@@ -194,7 +205,8 @@ def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = 
             if fps is None:
                 yield frame.to_image(), time
                 continue
-            image = None
+            _check_time(time, latest, end, max_gap)
+            latest, image = max(latest, time), None
             while next_time <= time + 1e-6:
                 image = image or frame.to_image()
                 yield image, next_time
@@ -205,15 +217,38 @@ def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = 
                             "declares: the file is cut short or damaged")
 
 
+def _check_time(time: float, latest: float, end: Optional[float], max_gap: float) -> None:
+    """BadRecord when a frame at `time` would make resampling invent more than `max_gap`
+    seconds (copies of it fill the time since the `latest` frame before it): a jump
+    past `latest`, or a time past the declared `end`."""
+    bound = f"over --max_timestamp_gap {max_gap:g} (raise it to keep the video)"
+    if time - latest > max_gap:
+        raise BadRecord(f"a timestamp jump of {_seconds(time - latest)} after "
+                        f"{_seconds(latest)}: {bound}")
+    if end is not None and time > end + max_gap:
+        raise BadRecord(f"a frame stamped {_seconds(time)}, past the {_seconds(end)} the "
+                        f"container declares by {_seconds(time - end)}: {bound}")
+
+
+def _seconds(value: float) -> str:
+    return f"{round(value, 3):g} s"
+
+
+def declared_seconds(container, stream) -> Optional[float]:
+    """The duration a container declares for its video stream, else for itself; None
+    when it declares none."""
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    if container.duration:
+        return container.duration / av.time_base
+    return None
+
+
 def declared_frames(container, stream, rate: float) -> int:
     """The frame count a container declares: its frame count, else duration x rate."""
     if stream.frames:
         return int(stream.frames)
-    if stream.duration and stream.time_base:
-        return round(float(stream.duration * stream.time_base) * rate)
-    if container.duration:
-        return round(container.duration / av.time_base * rate)
-    return 0
+    return round((declared_seconds(container, stream) or 0.0) * rate)
 
 
 def video_length(path: str) -> tuple[int, float]:

@@ -29,6 +29,7 @@ class PixelFormat:
     metadata_length: int = 0
     fps: Optional[float] = None
     max_frames: Optional[int] = None
+    max_timestamp_gap: float = media.DEFAULT_MAX_TIMESTAMP_GAP
     on_bad_frame: str = "mask"                      # or "fail"
     max_frame_bytes: int = media.DEFAULT_MAX_FRAME_BYTES
     allow_nonfinite: bool = False
@@ -112,7 +113,8 @@ class PixelVideo:
         unreadable image, with the reason; `where` is its path, or its time in seconds."""
         codec = self.fmt.codec
         if self.entry.video:
-            for image, time in media.video_images(self.entry.video, self.fmt.fps, info):
+            for image, time in media.video_images(self.entry.video, self.fmt.fps, info,
+                                                  self.fmt.max_timestamp_gap):
                 yield codec.store(image), round(time, 6), None
             return
         for path in expand_frames(self.entry.frames):
@@ -256,6 +258,7 @@ def build_source(config: JobConfig) -> Source:
                              config.jpeg_quality, resize=config.frame_size is not None)
     fmt = probe_pixel_format(entries, PixelFormat(
         codec, fps=config.fps, max_frames=config.max_frames,
+        max_timestamp_gap=config.max_timestamp_gap,
         on_bad_frame=config.on_bad_frame, max_frame_bytes=config.max_frame_bytes,
         allow_nonfinite=config.allow_nonfinite))
     encoder = probe_encoder(config, fmt.codec.frame_shape) if config.encodes_frames else None
