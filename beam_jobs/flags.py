@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import keys, paths, windows
+from beam_jobs import ids, keys, paths, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
 from readers import format as data_format
@@ -262,12 +262,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _input_kind(pattern: str, files: list[str]) -> str:
+_KIND_OF_FILE = {"videos": "is a video file", "manifest": "is a manifest",
+                 "latents": "would be read as latent TFRecords (it has no video or "
+                            "manifest suffix)"}
+
+
+def _file_kind(path: str) -> str:
+    """The input kind a file's name says: a video or manifest suffix, else latents
+    (TFRecord files go by any name: `.tfrecord`, `.gz`, `part-00001`)."""
+    if path.lower().endswith(VIDEO_SUFFIXES):
+        return "videos"
+    return "manifest" if path.lower().endswith(MANIFEST_SUFFIXES) else "latents"
+
+
+def _input_kind(parser: argparse.ArgumentParser, pattern: str, files: list[str]) -> str:
+    """The one kind of a pattern's files; a glob whose files are of two kinds (one
+    `.m4a` among videos would make it all read as TFRecords) is refused, naming a file
+    of the rarer kind."""
     if pattern.lower().endswith(MANIFEST_SUFFIXES):
         return "manifest"
-    if all(path.lower().endswith(VIDEO_SUFFIXES) for path in files):
-        return "videos"
-    return "latents"
+    by_kind: dict[str, list[str]] = {}
+    for path in files:
+        by_kind.setdefault(_file_kind(path), []).append(path)
+    if len(by_kind) > 1:
+        odd = min(by_kind, key=lambda kind: (len(by_kind[kind]), kind != "latents"))
+        other = next(path for path in files if _file_kind(path) != odd)
+        parser.error(f"--input: '{ids.printable(pattern)}' mixes kinds of input: "
+                     f"'{ids.printable(by_kind[odd][0])}' {_KIND_OF_FILE[odd]}, unlike "
+                     f"'{ids.printable(other)}'; give one kind of input per glob")
+    return next(iter(by_kind))
 
 
 def _pattern(text: str) -> str:
@@ -292,7 +315,7 @@ def _resolve_inputs(parser: argparse.ArgumentParser, patterns: Sequence[str]
             matched = sorted((m.path, m.size_in_bytes) for m in found)
             if not matched:
                 parser.error(f"--input: no file matches {pattern!r}")
-        kinds.add(_input_kind(pattern, [path for path, _ in matched]))
+        kinds.add(_input_kind(parser, pattern, [path for path, _ in matched]))
         files += matched
     if len(kinds) > 1:
         parser.error(f"--input: the inputs mix {' and '.join(sorted(kinds))}; give one kind")
@@ -360,6 +383,9 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
         output_dir = paths.normalize(args.output_dir)
     except ValueError as e:
         parser.error(f"--output_dir {e}")
+    if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
+        parser.error(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
+                     "give a directory whose name is")
     patterns = tuple(_pattern(p) for p in args.input)
     input_files, input_kind = _resolve_inputs(parser, patterns)
     if args.encoder and input_kind == "latents":
@@ -409,12 +435,18 @@ FLAG_KINDS: dict[str, frozenset[str]] = {
 
 def recorded_flags(config: JobConfig) -> dict:
     """The flags that apply to this input (no frame flags for latents, no encoder flags
-    without an encoder), in --help order, as dataset.json records them."""
+    without an encoder), in --help order, as dataset.json records them: text as valid
+    Unicode (`ids.printable`; a path given on the command line need not be UTF-8)."""
     kinds = {config.input_kind} | ({ENCODED} if config.encodes_frames else set())
     dests = [a.dest for a in build_parser()._actions if a.dest != "help"]
     values = {name: getattr(config, name) for name in dests
               if FLAG_KINDS.get(name, kinds) & kinds}
-    return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
+
+    def text(value):
+        return ids.printable(value) if isinstance(value, str) else value
+
+    return {name: [text(x) for x in v] if isinstance(v, tuple) else text(v)
+            for name, v in values.items()}
 
 
 def refuse(message: str) -> None:
