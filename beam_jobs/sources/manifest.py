@@ -5,8 +5,9 @@ order) or `video` (a video file); optional `labels` (an inline list, or the path
 .csv or .npy file: one number or one fixed-length vector per frame); optional
 `metadata` (fixed-length floats); optional `split`. A CSV carries lists as JSON strings.
 
-A row that cannot become a video (bad JSON, bytes that are not UTF-8, a missing field)
-is a failure row; a file that is not a manifest at all is an error before any work.
+A row that cannot become a video (bad JSON, bytes that are not UTF-8, a lone surrogate,
+an id with spaces around it, a missing field) is a failure row; a file that is not a
+manifest at all is an error before any work.
 """
 from __future__ import annotations
 
