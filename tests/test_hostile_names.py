@@ -70,6 +70,19 @@ def test_latent_files_named_in_any_bytes_get_escaped_nfc_ids(tmp_path):
     assert read_dataset_json(out)["flags"]["input"] == [str(tmp_path) + "/in\\xff/*"]
 
 
+def test_id_feature_spellings_of_one_text_are_one_id(tmp_path):
+    """`--id_feature` ids are NFC too: NFD and NFC `café` records are duplicates."""
+    frames = np.zeros((8, 2), np.float32)
+    write_records(str(tmp_path / "in" / "a.tfrecord"), [
+        latent_example(frames, video_id=name) for name in [f"v{i}" for i in range(8)] + [
+            NFC, NFD]])
+    out = tmp_path / "out"
+    run_job(str(tmp_path / "in" / "*"), out, "--window", "4", "--id_feature", "vid",
+            "--metadata_feature", "", "--max_failure_fraction", "0.2")
+    assert [r["video_id"] for r in _strict_json(out / "failures.jsonl")] == [NFC] * 2
+    assert {e["video_id"] for e in read_examples(out)} == {f"v{i}" for i in range(8)}
+
+
 def test_video_files_named_in_any_bytes_get_escaped_ids_that_collide_loudly(tmp_path):
     """`caf\\xe9.mp4` (the byte 0xe9) and a file named with the four characters `\\xe9`
     have one id: both are duplicate failures, never one video taken for the other. (The
