@@ -6,19 +6,14 @@ import argparse
 import dataclasses
 import difflib
 import math
-import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
-from beam_jobs import ids, keys, paths, windows
+from beam_jobs import ids, inputs, keys, paths, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES
 from readers import format as data_format
 
 PROG = "python -m beam_jobs.make_shards"
-MANIFEST_SUFFIXES = (".jsonl", ".csv")
-VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
 
 
@@ -262,69 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_KIND_OF_FILE = {"videos": "is a video file", "manifest": "is a manifest",
-                 "latents": "would be read as latent TFRecords (it has no video or "
-                            "manifest suffix)"}
-
-
-def _file_kind(path: str) -> str:
-    """The input kind a file's name says: a video or manifest suffix, else latents
-    (TFRecord files go by any name: `.tfrecord`, `.gz`, `part-00001`)."""
-    if path.lower().endswith(VIDEO_SUFFIXES):
-        return "videos"
-    return "manifest" if path.lower().endswith(MANIFEST_SUFFIXES) else "latents"
-
-
-def _input_kind(parser: argparse.ArgumentParser, pattern: str, files: list[str]) -> str:
-    """The one kind of a pattern's files; a glob whose files are of two kinds (one
-    `.m4a` among videos would make it all read as TFRecords) is refused, naming a file
-    of the rarer kind."""
-    if pattern.lower().endswith(MANIFEST_SUFFIXES):
-        return "manifest"
-    by_kind: dict[str, list[str]] = {}
-    for path in files:
-        by_kind.setdefault(_file_kind(path), []).append(path)
-    if len(by_kind) > 1:
-        odd = min(by_kind, key=lambda kind: (len(by_kind[kind]), kind != "latents"))
-        other = next(path for path in files if _file_kind(path) != odd)
-        parser.error(f"--input: '{ids.printable(pattern)}' mixes kinds of input: "
-                     f"'{ids.printable(by_kind[odd][0])}' {_KIND_OF_FILE[odd]}, unlike "
-                     f"'{ids.printable(other)}'; give one kind of input per glob")
-    return next(iter(by_kind))
-
-
-def _pattern(text: str) -> str:
-    """A local input glob made absolute (so ids and checks see one spelling)."""
-    if paths.has_scheme(text):
-        return text
-    return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
-
-
-def _resolve_inputs(parser: argparse.ArgumentParser, patterns: Sequence[str]
-                    ) -> tuple[list[tuple[str, int]], str]:
-    """The files of every --input pattern, sorted, and their one input kind."""
-    files, kinds = [], set()
-    for pattern in patterns:
-        if pattern.lower().endswith(MANIFEST_SUFFIXES):
-            matched = [(pattern, _manifest_size(parser, pattern))]
-        else:
-            try:
-                found = FileSystems.match([pattern])[0].metadata_list
-            except Exception as e:
-                parser.error(f"--input: cannot list {pattern!r}: {e}")
-            matched = sorted((m.path, m.size_in_bytes) for m in found)
-            if not matched:
-                parser.error(f"--input: no file matches {pattern!r}")
-        kinds.add(_input_kind(parser, pattern, [path for path, _ in matched]))
-        files += matched
-    if len(kinds) > 1:
-        parser.error(f"--input: the inputs mix {' and '.join(sorted(kinds))}; give one kind")
-    duplicates = sorted({p for p, _ in files if sum(q == p for q, _ in files) > 1})
-    if duplicates:
-        parser.error(f"--input: {duplicates[0]} is matched twice")
-    return sorted(files), kinds.pop()
-
-
 def _beam_parser() -> argparse.ArgumentParser:
     """Every option of Beam's PipelineOptions subclasses, as Beam itself parses them."""
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
@@ -386,8 +318,11 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
     if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
         parser.error(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
                      "give a directory whose name is")
-    patterns = tuple(_pattern(p) for p in args.input)
-    input_files, input_kind = _resolve_inputs(parser, patterns)
+    patterns = tuple(inputs.absolute(p) for p in args.input)
+    try:
+        input_files, input_kind = inputs.resolve(patterns)
+    except inputs.InputError as e:
+        parser.error(f"--input: {e}")
     if args.encoder and input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
@@ -398,23 +333,6 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
         "stride": args.window if args.stride is None else args.stride,
         "input_files": tuple(input_files), "input_kind": input_kind,
         "input_root": paths.common_root(patterns)}), pipeline_args
-
-
-def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
-    """A manifest is opened with fsspec like the paths in it (memory:// too); it must be
-    a regular file."""
-    import fsspec
-
-    try:
-        fs, local = fsspec.core.url_to_fs(path)
-        info = fs.info(local)
-    except FileNotFoundError:
-        parser.error(f"--input: no manifest at {path!r}")
-    except Exception as e:
-        parser.error(f"--input: cannot open {path!r}: {type(e).__name__}: {e}")
-    if info.get("type") != "file":
-        parser.error(f"--input: {path!r} is not a regular file")
-    return int(info.get("size") or 0)
 
 
 # The input kinds a flag applies to; a flag not named here applies to every kind.
