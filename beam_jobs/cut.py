@@ -14,7 +14,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.utils import shared
 
-from beam_jobs import keys, progress, windows
+from beam_jobs import ids, keys, progress, windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from beam_jobs.sources.base import FAILURES, BadRecord, Frame, failure
 from readers import format as data_format
@@ -186,12 +186,14 @@ class _CutVideo(beam.DoFn):
         for name, value in (("videos_too_short", not windows_cut), ("windows", windows_cut),
                             ("frames", cut.frames), ("bad_frames", len(cut.bad))):
             self._counters[name].inc(int(value))
+        source = ids.printable(video.source)  # a path: its name need not be UTF-8
         for index, where, reason in cut.bad:
             yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
-                "video_id": video.video_id, "source": video.source, "frame": index,
-                "where": where, "reason": reason})
+                "video_id": video.video_id, "source": source, "frame": index,
+                "where": ids.printable(where) if isinstance(where, str) else where,
+                "reason": ids.printable(reason)})
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
-            split, windows_cut, len(cut.bad), cut.frames, video.video_id, video.source,
+            split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
             video.record_index, info.get("source_fps"), info.get("encoder_device")))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:

@@ -6,19 +6,14 @@ import argparse
 import dataclasses
 import difflib
 import math
-import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
-from apache_beam.io.filesystems import FileSystems
-
-from beam_jobs import keys, paths, windows
+from beam_jobs import ids, inputs, keys, paths, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
 from readers import format as data_format
 
 PROG = "python -m beam_jobs.make_shards"
-MANIFEST_SUFFIXES = (".jsonl", ".csv")
-VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
 
 
@@ -269,46 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _input_kind(pattern: str, files: list[str]) -> str:
-    if pattern.lower().endswith(MANIFEST_SUFFIXES):
-        return "manifest"
-    if all(path.lower().endswith(VIDEO_SUFFIXES) for path in files):
-        return "videos"
-    return "latents"
-
-
-def _pattern(text: str) -> str:
-    """A local input glob made absolute (so ids and checks see one spelling)."""
-    if paths.has_scheme(text):
-        return text
-    return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
-
-
-def _resolve_inputs(parser: argparse.ArgumentParser, patterns: Sequence[str]
-                    ) -> tuple[list[tuple[str, int]], str]:
-    """The files of every --input pattern, sorted, and their one input kind."""
-    files, kinds = [], set()
-    for pattern in patterns:
-        if pattern.lower().endswith(MANIFEST_SUFFIXES):
-            matched = [(pattern, _manifest_size(parser, pattern))]
-        else:
-            try:
-                found = FileSystems.match([pattern])[0].metadata_list
-            except Exception as e:
-                parser.error(f"--input: cannot list {pattern!r}: {e}")
-            matched = sorted((m.path, m.size_in_bytes) for m in found)
-            if not matched:
-                parser.error(f"--input: no file matches {pattern!r}")
-        kinds.add(_input_kind(pattern, [path for path, _ in matched]))
-        files += matched
-    if len(kinds) > 1:
-        parser.error(f"--input: the inputs mix {' and '.join(sorted(kinds))}; give one kind")
-    duplicates = sorted({p for p, _ in files if sum(q == p for q, _ in files) > 1})
-    if duplicates:
-        parser.error(f"--input: {duplicates[0]} is matched twice")
-    return sorted(files), kinds.pop()
-
-
 def _beam_parser() -> argparse.ArgumentParser:
     """Every option of Beam's PipelineOptions subclasses, as Beam itself parses them."""
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
@@ -367,8 +322,14 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
         output_dir = paths.normalize(args.output_dir)
     except ValueError as e:
         parser.error(f"--output_dir {e}")
-    patterns = tuple(_pattern(p) for p in args.input)
-    input_files, input_kind = _resolve_inputs(parser, patterns)
+    if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
+        parser.error(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
+                     "give a directory whose name is")
+    patterns = tuple(inputs.absolute(p) for p in args.input)
+    try:
+        input_files, input_kind = inputs.resolve(patterns)
+    except inputs.InputError as e:
+        parser.error(f"--input: {e}")
     if args.encoder and input_kind == "latents":
         parser.error("--encoder: encodes frames; --input holds latents already (give a "
                      "manifest or video files)")
@@ -379,23 +340,6 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
         "stride": args.window if args.stride is None else args.stride,
         "input_files": tuple(input_files), "input_kind": input_kind,
         "input_root": paths.common_root(patterns)}), pipeline_args
-
-
-def _manifest_size(parser: argparse.ArgumentParser, path: str) -> int:
-    """A manifest is opened with fsspec like the paths in it (memory:// too); it must be
-    a regular file."""
-    import fsspec
-
-    try:
-        fs, local = fsspec.core.url_to_fs(path)
-        info = fs.info(local)
-    except FileNotFoundError:
-        parser.error(f"--input: no manifest at {path!r}")
-    except Exception as e:
-        parser.error(f"--input: cannot open {path!r}: {type(e).__name__}: {e}")
-    if info.get("type") != "file":
-        parser.error(f"--input: {path!r} is not a regular file")
-    return int(info.get("size") or 0)
 
 
 # The input kinds a flag applies to; a flag not named here applies to every kind.
@@ -417,12 +361,18 @@ FLAG_KINDS: dict[str, frozenset[str]] = {
 
 def recorded_flags(config: JobConfig) -> dict:
     """The flags that apply to this input (no frame flags for latents, no encoder flags
-    without an encoder), in --help order, as dataset.json records them."""
+    without an encoder), in --help order, as dataset.json records them: text as valid
+    Unicode (`ids.printable`; a path given on the command line need not be UTF-8)."""
     kinds = {config.input_kind} | ({ENCODED} if config.encodes_frames else set())
     dests = [a.dest for a in build_parser()._actions if a.dest != "help"]
     values = {name: getattr(config, name) for name in dests
               if FLAG_KINDS.get(name, kinds) & kinds}
-    return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
+
+    def text(value):
+        return ids.printable(value) if isinstance(value, str) else value
+
+    return {name: [text(x) for x in v] if isinstance(v, tuple) else text(v)
+            for name, v in values.items()}
 
 
 def refuse(message: str) -> None:

@@ -11,6 +11,8 @@ import posixpath
 import re
 from typing import Sequence
 
+from beam_jobs import ids
+
 GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -86,13 +88,14 @@ def glob_regex(pattern: str) -> re.Pattern:
 def default_id(path: str, root: str, strip_suffix: bool) -> str:
     """A video's id from its file: the path relative to `root` (the common fixed prefix
     of the input globs), so that `cam1/0001.mp4` and `cam2/0001.mp4` stay apart and the
-    ids survive moving the whole tree. Video files drop their suffix."""
+    ids survive moving the whole tree. Video files drop their suffix. The id is valid
+    Unicode in NFC (`ids.video_id`), whatever bytes the file's name holds."""
     relative = path[len(root):] if root and is_inside(path, root) else path
     relative = relative.lstrip("/")
     if strip_suffix:
         stem, _ = posixpath.splitext(relative)
         relative = stem or relative
-    return relative
+    return ids.video_id(relative)
 
 
 def common_root(patterns: Sequence[str]) -> str:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
+from beam_jobs import ids
+
 if TYPE_CHECKING:
     import apache_beam as beam
 
@@ -58,9 +60,12 @@ class Source:
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],
             reason: str, records: int = 1) -> dict:
     """One row of failures.jsonl; `records`: how many input records or videos it stands
-    for (more than one where a broken file took the rest of its records with it)."""
-    return {"source": source, "record_index": record_index, "video_id": video_id,
-            "reason": reason[:_MAX_REASON], "records": records}
+    for (more than one where a broken file took the rest of its records with it). Its
+    text is valid Unicode (`ids.printable`), whatever names the source, the id and the
+    reason quote."""
+    return {"source": ids.printable(source), "record_index": record_index,
+            "video_id": None if video_id is None else ids.printable(video_id),
+            "reason": ids.printable(reason)[:_MAX_REASON], "records": records}
 
 
 def check_finite(values: np.ndarray, what: str) -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import paths
+from beam_jobs import ids, paths
 from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_finite,
                                     failure)
 from beam_jobs.tfrecords import read_records
@@ -83,7 +84,7 @@ class LatentFormat:
         if len(values) != 1:
             raise BadRecord(f"id feature {self.id_feature!r} holds {len(values)} values, not 1")
         try:
-            return values[0].decode("utf-8")
+            return ids.video_id(values[0].decode("utf-8"))
         except UnicodeDecodeError:
             raise BadRecord(f"id feature {self.id_feature!r} is not UTF-8 text") from None
 
@@ -208,13 +209,15 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
 
 class ReadLatentRecords(beam.DoFn):
     """A (path, size) of a TFRecord file -> a `LatentVideo` per record; failures to
-    'failures', one row per bad record and one for a lost rest of a file."""
+    'failures', one row per bad record and one for a lost rest of a file. The path comes
+    as bytes (os.fsencode): Beam's coders take only valid UTF-8 text, and a file's name
+    need not be."""
 
     def __init__(self, fmt: LatentFormat):
         self._fmt = fmt
 
-    def process(self, file: tuple[str, int]):
-        path, size = file
+    def process(self, file: tuple[bytes, int]):
+        path, size = os.fsdecode(file[0]), file[1]
         for index, record in read_records(path, size, self._fmt.record_bytes):
             if isinstance(record, Lost):
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(
@@ -235,7 +238,8 @@ class ReadLatents(beam.PTransform):
 
     def expand(self, pipeline):
         videos = (pipeline
-                  | "ListInputs" >> beam.Create(self._files)
+                  | "ListInputs" >> beam.Create([(os.fsencode(path), size)
+                                                 for path, size in self._files])
                   | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt)).with_outputs(
                       FAILURES, main="videos"))
         return videos.videos, videos[FAILURES]

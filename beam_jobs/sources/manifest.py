@@ -5,8 +5,9 @@ order) or `video` (a video file); optional `labels` (an inline list, or the path
 .csv or .npy file: one number or one fixed-length vector per frame); optional
 `metadata` (fixed-length floats); optional `split`. A CSV carries lists as JSON strings.
 
-A row that cannot become a video (bad JSON, bytes that are not UTF-8, a missing field)
-is a failure row; a file that is not a manifest at all is an error before any work.
+A row that cannot become a video (bad JSON, bytes that are not UTF-8, a lone surrogate,
+an id with spaces around it, a missing field) is a failure row; a file that is not a
+manifest at all is an error before any work.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Optional, Union
 import fsspec
 import numpy as np
 
+from beam_jobs import ids
 from beam_jobs.sources.base import BadRecord, failure
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -162,12 +164,36 @@ def _list_or_path(value: Any, field: str, base: str) -> Union[tuple, str, None]:
     raise BadRecord(f"{field} must be a list or a path, got {type(value).__name__}")
 
 
+def _not_text(value: Any) -> Optional[str]:
+    """The first string in `value` (a field's JSON value) that is not valid Unicode."""
+    if isinstance(value, str):
+        return None if ids.is_text(value) else value
+    if isinstance(value, dict):
+        value = [*value, *value.values()]
+    if isinstance(value, list):
+        return next(filter(None, map(_not_text, value)), None)
+    return None
+
+
 def parse_row(row: dict, source: str, index: int, base: str,
               splits: Iterable[str]) -> VideoEntry:
+    """The entry of one row, or BadRecord naming the field at fault. An id is used as
+    given but for its Unicode normal form (`ids.video_id`): one with spaces around it is
+    refused, never stripped, so that no id changes without a word."""
     video_id = row.get("video_id")
-    video_id = "" if video_id is None else str(video_id).strip()
-    if not video_id:
+    video_id = "" if video_id is None else str(video_id)
+    for name, value in row.items():
+        bad = _not_text(name) or _not_text(value)
+        if bad is not None:
+            raise BadRecord(f"{ids.printable(name)} is not valid Unicode text (a lone "
+                            f"surrogate): '{ids.printable(bad)}'",
+                            video_id if ids.is_text(video_id) else None)
+    if not video_id.strip():
         raise BadRecord("no video_id")
+    if video_id != video_id.strip():
+        raise BadRecord(f"video_id {video_id!r} has spaces around it; ids are used as "
+                        "given, never stripped (remove them in the manifest)", video_id)
+    video_id = ids.video_id(video_id)
     frames = _list_or_path(row.get("frames"), "frames", base)
     video = row.get("video") or None
     if (frames is None) == (video is None):
@@ -232,19 +258,11 @@ def _csv_rows(data: bytes, path: str) -> list:
     rows: list = []
     for row in reader:
         row = {(k or "").strip(): v for k, v in row.items()}
-        if any(isinstance(v, str) and _has_surrogates(v) for v in row.values()):
+        if any(isinstance(v, str) and not ids.is_text(v) for v in row.values()):
             rows.append(BadRecord(f"row {reader.line_num} is not UTF-8 text"))
         else:
             rows.append(row)
     return rows
-
-
-def _has_surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def read_manifest(path: str, splits: Iterable[str]) -> tuple[list[VideoEntry], list[dict]]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import apache_beam as beam
@@ -214,8 +215,8 @@ class _ReadManifest(beam.DoFn):
     def __init__(self, fmt: PixelFormat, splits: tuple[str, ...]):
         self._fmt, self._splits = fmt, splits
 
-    def process(self, path: str):
-        entries, failures = read_manifest(path, self._splits)
+    def process(self, path: bytes):
+        entries, failures = read_manifest(os.fsdecode(path), self._splits)
         for entry in entries:
             yield PixelVideo(entry, self._fmt)
         for row in failures:
@@ -227,7 +228,8 @@ class ReadPixelVideos(beam.PTransform):
 
     The job graph holds the input paths, not the rows: manifests are read inside the
     pipeline (a job of 50,000 rows submits the graph of one of 1,000), then their videos
-    are spread over the workers."""
+    are spread over the workers. The paths travel as bytes (os.fsencode): Beam's coders
+    take only valid UTF-8 text, and a file's name need not be."""
 
     def __init__(self, config: JobConfig, fmt: PixelFormat):
         super().__init__()
@@ -236,11 +238,12 @@ class ReadPixelVideos(beam.PTransform):
         self._splits, self._fmt = tuple(config.splits), fmt
 
     def expand(self, pipeline):
-        inputs = pipeline | "ListInputs" >> beam.Create(self._paths)
+        inputs = pipeline | "ListInputs" >> beam.Create(
+            [os.fsencode(path) for path in self._paths])
         if self._kind == "videos":
             root, fmt = self._root, self._fmt
             videos = inputs | "VideoFiles" >> beam.Map(
-                lambda path: PixelVideo(video_file_entries([path], root)[0], fmt))
+                lambda path: PixelVideo(video_file_entries([os.fsdecode(path)], root)[0], fmt))
             return videos, pipeline | "ManifestFailures" >> beam.Create([])
         read = inputs | "ReadManifests" >> beam.ParDo(
             _ReadManifest(self._fmt, self._splits)).with_outputs("failures", main="videos")
