@@ -1,5 +1,6 @@
-"""The job's last steps: the sidecar files, the failure threshold, then the commit (one
-write of dataset.json), the cleanup after it, and the lease's release."""
+"""The job's last steps: the sidecar files, the failure threshold (and a run without a
+window: no commit either), then the commit (one move of dataset.json into place), the
+cleanup after it, and the lease's release."""
 from __future__ import annotations
 
 import dataclasses

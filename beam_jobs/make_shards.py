@@ -162,7 +162,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     encoder instead of an --encoder file (its load_model once per worker, its
     run_inference on each batch of --encoder_batch_size frames).
 
-    Until the commit (one write of dataset.json, a step of the pipeline) the directory's
+    Until the commit (one move of dataset.json, a step of the pipeline) the directory's
     dataset is the one before, whatever stops this run. On a distributed runner the
     pipeline also cleans up and releases the lease, so with --detach this returns once
     the job is submitted; Ctrl-C in a launcher that waits cancels the job."""
