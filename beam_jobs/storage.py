@@ -175,7 +175,7 @@ def write_bytes(path: str, data: bytes) -> None:
 def _write_then(path: str, data: bytes, put) -> None:
     """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
     the temp file is gone afterwards, also when the write fails (a full disk: the
-    OSError then names `path`, which a failed write alone does not)."""
+    OSError then names `path`, not the temp file or, as a failed write does, nothing)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temp = f"{path}.{uuid.uuid4().hex}.tmp"
     try:
@@ -183,7 +183,7 @@ def _write_then(path: str, data: bytes, put) -> None:
             f.write(data)
         put(temp, path)
     except OSError as e:
-        if e.filename is not None or e.errno is None:
+        if e.filename not in (None, temp) or e.errno is None:
             raise
         raise OSError(e.errno, e.strerror, path) from e
     finally:

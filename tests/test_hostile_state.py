@@ -203,29 +203,47 @@ def test_a_file_size_limit_is_one_line_and_leaves_the_old_dataset(old, inputs):
     _assert_one_line_and_unchanged(child, old, before, "File too large")
 
 
+def _mount(*command: str) -> None:
+    done = subprocess.run(["mount", *command], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
 @pytest.fixture
-def tiny_disk(tmp_path):
-    """A 256 KiB file system (tmpfs; needs root, else the test is skipped)."""
+def tiny_disk(tmp_path, inputs):
+    """A 256 KiB file system (tmpfs; needs root, else the test is skipped) holding a copy
+    of the dataset in `out`."""
     disk = tmp_path / "disk"
     disk.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=True)
+    _mount("-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk))
+    try:
+        shutil.copytree(inputs["dataset"], disk / "out")
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_a_full_disk_is_one_line_and_leaves_the_old_dataset(tiny_disk, inputs):
     out = tiny_disk / "out"
-    shutil.copytree(inputs["dataset"], out)
     before = _tree(out)
     child = subprocess.run(_job_command(inputs["big"], out, "--overwrite"),
                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
     _assert_one_line_and_unchanged(child, out, before, "No space left on device")
     assert os.listdir(tiny_disk) == ["out"]
+
+
+def test_a_read_only_file_system_is_one_line(tiny_disk, inputs):
+    out = tiny_disk / "out"
+    before = _tree(out)
+    _mount("-o", "remount,ro", str(tiny_disk))
+    child = subprocess.run(_job_command(inputs["small"], out, "--overwrite"),
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert child.returncode == 1 and "Traceback" not in child.stderr, child.stderr[-3000:]
+    last = child.stderr.strip().splitlines()[-1]
+    assert last == f"{PROG} {out / '_make_shards'}: Read-only file system; nothing was committed"
+    assert _tree(out) == before
 
 
 def test_an_output_dir_under_a_file_is_one_line(tmp_path, inputs, capsys):
