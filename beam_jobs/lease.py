@@ -14,7 +14,9 @@ and process. A second run finds it and is refused with a line naming the holder.
 Taking over and renewing are compare-and-swap operations (GCS generation preconditions
 on gs://), so of two runs racing for a stale lease one wins; and a run whose lease was
 taken over knows it, because its next renewal fails: `finalize` checks the holder
-before it commits.
+before it commits. A lease is seen whole or not at all (storage.create_exclusive), so a
+lease file that is not what this job writes is never taken for stale: it is neither
+trusted nor deleted, and the run is refused with a line saying what to do.
 """
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def _parse(data: bytes) -> Holder:
     except (ValueError, TypeError):
         raise ValueError("not a JSON object with the fields "
                          f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
-    if not all(isinstance(v, str) for v in (found.run_id, found.host, found.job or "")):
+    if not (isinstance(found.run_id, str) and isinstance(found.host, str)
+            and (found.job is None or isinstance(found.job, str))):
         raise ValueError("run_id, host or job is not a string")
     if type(found.pid) is not int or not 0 < found.pid < 2**31:
         raise ValueError(f"pid {found.pid!r:.40} is not a process id")

@@ -87,9 +87,10 @@ def _lease(**changes) -> bytes:
     _lease(pid=0),                   # os.kill(0, 0) signals the group: never "alive"
     _lease(expires=None),            # a local lease that would never expire
     _lease(extra="field"),
+    _lease(job=0),                   # a job's lease never expires: only a string names one
     b"[]", b"", b"\xff"],           # was taken for stale and deleted
-    ids=["pid string", "started 1e300", "pid 0", "expires null", "extra field", "a list",
-         "empty", "not utf-8"])
+    ids=["pid string", "started 1e300", "pid 0", "expires null", "extra field", "job 0",
+         "a list", "empty", "not utf-8"])
 def test_a_lease_this_job_cannot_read_is_refused_in_one_line(old, inputs, capsys, content):
     path = old / "_make_shards" / "lease.json"
     path.parent.mkdir()
