@@ -1,5 +1,6 @@
-"""The job's last steps: the sidecar files, the failure threshold, then the commit (one
-write of dataset.json), the cleanup after it, and the lease's release."""
+"""The job's last steps: the sidecar files, the failure threshold (and a run without a
+window: no commit either), then the commit (one move of dataset.json into place), the
+cleanup after it, and the lease's release."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +16,9 @@ from beam_jobs.sidecars import WriteSortedJsonl
 from readers import format as data_format
 
 COMMITTED = "datasets_committed"
+# A run that cut no window commits nothing: counted here, with the longest video's frames
+# (a distribution, whose max the launcher reads) for its one-line error.
+NOTHING_TO_COMMIT, LONGEST_VIDEO = "datasets_without_windows", "longest_video_frames"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +37,13 @@ class DatasetConfig:
 
 class _CountVideos(beam.CombineFn):
     """VideoCounts -> ({split: {"videos", "windows", "skipped_short", "frames",
-    "bad_frames"}}, the sorted encoder devices that cut them)."""
+    "bad_frames"}}, the sorted encoder devices that cut them, the longest video's frames)."""
 
     def create_accumulator(self):
-        return {}, set()
+        return {}, set(), 0
 
     def add_input(self, accumulator, video: VideoCount):
-        counts, devices = accumulator
+        counts, devices, longest = accumulator
         row = counts.setdefault(video.split, _empty_counts())
         row["videos" if video.windows else "skipped_short"] += 1
         row["windows"] += video.windows
@@ -47,21 +51,22 @@ class _CountVideos(beam.CombineFn):
         row["frames"] += video.frames
         if video.encoder_device:
             devices.add(video.encoder_device)
-        return accumulator
+        return counts, devices, max(longest, video.frames)
 
     def merge_accumulators(self, accumulators):
-        counts, devices = self.create_accumulator()
-        for more_counts, more_devices in accumulators:
+        counts, devices, longest = self.create_accumulator()
+        for more_counts, more_devices, more_longest in accumulators:
             for split, row in more_counts.items():
                 into = counts.setdefault(split, _empty_counts())
                 for name, value in row.items():
                     into[name] += value
             devices |= more_devices
-        return counts, devices
+            longest = max(longest, more_longest)
+        return counts, devices, longest
 
     def extract_output(self, accumulator):
-        counts, devices = accumulator
-        return counts, sorted(devices)
+        counts, devices, longest = accumulator
+        return counts, sorted(devices), longest
 
 
 def _empty_counts() -> dict:
@@ -71,20 +76,25 @@ def _empty_counts() -> dict:
 def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed: int,
              sidecars: list[str], *, run: RunDir, config: DatasetConfig) -> bool:
     """After the sidecar files are written into the run folder (`sidecars`: their names),
-    commit the dataset when the failure fraction allows it and this run still holds the
-    directory's lease; whether it committed.
+    commit the dataset when the failure fraction allows it, it holds a window, and this
+    run still holds the directory's lease; whether it committed.
 
-    `videos`: the per split counts of the videos that gave no failure, and the encoder
-    devices used (`_CountVideos`); `failed`: how many input records or videos failed.
-    Over the threshold, the shards are removed again and the sidecars stay in the run
-    folder, which stays: the directory, and any dataset in it, is unchanged.
+    `videos`: the per split counts of the videos that gave no failure, the encoder
+    devices used and the longest video's frames (`_CountVideos`); `failed`: how many
+    input records or videos failed. Over the threshold, or without a window, the shards
+    are removed again and the sidecars stay in the run folder, which stays: the
+    directory, and any dataset in it, is unchanged.
     """
-    counts, devices_used = videos
+    counts, devices_used, longest = videos
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
     progress.counter("videos_ok").inc(good)
     progress.counter("videos_failed").inc(failed)
     shards = sorted(written)
-    if failed and failed / (failed + good) > config.max_failure_fraction:
+    over_threshold = failed and failed / (failed + good) > config.max_failure_fraction
+    if over_threshold or not any(row["windows"] for row in counts.values()):
+        if not over_threshold:
+            progress.counter(NOTHING_TO_COMMIT).inc()
+            progress.distribution(LONGEST_VIDEO).update(longest)
         storage.delete_files([run.output(name) for s in shards
                               for name in (s.file, s.offsets) if name], run.output_dir)
         run.delete_temp()
@@ -117,13 +127,17 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
 
 
 def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
-    """The commit: the sidecars moved from the run folder into the directory, then
-    dataset.json in one write (locally a temp file renamed over it; on GCS one upload),
-    which names this run's shards. Until this write, the directory's dataset is the one
-    before, whole (its shards untouched); from it on, this one."""
+    """The commit: dataset.json written into the run folder (a full disk stops the run
+    here, before anything in the directory changed), the sidecars moved from the run
+    folder into the directory, then dataset.json moved over the directory's (locally a
+    rename; on GCS one copy, atomic), which names this run's shards. Until this move,
+    the directory's dataset is the one before, whole (its shards untouched); from it
+    on, this one."""
+    staged = run.in_run_folder(data_format.DATASET_JSON)
+    storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
     for name in sidecars:
         storage.place(run.in_run_folder(name), run.output(name))
-    storage.write_bytes(run.output(data_format.DATASET_JSON), dataset.to_json().encode("utf-8"))
+    storage.place(staged, run.output(data_format.DATASET_JSON))
     progress.counter(COMMITTED).inc()
 
 

@@ -14,7 +14,9 @@ and process. A second run finds it and is refused with a line naming the holder.
 Taking over and renewing are compare-and-swap operations (GCS generation preconditions
 on gs://), so of two runs racing for a stale lease one wins; and a run whose lease was
 taken over knows it, because its next renewal fails: `finalize` checks the holder
-before it commits.
+before it commits. A lease is seen whole or not at all (storage.create_exclusive), so a
+lease file that is not what this job writes is never taken for stale: it is neither
+trusted nor deleted, and the run is refused with a line saying what to do.
 """
 from __future__ import annotations
 
@@ -74,17 +76,52 @@ class LeaseHeld(Exception):
     """Another live run holds the directory's lease."""
 
 
-def _parse(data: bytes) -> Optional[Holder]:
+class LeaseUnreadable(Exception):
+    """The lease file is not one this job wrote (hand-edited, foreign, damaged): it is
+    neither taken over nor trusted; the message names it and says what to do."""
+
+
+def _parse(data: bytes) -> Holder:
+    """The holder a lease file names; ValueError saying what is wrong with it. Every
+    field is checked here, so that deciding whether it is stale, and naming it, cannot
+    fail on a hand-edited or foreign file."""
     try:
-        return Holder(**json.loads(data.decode("utf-8")))
+        fields = json.loads(data.decode("utf-8"))
+        found = Holder(**fields)
     except (ValueError, TypeError):
-        return None
+        raise ValueError("not a JSON object with the fields "
+                         f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
+    if not (isinstance(found.run_id, str) and isinstance(found.host, str)
+            and (found.job is None or isinstance(found.job, str))):
+        raise ValueError("run_id, host or job is not a string")
+    if type(found.pid) is not int or not 0 < found.pid < 2**31:
+        raise ValueError(f"pid {found.pid!r:.40} is not a process id")
+    times = {"started": found.started}
+    if found.job is None or found.expires is not None:
+        times["expires"] = found.expires
+    for name, value in times.items():
+        if not _is_time(value):
+            raise ValueError(f"{name} {value!r:.40} is not a time")
+    return found
+
+
+def _is_time(value) -> bool:
+    """Seconds since the epoch that this machine can show as a date (not 1e300, NaN, a
+    string or true)."""
+    try:
+        time.localtime(value)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return False
+    return type(value) in (int, float)
 
 
 def holder(path: str) -> Optional[Holder]:
-    """Who holds the lease at `path` now, if anyone."""
+    """Who holds the lease at `path` now, if anyone (None for a lease it cannot read)."""
     current = storage.read_with_token(path)
-    return None if current is None else _parse(current[0])
+    try:
+        return None if current is None else _parse(current[0])
+    except ValueError:
+        return None
 
 
 class Lease:
@@ -105,7 +142,8 @@ class Lease:
             None if self.job else time.time() + LEASE_SECONDS, self.job))).encode("utf-8")
 
     def acquire(self) -> "Lease":
-        """Take the lease, or raise LeaseHeld naming the live run that has it."""
+        """Take the lease, or raise LeaseHeld naming the live run that has it
+        (LeaseUnreadable for a lease file this job cannot read)."""
         for _ in range(5):
             self._token = storage.create_exclusive(self.path, self._content())
             if self._token is not None:
@@ -118,11 +156,16 @@ class Lease:
             if current is None:
                 continue  # released meanwhile: try again
             data, token = current
-            other = _parse(data)
-            if other is not None and not other.stale(time.time()):
+            try:
+                other = _parse(data)
+            except ValueError as e:
+                raise LeaseUnreadable(
+                    f"{self.path} is not a lease this job can read ({e}): if no run is "
+                    f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
+                ) from None
+            if not other.stale(time.time()):
                 raise LeaseHeld(other.describe(self.path))
-            _LOG.warning("taking over the stale lease of %s",
-                         f"run {other.run_id}" if other else "an unreadable lease")
+            _LOG.warning("taking over the stale lease of run %s", other.run_id)
             storage.delete_if(self.path, token)
         raise LeaseHeld("another run keeps taking the lease")
 

@@ -11,9 +11,11 @@ the job runs locally on Beam's FnApiRunner.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -40,7 +42,8 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from beam_jobs import output_dir, paths, storage
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
-from beam_jobs.finalize import COMMITTED, DatasetConfig, Finalize
+from beam_jobs.finalize import (COMMITTED, LONGEST_VIDEO, NOTHING_TO_COMMIT, DatasetConfig,
+                                Finalize)
 from beam_jobs.flags import PROG, JobConfig, parse_args, recorded_flags, refuse, runner_name
 from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
 from beam_jobs.sources import Source, SourceError, build_source
@@ -159,7 +162,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     encoder instead of an --encoder file (its load_model once per worker, its
     run_inference on each batch of --encoder_batch_size frames).
 
-    Until the commit (one write of dataset.json, a step of the pipeline) the directory's
+    Until the commit (one move of dataset.json, a step of the pipeline) the directory's
     dataset is the one before, whatever stops this run. On a distributed runner the
     pipeline also cleans up and releases the lease, so with --detach this returns once
     the job is submitted; Ctrl-C in a launcher that waits cancels the job."""
@@ -197,6 +200,10 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
                                    job)
     except output_dir.OutputDirError as e:
         refuse(str(e))
+    except OSError as e:
+        if (error := os_error(e, config.output_dir)) is None:
+            raise
+        sys.exit(f"{PROG}: error: {error}; nothing was committed")
     try:
         result = _run(config, pipeline_args, runner, claim.run, dry_run, started)
     except BaseException as e:
@@ -205,13 +212,17 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         if job is None:
             output_dir.abandon(claim.run)
         output_dir.release(claim)
-        if isinstance(e, KeyboardInterrupt) or _INTERRUPTED.is_set():
-            raise KeyboardInterrupt(
-                f"{config.output_dir} holds the dataset this run committed" if
-                claim.run.committed() else
-                f"nothing was committed; {config.output_dir} holds what it held before"
-            ) from None
-        raise
+        interrupted = isinstance(e, KeyboardInterrupt) or _INTERRUPTED.is_set()
+        error = None if interrupted or isinstance(e, SystemExit) else os_error(
+            e, config.output_dir)
+        if not interrupted and error is None:
+            raise
+        outcome = (f"{config.output_dir} holds the dataset this run committed"
+                   if claim.run.committed() else
+                   f"nothing was committed; {config.output_dir} holds what it held before")
+        if interrupted:
+            raise KeyboardInterrupt(outcome) from None
+        sys.exit(f"{PROG}: error: {error}; {outcome}")
     if not config.detach:  # else the job releases the lease itself when it is done
         output_dir.release(claim)
     return result
@@ -246,14 +257,56 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
     if not _counter(result, COMMITTED):
-        failed, ok = _counter(result, "videos_failed"), _counter(result, "videos_ok")
-        sys.exit(f"{PROG}: error: {failed} of {failed + ok} videos failed "
-                 f"({failed / max(1, failed + ok):.1%}), more than --max_failure_fraction "
-                 f"{config.max_failure_fraction}; see "
-                 f"{run_dir.in_run_folder(data_format.FAILURES_JSONL)}. No dataset.json was "
-                 "written; a dataset already there is unchanged.")
+        sys.exit(f"{PROG}: error: {_why_not_committed(result, config, run_dir)}. No "
+                 "dataset.json was written; a dataset already there is unchanged.")
     _log_summary(config.output_dir, time.monotonic() - started)
     return result
+
+
+def _why_not_committed(result, config: JobConfig, run_dir: output_dir.RunDir) -> str:
+    """Why a run that finished did not commit (finalize.finalize): too many failures,
+    or no window to commit."""
+    failed, ok = _counter(result, "videos_failed"), _counter(result, "videos_ok")
+    failures = run_dir.in_run_folder(data_format.FAILURES_JSONL)
+    if not _counter(result, NOTHING_TO_COMMIT):
+        return (f"{failed} of {failed + ok} videos failed ({failed / max(1, failed + ok):.1%}"
+                f"), more than --max_failure_fraction {config.max_failure_fraction}; see "
+                f"{failures}")
+    if not ok:
+        return (f"no window to commit: no video was read ({failed} failed; see {failures})")
+    (longest,) = result.metrics().query(MetricsFilter().with_name(LONGEST_VIDEO))[
+        "distributions"]
+    return (f"no window to commit: every video is shorter than --window {config.window} "
+            f"(the longest has {longest.committed.max} frames)")
+
+
+# The errors of a machine, not of the job: shown as one line naming the path, never a
+# traceback. Any other exception is a bug, and its traceback shows.
+OS_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM,
+                       errno.EROFS, errno.EIO, errno.ENOTDIR, errno.EISDIR, errno.EMFILE,
+                       errno.ENFILE, errno.ENAMETOOLONG))
+# How Beam passes one on: a RuntimeError whose message is the OSError's last line (the
+# error of a DoFn, or of a worker process), with the step it was running.
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] [^:'\[\\\n]*(?:: '([^'\\\n]*)')?"
+                         r"(?: ?\[while running '([^'\\\n]*)'\])?")
+
+
+def os_error(exception: BaseException, directory: str) -> Optional[str]:
+    """"<path>: <error>" for an OS error in OS_ERRNOS (a full disk, no permission, a
+    read-only file system...) that ended the run, found in the chain of exceptions Beam
+    wraps it in; None for any other exception. An error without a path (a write to a
+    full disk) names `directory`, where the run writes, and the step it was in."""
+    seen = set()
+    while exception is not None and id(exception) not in seen:
+        seen.add(id(exception))
+        if isinstance(exception, OSError) and exception.errno in OS_ERRNOS:
+            return f"{exception.filename or directory}: {exception.strerror}"
+        match = _ERRNO_TEXT.search(str(exception))
+        if match and int(match[1]) in OS_ERRNOS:
+            step = f" (in step {match[3]})" if match[3] and not match[2] else ""
+            return f"{match[2] or directory}: {os.strerror(int(match[1]))}{step}"
+        exception = exception.__cause__ or exception.__context__
+    return None
 
 
 def _pipeline_options(pipeline_args: list[str], all_cores: bool,
@@ -290,6 +343,8 @@ def main() -> None:
     logging.getLogger(_JOB_SERVICE).setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
     signal.signal(signal.SIGINT, _interrupt)
+    for name in ("apache_beam.runners.common", _JOB_SERVICE):
+        logging.getLogger(name).addFilter(_unless_an_os_error)
     try:
         run(sys.argv[1:], started=_STARTED)
     except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
@@ -302,6 +357,13 @@ def main() -> None:
 
 
 _JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
+
+
+def _unless_an_os_error(record: logging.LogRecord) -> bool:
+    """Beam logs a DoFn's error with its traceback where it happens (a worker process's
+    through the job service, as text); an OS error is run's one line instead."""
+    error = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
+    return os_error(error, "") is None
 
 
 def _interrupt(signum, frame) -> None:

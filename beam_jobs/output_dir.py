@@ -126,8 +126,17 @@ class RunDir:
             storage.delete_if(self.lease_path, self.lease_token)
 
 
-def _delete_local_temp(temp_dir: str, run_id: str) -> None:
-    """A local temp directory outside the output directory, if it is provably this run's."""
+def _delete_local_temp(temp_dir, run_id: str) -> None:
+    """A local temp directory outside the output directory, if it is provably this run's:
+    a local absolute path named `make_shards-RUN` holding the marker that names RUN. A
+    run.json naming anything else (hand-edited, or a folder that was moved) is left as it
+    is, with a warning."""
+    if not (isinstance(temp_dir, str) and not paths.has_scheme(temp_dir)
+            and os.path.isabs(temp_dir) and os.path.normpath(temp_dir) == temp_dir
+            and os.path.basename(temp_dir) == f"make_shards-{run_id}"):
+        _LOG.warning("the run.json of run %s names a temp directory that is not its own "
+                     "(%.200r); left as it is", run_id, temp_dir)
+        return
     marker = os.path.join(temp_dir, _TEMP_MARKER)
     try:
         with open(marker) as f:
@@ -187,18 +196,39 @@ def _job_files(names) -> set[str]:
 
 
 def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:
-    """(run id, files) of the committed dataset in `out`, if any."""
+    """(run id, files) of the committed dataset in `out`, if any. OutputDirError, naming
+    the file and what to do, when its dataset.json does not say these in a way this job
+    can read: it then cannot tell its own files from foreign ones, and touches none."""
     if data_format.DATASET_JSON not in entries:
         return None, set()
-    meta = _read_json(paths.join(out, data_format.DATASET_JSON))
-    if not isinstance(meta, dict) or "splits" not in meta:
-        raise OutputDirError(f"--output_dir: {out} holds a {data_format.DATASET_JSON} this job "
-                             "cannot read; choose an empty or new directory")
+    path = paths.join(out, data_format.DATASET_JSON)
+    try:
+        return _dataset_files(json.loads(storage.read_bytes(path).decode("utf-8")))
+    except ValueError as e:  # not JSON, not UTF-8, or not what the job writes
+        raise OutputDirError(f"--output_dir: {path} is not a {data_format.DATASET_JSON} this "
+                             f"job can read ({e}): remove it or choose another --output_dir"
+                             ) from None
+
+
+def _dataset_files(meta) -> tuple[Optional[str], set[str]]:
+    """(run id, the job's files) a dataset.json names; ValueError saying what is wrong."""
+    if not isinstance(meta, dict):
+        raise ValueError("not a JSON object")
+    run_id, splits = meta.get("run_id"), meta.get("splits")
+    if not (run_id is None or isinstance(run_id, str)):
+        raise ValueError("its run_id is not a string")
+    if not isinstance(meta.get("files", []), list):
+        raise ValueError("its files are not a list")
+    if not (isinstance(splits, dict) and all(
+            isinstance(split, dict) and isinstance(split.get("shards"), list)
+            and all(isinstance(shard, dict) for shard in split["shards"])
+            for split in splits.values())):
+        raise ValueError('its "splits" is not an object of splits with a list of shards')
     files = _job_files(meta.get("files", []))
     if not files:  # written before datasets listed their files
-        files = _job_files([s.get("file") for split in meta["splits"].values()
-                            for s in split.get("shards", [])] + list(SIDECARS))
-    return meta.get("run_id"), files
+        files = _job_files([s.get("file") for split in splits.values()
+                            for s in split["shards"]] + list(SIDECARS))
+    return run_id, files
 
 
 def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) -> None:
@@ -256,6 +286,8 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
         held = lease.Lease(run.lease_path, run_id, job).acquire()
     except lease.LeaseHeld as e:
         raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
+    except lease.LeaseUnreadable as e:
+        raise OutputDirError(f"--output_dir: {e}") from None
     if job is not None:
         run = dataclasses.replace(run, lease_token=held.token)
     try:
@@ -342,12 +374,10 @@ def _clear(out: str, overwrite: bool) -> list[str]:
         try:
             storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
                                         if name in entries), out)
-            if past.temp_dir and paths.is_inside(past.temp_dir, out):
-                storage.delete_tree(past.temp_dir, out)
-            elif past.temp_dir and os.path.isdir(past.temp_dir):
-                _delete_local_temp(past.temp_dir, past.run_id)
-            storage.delete_tree(paths.join(out, STATE_DIR, RUNS, past.run_id), out,
-                                last=RUN_JSON)
+            folder = paths.join(out, STATE_DIR, RUNS, past.run_id)
+            if past.temp_dir and past.temp_dir != paths.join(folder, TEMP):
+                _delete_local_temp(past.temp_dir, past.run_id)   # else it goes with folder
+            storage.delete_tree(folder, out, last=RUN_JSON)
         except OSError as e:
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
                          "run tries again", past.run_id, out, e)

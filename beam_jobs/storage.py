@@ -9,7 +9,8 @@ operations that decide what may be deleted, and the lease on a directory, go her
 - a symbolic link is never followed for deleting, and nothing outside the tree given
   is deleted;
 - `create_exclusive`, `replace_if` and `delete_if` compare and swap (GCS object
-  generation preconditions; on local disk an exclusive create and a checked replace);
+  generation preconditions; on local disk a link that fails where the target exists, and
+  a checked replace);
 - GCS deletes go 100 to a batch request; every delete's answer is checked, a failed
   one is tried again, and one that keeps failing raises OSError (never silent).
 """
@@ -168,11 +169,28 @@ def write_bytes(path: str, data: bytes) -> None:
     if _is_gcs(path):
         _blob(path).upload_from_string(data)
         return
+    _write_then(path, data, os.replace)
+
+
+def _write_then(path: str, data: bytes, put) -> None:
+    """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
+    the temp file is gone afterwards, also when the write fails (a full disk: the
+    OSError then names `path`, not the temp file or, as a failed write does, nothing)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        put(temp, path)
+    except OSError as e:
+        if e.filename not in (None, temp) or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, path) from e
+    finally:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
 
 
 def place(source: str, target: str) -> None:
@@ -259,13 +277,12 @@ def create_exclusive(path: str, data: bytes) -> Optional[str]:
         except exceptions.PreconditionFailed:
             return None
         return str(blob.generation)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # Written whole, then linked into place (a link fails where the target exists): no
+    # other run ever reads it empty or half-written and takes it for a broken lease.
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        _write_then(path, data, os.link)
     except FileExistsError:
         return None
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
     return _local_token(path)
 
 
