@@ -14,7 +14,7 @@ and process. A second run finds it and is refused with a line naming the holder.
 Taking over and renewing are compare-and-swap operations (GCS generation preconditions
 on gs://), so of two runs racing for a stale lease one wins; and a run whose lease was
 taken over knows it, because its next renewal fails: `finalize` checks the holder
-before it commits. A lease is seen whole or not at all (storage.create_exclusive), so a
+before it commits. A lease is seen whole or not at all (swap.create_exclusive), so a
 lease file that is not what this job writes is never taken for stale: it is neither
 trusted nor deleted, and the run is refused with a line saying what to do.
 """
@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Optional
 
-from beam_jobs import storage
+from beam_jobs import swap
 
 LEASE_SECONDS = 120.0
 HEARTBEAT_SECONDS = 20.0
@@ -117,7 +117,7 @@ def _is_time(value) -> bool:
 
 def holder(path: str) -> Optional[Holder]:
     """Who holds the lease at `path` now, if anyone (None for a lease it cannot read)."""
-    current = storage.read_with_token(path)
+    current = swap.read_with_token(path)
     try:
         return None if current is None else _parse(current[0])
     except ValueError:
@@ -145,14 +145,14 @@ class Lease:
         """Take the lease, or raise LeaseHeld naming the live run that has it
         (LeaseUnreadable for a lease file this job cannot read)."""
         for _ in range(5):
-            self._token = storage.create_exclusive(self.path, self._content())
+            self._token = swap.create_exclusive(self.path, self._content())
             if self._token is not None:
                 if self.job is None:
                     self._thread = threading.Thread(target=self._heartbeat, daemon=True,
                                                     name="make_shards-lease")
                     self._thread.start()
                 return self
-            current = storage.read_with_token(self.path)
+            current = swap.read_with_token(self.path)
             if current is None:
                 continue  # released meanwhile: try again
             data, token = current
@@ -166,7 +166,7 @@ class Lease:
             if not other.stale(time.time()):
                 raise LeaseHeld(other.describe(self.path))
             _LOG.warning("taking over the stale lease of run %s", other.run_id)
-            storage.delete_if(self.path, token)
+            swap.delete_if(self.path, token)
         raise LeaseHeld("another run keeps taking the lease")
 
     @property
@@ -176,7 +176,7 @@ class Lease:
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                token = storage.replace_if(self.path, self._content(), self._token)
+                token = swap.replace_if(self.path, self._content(), self._token)
             except Exception as e:  # a network error: the lease lasts; try at the next beat
                 _LOG.warning("could not renew the lease on %s (%s); trying again in %.0f s",
                              os.path.dirname(self.path), e, HEARTBEAT_SECONDS)
@@ -193,5 +193,5 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         if self._token is not None and not self.lost:
-            storage.delete_if(self.path, self._token)
+            swap.delete_if(self.path, self._token)
         self._token = None

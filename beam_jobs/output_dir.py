@@ -30,7 +30,7 @@ import tempfile
 import uuid
 from typing import Iterable, NamedTuple, Optional
 
-from beam_jobs import lease, paths, storage
+from beam_jobs import lease, paths, storage, swap
 from readers import format as data_format
 
 STATE_DIR = "_make_shards"
@@ -123,7 +123,7 @@ class RunDir:
     def release_lease(self) -> None:
         """Release the lease from inside the pipeline (when `lease_token` is set)."""
         if self.lease_token is not None:
-            storage.delete_if(self.lease_path, self.lease_token)
+            swap.delete_if(self.lease_path, self.lease_token)
 
 
 def _delete_local_temp(temp_dir, run_id: str) -> None:

@@ -3,14 +3,12 @@
 Why not Beam's FileSystems here: its `match` and `delete` treat a path as a glob (so
 `out[1]` names other files), its local delete follows symbolic links in the path, and
 it has no create-if-absent. The job's data still goes through FileSystems; the few
-operations that decide what may be deleted, and the lease on a directory, go here:
+operations that decide what may be deleted go here, and the lease's compare and swap
+in `swap.py`, on top of this module:
 
 - names are names: nothing is globbed;
 - a symbolic link is never followed for deleting, and nothing outside the tree given
   is deleted;
-- `create_exclusive`, `replace_if` and `delete_if` compare and swap (GCS object
-  generation preconditions; on local disk a link that fails where the target exists, and
-  a checked replace);
 - GCS deletes go 100 to a batch request; every delete's answer is checked, a failed
   one is tried again, and one that keeps failing raises OSError (never silent).
 """
@@ -38,32 +36,32 @@ class Entry(NamedTuple):
     size: int = 0
 
 
-def _is_gcs(path: str) -> bool:
+def is_gcs(path: str) -> bool:
     return path.startswith("gs://")
 
 
 def supported(path: str) -> bool:
-    return _is_gcs(path) or not paths.has_scheme(path)
+    return is_gcs(path) or not paths.has_scheme(path)
 
 
 # --- GCS ----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1)
-def _client():
+def gcs_client():
     from google.cloud import storage
 
     return storage.Client()
 
 
-def _blob(path: str):
+def gcs_blob(path: str):
     bucket, _, name = path[len("gs://"):].partition("/")
-    return _client().bucket(bucket).blob(name)
+    return gcs_client().bucket(bucket).blob(name)
 
 
 def _gcs_list(path: str) -> dict[str, Entry]:
     bucket, _, prefix = path[len("gs://"):].partition("/")
     prefix = prefix.rstrip("/") + "/" if prefix else ""
-    blobs = _client().list_blobs(bucket, prefix=prefix, delimiter="/")
+    blobs = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/")
     entries = {b.name[len(prefix):]: Entry(b.name[len(prefix):], "file", b.size or 0)
                for b in blobs if b.name != prefix}
     for sub in blobs.prefixes:
@@ -84,10 +82,10 @@ def _gcs_delete(paths_: list[str]) -> int:
         for i in range(0, len(pending), GCS_BATCH):
             chunk = pending[i:i + GCS_BATCH]
             try:
-                batch = _client().batch(raise_exception=False)
+                batch = gcs_client().batch(raise_exception=False)
                 with batch:
                     for path in chunk:
-                        _blob(path).delete()
+                        gcs_blob(path).delete()
                 # one (status) per deferred delete, in order; `finish` keeps them here
                 failed += [(path, r.status_code) for path, r in zip(chunk, batch._responses)
                            if not (200 <= r.status_code < 300 or r.status_code == 404)]
@@ -105,14 +103,14 @@ def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:
     bucket, _, prefix = path[len("gs://"):].partition("/")
     prefix = prefix.rstrip("/") + "/"
     return [f"gs://{bucket}/{b.name}"
-            for b in _client().list_blobs(bucket, prefix=prefix, max_results=limit)]
+            for b in gcs_client().list_blobs(bucket, prefix=prefix, max_results=limit)]
 
 
 # --- both ---------------------------------------------------------------------------
 
 def list_dir(path: str) -> dict[str, Entry]:
     """The entries directly in directory `path` by name; {} when it does not exist."""
-    if _is_gcs(path):
+    if is_gcs(path):
         return _gcs_list(path)
     try:
         with os.scandir(path) as it:
@@ -138,8 +136,8 @@ def _local_size(entry: os.DirEntry) -> int:
 
 def kind(path: str) -> str:
     """"missing", "file", "dir", "link" or "other" (never following a link)."""
-    if _is_gcs(path):
-        if _blob(path).exists():
+    if is_gcs(path):
+        if gcs_blob(path).exists():
             return "file"
         return "dir" if _gcs_walk(path, limit=1) else "missing"
     try:
@@ -154,10 +152,10 @@ def kind(path: str) -> str:
 
 
 def read_bytes(path: str) -> bytes:
-    if _is_gcs(path):
+    if is_gcs(path):
         from google.api_core import exceptions
         try:
-            return _blob(path).download_as_bytes()
+            return gcs_blob(path).download_as_bytes()
         except exceptions.NotFound:
             raise FileNotFoundError(path) from None
     with open(path, "rb") as f:
@@ -166,13 +164,13 @@ def read_bytes(path: str) -> bytes:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write a small file whole (readers see the old or the new content, never half)."""
-    if _is_gcs(path):
-        _blob(path).upload_from_string(data)
+    if is_gcs(path):
+        gcs_blob(path).upload_from_string(data)
         return
-    _write_then(path, data, os.replace)
+    write_via_temp(path, data, os.replace)
 
 
-def _write_then(path: str, data: bytes, put) -> None:
+def write_via_temp(path: str, data: bytes, put) -> None:
     """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
     the temp file is gone afterwards, also when the write fails (a full disk: the
     OSError then names `path`, not the temp file or, as a failed write does, nothing)."""
@@ -197,15 +195,15 @@ def place(source: str, target: str) -> None:
     """Put a finished file of a run's folder at `target`, replacing it whole: locally one
     rename; on GCS a server-side copy, the source left for the run folder's deletion
     after the commit (batched there, not one request here)."""
-    if _is_gcs(source):
-        blob = _blob(source)
-        blob.bucket.copy_blob(blob, _blob(target).bucket, _blob(target).name)
+    if is_gcs(source):
+        blob = gcs_blob(source)
+        blob.bucket.copy_blob(blob, gcs_blob(target).bucket, gcs_blob(target).name)
         return
     os.replace(source, target)
 
 
 def make_dirs(path: str) -> None:
-    if not _is_gcs(path):
+    if not is_gcs(path):
         os.makedirs(path, exist_ok=True)
 
 
@@ -215,9 +213,9 @@ RANGE_CHUNK = 8 << 20   # bytes per ranged GCS request when streaming a slice
 
 
 def size(path: str) -> int:
-    if _is_gcs(path):
+    if is_gcs(path):
         bucket, _, name = path[len("gs://"):].partition("/")
-        blob = _client().bucket(bucket).get_blob(name)
+        blob = gcs_client().bucket(bucket).get_blob(name)
         if blob is None:
             raise FileNotFoundError(path)
         return int(blob.size)
@@ -228,8 +226,8 @@ def read_range(path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file: on GCS one ranged request, no more than asked."""
     if end <= start:
         return b""
-    if _is_gcs(path):
-        return _blob(path).download_as_bytes(start=start, end=end - 1)
+    if is_gcs(path):
+        return gcs_blob(path).download_as_bytes(start=start, end=end - 1)
     with open(path, "rb") as f:
         f.seek(start)
         return f.read(end - start)
@@ -258,109 +256,21 @@ def open_range(path: str, start: int, end: int) -> BinaryIO:
     """A reader of bytes [start, end) of a file. On GCS it requests exactly that range,
     RANGE_CHUNK at a time (a seekable GCS reader fetches 16 MB past any position, which
     a shard task would pay at the end of every slice it reads)."""
-    if _is_gcs(path):
+    if is_gcs(path):
         return io.BufferedReader(_GcsRange(path, start, end), buffer_size=RANGE_CHUNK)
     f = open(path, "rb")
     f.seek(start)
     return f
 
 
-# --- compare and swap, for the lease ------------------------------------------------
-
-def create_exclusive(path: str, data: bytes) -> Optional[str]:
-    """Create `path` holding `data` unless it exists; its token, or None if it existed."""
-    if _is_gcs(path):
-        from google.api_core import exceptions
-        blob = _blob(path)
-        try:
-            blob.upload_from_string(data, if_generation_match=0)
-        except exceptions.PreconditionFailed:
-            return None
-        return str(blob.generation)
-    # Written whole, then linked into place (a link fails where the target exists): no
-    # other run ever reads it empty or half-written and takes it for a broken lease.
-    try:
-        _write_then(path, data, os.link)
-    except FileExistsError:
-        return None
-    return _local_token(path)
-
-
-def _local_token(path: str) -> str:
-    st = os.stat(path)
-    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
-
-
-def read_with_token(path: str) -> Optional[tuple[bytes, str]]:
-    """(content, token) of `path`, or None when it does not exist."""
-    if _is_gcs(path):
-        from google.api_core import exceptions
-        bucket, _, name = path[len("gs://"):].partition("/")
-        for _ in range(5):  # the object may change between its metadata and its data
-            blob = _client().bucket(bucket).get_blob(name)
-            if blob is None:
-                return None
-            generation = blob.generation
-            try:
-                return blob.download_as_bytes(if_generation_match=generation), str(generation)
-            except (exceptions.PreconditionFailed, exceptions.NotFound):
-                continue
-        raise OSError(f"{path} keeps changing")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        return data, _local_token(path)
-    except FileNotFoundError:
-        return None
-
-
-def replace_if(path: str, data: bytes, token: str) -> Optional[str]:
-    """Replace `path` with `data` if it is still at `token`; the new token, or None."""
-    if _is_gcs(path):
-        from google.api_core import exceptions
-        blob = _blob(path)
-        try:
-            blob.upload_from_string(data, if_generation_match=int(token))
-        except (exceptions.PreconditionFailed, exceptions.NotFound):
-            return None
-        return str(blob.generation)
-    current = read_with_token(path)
-    if current is None or current[1] != token:
-        return None
-    write_bytes(path, data)
-    return _local_token(path)
-
-
-def delete_if(path: str, token: str) -> bool:
-    """Delete `path` if it is still at `token`."""
-    if _is_gcs(path):
-        from google.api_core import exceptions
-        try:
-            _blob(path).delete(if_generation_match=int(token))
-        except (exceptions.PreconditionFailed, exceptions.NotFound):
-            return False
-        return True
-    current = read_with_token(path)
-    if current is None or current[1] != token:
-        return False
-    # Move it aside first: of two runs deleting the same stale lease, one wins.
-    aside = f"{path}.{uuid.uuid4().hex}.stale"
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return False
-    os.remove(aside)
-    return True
-
-
 # --- deleting ----------------------------------------------------------------------
 
 def _check_inside(path: str, root: str) -> None:
     """Refuse to delete outside `root`, or through a symbolic link below it."""
-    normal = path if _is_gcs(path) else os.path.normpath(path)
+    normal = path if is_gcs(path) else os.path.normpath(path)
     if not paths.is_inside(normal, root) or normal == root or "/../" in f"{path}/":
         raise ValueError(f"refusing to delete {path}: not inside {root}")
-    if _is_gcs(path):
+    if is_gcs(path):
         return
     current = root
     for part in os.path.relpath(path, root).split(os.sep)[:-1]:
@@ -376,7 +286,7 @@ def delete_files(paths_: Iterable[str], root: str) -> int:
     paths_ = list(paths_)
     for path in paths_:
         _check_inside(path, root)
-    if paths_ and _is_gcs(paths_[0]):
+    if paths_ and is_gcs(paths_[0]):
         return _gcs_delete(paths_)
     for path in paths_:
         _retry(_unlink, path)
@@ -408,7 +318,7 @@ def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
     never through a link (the directory must be a real one; links inside are unlinked,
     not followed). Every delete is checked (OSError). Returns the GCS requests sent."""
     _check_inside(path, root)
-    if _is_gcs(path):
+    if is_gcs(path):
         objects = _gcs_walk(path)
         final = [o for o in objects if last is not None and o == f"{path.rstrip('/')}/{last}"]
         return _gcs_delete([o for o in objects if o not in final]) + _gcs_delete(final)
@@ -429,7 +339,7 @@ def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
 def remove_empty_dirs(dirs: Iterable[str], root: str) -> None:
     """Remove these local directories, deepest first, where empty (GCS has no folders)."""
     for path in dirs:
-        if _is_gcs(path):
+        if is_gcs(path):
             continue
         _check_inside(path, root)
         try:

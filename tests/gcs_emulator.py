@@ -190,13 +190,13 @@ def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
-    storage._client.cache_clear()
+    storage.gcs_client.cache_clear()
     anonymous_beam()
     try:
         yield env["STORAGE_EMULATOR_HOST"]
     finally:
         _latency_s = 0.0
         srv.stop()
-        storage._client.cache_clear()
+        storage.gcs_client.cache_clear()
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
