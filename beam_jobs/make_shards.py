@@ -11,11 +11,9 @@ the job runs locally on Beam's FnApiRunner.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -40,6 +38,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   TestOptions)
 
 from beam_jobs import output_dir, paths, storage
+from beam_jobs.os_errors import os_error, unless_an_os_error
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
 from beam_jobs.finalize import (COMMITTED, LONGEST_VIDEO, NOTHING_TO_COMMIT, DatasetConfig,
@@ -280,35 +279,6 @@ def _why_not_committed(result, config: JobConfig, run_dir: output_dir.RunDir) ->
             f"(the longest has {longest.committed.max} frames)")
 
 
-# The errors of a machine, not of the job: shown as one line naming the path, never a
-# traceback. Any other exception is a bug, and its traceback shows.
-OS_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM,
-                       errno.EROFS, errno.EIO, errno.ENOTDIR, errno.EISDIR, errno.EMFILE,
-                       errno.ENFILE, errno.ENAMETOOLONG))
-# How Beam passes one on: a RuntimeError whose message is the OSError's last line (the
-# error of a DoFn, or of a worker process), with the step it was running.
-_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] [^:'\[\\\n]*(?:: '([^'\\\n]*)')?"
-                         r"(?: ?\[while running '([^'\\\n]*)'\])?")
-
-
-def os_error(exception: BaseException, directory: str) -> Optional[str]:
-    """"<path>: <error>" for an OS error in OS_ERRNOS (a full disk, no permission, a
-    read-only file system...) that ended the run, found in the chain of exceptions Beam
-    wraps it in; None for any other exception. An error without a path (a write to a
-    full disk) names `directory`, where the run writes, and the step it was in."""
-    seen = set()
-    while exception is not None and id(exception) not in seen:
-        seen.add(id(exception))
-        if isinstance(exception, OSError) and exception.errno in OS_ERRNOS:
-            return f"{exception.filename or directory}: {exception.strerror}"
-        match = _ERRNO_TEXT.search(str(exception))
-        if match and int(match[1]) in OS_ERRNOS:
-            step = f" (in step {match[3]})" if match[3] and not match[2] else ""
-            return f"{match[2] or directory}: {os.strerror(int(match[1]))}{step}"
-        exception = exception.__cause__ or exception.__context__
-    return None
-
-
 def _pipeline_options(pipeline_args: list[str], all_cores: bool,
                       running_mode: str) -> PipelineOptions:
     """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
@@ -344,7 +314,7 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
     signal.signal(signal.SIGINT, _interrupt)
     for name in ("apache_beam.runners.common", _JOB_SERVICE):
-        logging.getLogger(name).addFilter(_unless_an_os_error)
+        logging.getLogger(name).addFilter(unless_an_os_error)
     try:
         run(sys.argv[1:], started=_STARTED)
     except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
@@ -357,13 +327,6 @@ def main() -> None:
 
 
 _JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
-
-
-def _unless_an_os_error(record: logging.LogRecord) -> bool:
-    """Beam logs a DoFn's error with its traceback where it happens (a worker process's
-    through the job service, as text); an OS error is run's one line instead."""
-    error = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
-    return os_error(error, "") is None
 
 
 def _interrupt(signum, frame) -> None:
