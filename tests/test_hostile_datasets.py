@@ -184,6 +184,31 @@ def test_a_malformed_dataset_json_is_one_clear_error(dataset, tmp_path, splits, 
     _refused_in_one_line(copy, f"error: {copy}/dataset.json: {needle}", code=2)
 
 
+def test_a_shard_deleted_before_tf_data_opens_it_is_an_error_not_a_hang(dataset, tmp_path):
+    """Locally the check names the dataset; on gs:// (its code path, here on a local file)
+    TensorFlow's NotFound comes through. Both hung, retrying the open without end."""
+    copy = _copy(dataset, tmp_path)
+    shard = os.path.join(copy, _shard(read_dataset_json(copy), 2)["file"])
+    os.remove(shard)
+    script = f"""if True:
+        import tensorflow as tf, readers
+        from readers.dataset import shard_records
+        try:
+            for _ in readers.make_dataset({copy!r}, batch_size=1, shuffle=False): pass
+        except tf.errors.InvalidArgumentError as e: print("local:", e.message.splitlines()[0])
+        try:
+            for _ in shard_records(tf.constant({shard!r}), tf.constant(3, tf.int64),
+                                   tf.constant("lost"), "", local=False): pass
+        except tf.errors.NotFoundError as e: print("remote:", e.message.splitlines()[0])
+        """
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    run = read_dataset_json(copy)["run_id"]
+    assert (f"{copy} was rewritten or deleted while this reader was open (it reads run {run}):"
+            f" {shard} is gone; open it again") in result.stdout, result.stderr[-2000:]
+    assert f"{shard}; No such file or directory" in result.stdout.split("remote:")[1]
+
+
 @pytest.fixture(scope="module")
 def rewritten(tmp_path_factory):
     """Readers of every kind opened on a dataset of four shards, one window read through
