@@ -110,10 +110,13 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     local = "://" not in path or path.startswith("file://")
     compression = data_format.tf_compression_type(spec.compression)
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
-            f"than the {n} dataset.json lists (python -m readers.inspect {path} --verify "
+            f"than the {n} dataset.json lists, or gone ({path} rewritten or deleted while "
+            f"this reader was open: open it again; python -m readers.inspect {path} --verify "
             "lists what is wrong)" for f, n in zip(files, counts)]
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
-    read = functools.partial(shard_records, compression=compression, local=local)
+    gone = (f"{path} was rewritten or deleted while this reader was open (it reads "
+            f"{f'run {spec.run_id}' if spec.run_id else 'a dataset without a run id'}): ")
+    read = functools.partial(shard_records, compression=compression, local=local, gone=gone)
     if shuffle:
         example_bytes = _example_bytes(spec.features)
         group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
@@ -156,9 +159,19 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,
-                  local: bool = True) -> tf.data.Dataset:
+                  local: bool = True, gone: str = "") -> tf.data.Dataset:
     """The `expected` records of one shard; when it is corrupt or short, copies of `lost`
     take the places of the lost records, and parsing stops at the first.
+
+    A local shard that is not there when it is opened stops the reader with `gone` and
+    its name: a rewrite of the directory (the job rerun with --overwrite) deletes the
+    files of the run this reader reads, once the new run is committed, and a shard
+    already open is read on whole. The check is one `matching_files` on the exact name
+    (a stat; glob characters in the path escaped). On gs:// that op lists the whole
+    directory, so there a shard gone before it is opened is TensorFlow's NotFound naming
+    it (the 1-byte read below), and one gone while it is read is told by `lost`, which
+    says so. Both cost about 140 us a shard opened (measured with 4 KB shards: 180 us
+    a shard without them, 320 with), where reading a 200 MB shard takes 0.1 s or more.
 
     TensorFlow's own error for a flipped byte says only "corrupted record at 1173132".
     Here a read error ends the shard (`ignore_errors`), stand-in records follow, and
@@ -171,7 +184,17 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compres
     reports it). Local shards are read without a buffer (each record straight into its
     tensor: one copy less); remote ones with 8 MB reads (fewer requests).
     """
+    if local:
+        found = tf.io.matching_files(tf.strings.regex_replace(file, r"([*?\[\\])", r"\\\1"))
+        check = tf.debugging.Assert(tf.size(found) > 0,
+                                    [tf.strings.join([gone, file, " is gone; open it again"])])
+        with tf.control_dependencies([check]):
+            file = tf.identity(file)
+    # TFRecordDataset retries a file it cannot open, so under ignore_errors a shard gone
+    # before it is opened never ended: a 1-byte read first (one small request on gs://)
+    # lets that error through, TensorFlow's NotFound naming the file.
+    opened = tf.data.FixedLengthRecordDataset(file, 1, buffer_size=1).take(1).skip(1)
     records = _TFRecordDataset(file, compression, 0 if local else REMOTE_READ_BUFFER)
-    return records.ignore_errors().concatenate(
+    return opened.concatenate(records.ignore_errors()).concatenate(
         tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 

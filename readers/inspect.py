@@ -12,12 +12,14 @@ import collections
 import concurrent.futures
 import json
 import os
+import re
 import sys
 from typing import Iterable, Optional
 
 import numpy as np
 
 from readers import format as data_format, quiet
+from readers.selection import DatasetChanged, gone
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
@@ -45,9 +47,9 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     lines += [f"  {f.name:10s} {str(list(f.shape)):18s} {f.dtype:8s} ({f.encoding})"
               for f in dataset.features]
     if dataset.encoder:
-        e = dataset.encoder
+        e = collections.defaultdict(lambda: "?", dataset.encoder)
         lines.append(f"encoder: {e['path']} {e['input_shape']} -> {e['output_shape']} "
-                     f"{e['latent_dtype']} (sha256 {e['sha256'][:12]})")
+                     f"{e['latent_dtype']} (sha256 {str(e['sha256'])[:12]})")
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
     for name, split in dataset.splits.items():
         size = sum(_gfile().stat(os.path.join(path, s.file)).length for s in split.shards
@@ -65,12 +67,17 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
 
 def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
                   ) -> tuple[list[str], list[tuple[bytes, int]]]:
-    """Problems of one shard, and the (video_id, start) of its examples."""
+    """Problems of one shard, and the (video_id, start) of its examples; DatasetChanged
+    when it is gone because the dataset was rewritten. A shard too small for its records
+    at dataset.json's shapes is not parsed by them."""
     import tensorflow as tf
 
     file = os.path.join(path, shard.file)
     if not tf.io.gfile.exists(file):
-        return [f"{shard.file}: missing"], []
+        return [_missing(path, dataset, shard.file)], []
+    problem = dataset.shard_problem(shard, tf.io.gfile.stat(file).length)
+    if problem:
+        return [problem], []
     features = list(dataset.features)
     parse_spec = {f.name: f.codec.parse_feature() for f in features}
     records = tf.data.TFRecordDataset(file, data_format.tf_compression_type(dataset.compression))
@@ -98,31 +105,43 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     if count != shard.examples and not problems:
         problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
     if shard.index and not problems:
-        problems += _verify_index(path, shard)
+        problems += _verify_index(path, shard, dataset)
     return problems, keys
 
 
-def _verify_index(path: str, shard: data_format.Shard) -> list[str]:
+def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
+    """The problem of a file dataset.json lists that is not there; DatasetChanged when
+    dataset.json now names another run (or is gone): then nothing else is worth saying."""
+    error = gone(path, dataset.run_id, file)
+    if isinstance(error, DatasetChanged):
+        raise error
+    return f"{file}: missing"
+
+
+def _verify_index(path: str, shard: data_format.Shard,
+                  dataset: data_format.DatasetSpec) -> list[str]:
     """The offset index beside a shard (readers.format.index), against the shard."""
     import tensorflow as tf
 
-    index_path = os.path.join(path, shard.index)
+    index_path, file = os.path.join(path, shard.index), os.path.join(path, shard.file)
     if not tf.io.gfile.exists(index_path):
-        return [f"{shard.index}: missing"]
+        return [_missing(path, dataset, shard.index)]
     with tf.io.gfile.GFile(index_path, "rb") as f:
         data = f.read()
     try:
-        offsets = data_format.index.decode(data, shard.index, shard.examples)
+        offsets = data_format.index.decode(data, shard.index, shard.examples,
+                                           tf.io.gfile.stat(file).length,
+                                           dataset.min_frame_bytes)
     except ValueError as e:
         return [str(e)]
-    file = os.path.join(path, shard.file)
     with tf.io.gfile.GFile(file, "rb") as f:
-        problem = data_format.index.verify(shard.index, offsets, f, tf.io.gfile.stat(file).length)
+        problem = data_format.index.verify(shard.index, offsets, f)
     return [problem] if problem else []
 
 
 def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
-    """Read every record of every shard in parallel; return the problems found."""
+    """Read every record of every shard in parallel; return the problems found.
+    DatasetChanged when the dataset is rewritten or deleted meanwhile."""
     jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
     problems: list[str] = []
     split_of: dict[bytes, str] = {}
@@ -267,14 +286,27 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     quiet.tensorflow()  # imported here, without its start-up lines
     try:
         dataset = data_format.load_spec(args.path)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        parser.exit(2, f"{parser.prog}: error: {args.path}: cannot read its dataset.json: "
-                       f"{type(e).__name__}: {e}\n")
+    except (OSError, ValueError) as e:   # SpecError says which file and what is wrong
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
     if not dataset.splits:
         parser.exit(2, f"{parser.prog}: error: {args.path}: dataset.json lists no splits\n")
     split = args.split or next(iter(dataset.splits))
     if split not in dataset.splits:
         parser.error(f"--split: {split!r} is not one of {sorted(dataset.splits)}")
+    import tensorflow as tf
+
+    try:
+        _run(args, parser, dataset, split)
+    except (FileNotFoundError, data_format.SpecError) as e:   # it changed, or lies
+        parser.exit(1, f"{parser.prog}: error: {e}\n")
+    except tf.errors.OpError as e:   # tf.data's (--stats, --preview), without its node
+        parser.exit(1, f"{parser.prog}: error: "
+                       f"{re.sub(r'^{{.*?}} *', '', e.message.splitlines()[0])}\n")
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
+         dataset: data_format.DatasetSpec, split: str) -> None:
+    """What the command line asks for, of a dataset.json that checked out."""
     print(summary(args.path, dataset))
     if (args.stats or args.preview) and not dataset.splits[split].windows:
         parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "

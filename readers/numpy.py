@@ -46,7 +46,7 @@ class WindowSource:
         self._selection = selection = Selection.load(path, split, features)
         self.path, self.split, self.spec = path, split, selection.spec
         self.features = list(selection.features)
-        self._shards = Shards(path, selection.shards, selection.spec.compression)
+        self._shards = Shards(selection)
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16)
 

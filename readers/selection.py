@@ -1,5 +1,6 @@
 """What a reader was asked to read, checked once: the split's shards and the selected
-features of a dataset, with the errors both readers give for a wrong request.
+features of a dataset, with the errors both readers give for a wrong request, and the
+error for a dataset that changed under an open reader (`gone`).
 
 `readers.make_dataset` (tf.data) and `readers.numpy` (WindowSource, batches) take the same
 path, split, features and batch size: they go through this module so that they refuse the
@@ -8,9 +9,53 @@ same requests with the same words. Numpy only: readers.numpy imports it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Sequence
 
-from readers.format import DatasetSpec, FeatureSpec, Shard, load_spec
+from readers.format import DATASET_JSON, DatasetSpec, FeatureSpec, Shard, SpecError, load_spec
+
+
+class DatasetChanged(FileNotFoundError):
+    """A file that dataset.json listed is gone from under an open reader: the dataset was
+    rewritten or deleted. A reader keeps the run it opened (each run's files have names
+    of their own) and never reads another run's files: it stops with this."""
+
+
+def gone(path: str, run_id: Optional[str], file: str) -> FileNotFoundError:
+    """The error for `file` of the dataset at `path`, which a reader opened at run
+    `run_id`, not found: dataset.json, read again, tells a rewrite or a deletion
+    (DatasetChanged) from a damaged dataset (a plain FileNotFoundError)."""
+    reads = f"run {run_id}" if run_id else "a dataset without a run id"
+    try:
+        now = load_spec(path)
+    except FileNotFoundError:
+        return DatasetChanged(f"{path} was deleted while this reader was open (it reads "
+                              f"{reads}): {file} and {DATASET_JSON} are gone")
+    except (OSError, ValueError) as e:
+        return DatasetChanged(f"{path} changed while this reader was open (it reads {reads}): "
+                              f"{file} is gone, and its {DATASET_JSON} cannot be read now ({e})")
+    listed = {name for split in now.splits.values() for shard in split.shards
+              for name in (shard.file, shard.index)}
+    if now.run_id != run_id or file not in listed:
+        return DatasetChanged(f"{path} was rewritten while this reader was open (it reads "
+                              f"{reads}; {DATASET_JSON} now names run {now.run_id}): {file} "
+                              "is gone; open it again")
+    return FileNotFoundError(f"{path}: {file}, which its {DATASET_JSON} lists, is missing: "
+                             f"the dataset is damaged (python -m readers.inspect {path} "
+                             "--verify)")
+
+
+def file_size(path: str, run_id: Optional[str], file: str) -> int:
+    """The size of `file` of the dataset at `path` (local, or any fsspec scheme); `gone`'s
+    error when it is not there."""
+    full = os.path.join(path.removeprefix("file://"), file)
+    try:
+        if "://" in full:
+            import fsspec
+            return fsspec.core.url_to_fs(full)[0].size(full)
+        return os.stat(full).st_size
+    except FileNotFoundError:
+        raise gone(path, run_id, file) from None
 
 
 def require_positive(**counts: Optional[int]) -> None:
@@ -38,12 +83,25 @@ class Selection:
     def load(cls, path: str, split: str,
              features: Optional[Sequence[str]] = None) -> Selection:
         """dataset.json of `path`, and ValueError for a split it lacks or a feature it does
-        not have (`features` None: all of them; a string: that one)."""
+        not have (`features` None: all of them; a string: that one).
+
+        The split's first shard with records is measured: every record has the features'
+        shapes, so a shard too small for its records at those shapes refuses them
+        (SpecError) before a reader allocates a batch by them; each reader checks every
+        shard it opens on its own (readers.numpy by its index, tf.data by its count)."""
         spec = load_spec(path)
         if split not in spec.splits:
             raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
-        return cls(path, split, spec, tuple(spec.splits[split].shards),
-                   _select(spec, features))
+        shards = tuple(spec.splits[split].shards)
+        first = next((shard for shard in shards if shard.examples), None)
+        if first is not None:
+            problem = spec.shard_problem(first, file_size(path, spec.run_id, first.file))
+            if problem:
+                raise SpecError(f"{os.path.join(path, DATASET_JSON)}: {problem}")
+        return cls(path, split, spec, shards, _select(spec, features))
+
+    def gone(self, file: str) -> FileNotFoundError:
+        return gone(self.path, self.spec.run_id, file)
 
     @property
     def windows(self) -> int:

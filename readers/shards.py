@@ -15,7 +15,8 @@ from typing import Iterable, Optional, Sequence
 import google_crc32c
 import numpy as np
 
-from readers.format import Shard, index, tfrecord
+from readers.format import index, tfrecord
+from readers.selection import Selection
 
 
 def _is_remote(path: str) -> bool:
@@ -44,11 +45,17 @@ def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
 class Shards:
     """The records of a split's shards, numbered across them as one sequence of windows.
 
-    Offset indexes are read on first need (those of one batch together) and kept; local
-    shards stay open, one descriptor each, that a pickled copy leaves behind (a DataLoader
-    worker opens its own)."""
+    Offset indexes are read on first need (those of one batch together), checked against
+    their shards (readers.format.index.decode) and kept; local shards are opened with
+    their indexes and stay open, one descriptor each, that a pickled copy leaves behind
+    (a DataLoader worker opens its own). A shard or index that is gone when it is opened
+    is `Selection.gone`'s error: a rewrite of the directory deletes the files of the
+    run this reader reads, and an open shard is read on whole (Linux keeps an unlinked
+    file while it is open); no other run's file is ever opened."""
 
-    def __init__(self, path: str, shards: Sequence[Shard], compression: str):
+    def __init__(self, selection: Selection):
+        path, shards = selection.path, selection.shards
+        compression = selection.spec.compression
         if compression != "none":
             raise ValueError(f"{path} has {compression} shards: random access needs "
                              "uncompressed shards and their index (use the tf.data "
@@ -58,6 +65,7 @@ class Shards:
             raise ValueError(f"{path}: shard {missing[0]} has no offset index (written by "
                              "a job older than 0.2.0); rerun the job for random access")
         self.path = path
+        self._selection = selection
         self._shards = list(shards)
         self._ends = list(itertools.accumulate(s.examples for s in self._shards))
         self._starts = [end - s.examples for end, s in zip(self._ends, self._shards)]
@@ -92,21 +100,56 @@ class Shards:
 
     def fetch(self, located: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
               ) -> list[Optional[bytes]]:
-        """The frames of a remote split, all requested at once; None for each local one
-        (`read` reads those straight into place)."""
+        """The frames of a remote split, all requested at once, each as long as its
+        index says; None for each local one (`read` reads those straight into place)."""
         if not self.remote or not located:
             return [None] * len(located)
-        return _read_files([self._paths[shard] for shard, _ in located], *zip(*spans))
+        shards = [shard for shard, _ in located]
+        try:
+            frames = _read_files([self._paths[shard] for shard in shards], *zip(*spans))
+        except FileNotFoundError as e:
+            raise self._gone(e, shards) from None
+        for (shard, local), (start, end), frame in zip(located, spans, frames):
+            if len(frame) != end - start:
+                raise OSError(f"shard {self.name(shard)} ends before byte {end} (record "
+                              f"{local}); run python -m readers.inspect {self.path} --verify")
+        return frames
 
     def _load_indexes(self, shards: Iterable[int]) -> None:
-        """The offset indexes of `shards` not yet in memory, read together."""
+        """The offset indexes of `shards` not yet in memory, read together; a local
+        shard is opened with its index, which must end at the shard's end."""
         if len(self._offsets) == len(self._shards):      # all read: the usual case
             return
         missing = sorted({shard for shard in shards if shard not in self._offsets})
         paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
-        for shard, data in zip(missing, _read_files(paths)):
+        try:
+            indexes = _read_files(paths)
+        except FileNotFoundError as e:
+            raise self._gone(e, missing) from None
+        min_frame = self._selection.spec.min_frame_bytes
+        for shard, data in zip(missing, indexes):
             entry = self._shards[shard]
-            self._offsets[shard] = index.decode(data, entry.index, entry.examples)
+            size = None if self.remote else os.fstat(self._open(shard)).st_size
+            self._offsets[shard] = index.decode(data, entry.index, entry.examples, size,
+                                                min_frame)
+
+    def _open(self, shard: int) -> int:
+        """The descriptor of a local shard, opened on first need."""
+        fd = self._files.get(shard)
+        if fd is None:
+            try:
+                fd = self._files[shard] = os.open(self._paths[shard], os.O_RDONLY)
+            except FileNotFoundError as e:
+                raise self._gone(e, [shard]) from None
+        return fd
+
+    def _gone(self, error: FileNotFoundError, shards: Sequence[int]) -> FileNotFoundError:
+        """`Selection.gone` for the file of `shards` that `error` names (an index, or
+        else a shard; the first one's when it names none)."""
+        names = [self._shards[s].index for s in shards] + [self._shards[s].file for s in shards]
+        said = f"{error.filename} {error}"
+        return self._selection.gone(next((n for n in names if n in said),
+                                         self._shards[shards[0]].file))
 
     def _span(self, shard: int, local: int) -> tuple[int, int]:
         offsets = self._offsets[shard]
@@ -150,10 +193,7 @@ class Shards:
                 done += len(view)
             read = len(fetched)
         else:
-            fd = self._files.get(shard)
-            if fd is None:
-                fd = self._files[shard] = os.open(self._paths[shard], os.O_RDONLY)
             # pread: no shared file position, so threads may share the descriptor
-            read = os.preadv(fd, pieces, start)
+            read = os.preadv(self._open(shard), pieces, start)
         if read < end - start:
             raise OSError(f"shard {self.name(shard)} ends before byte {end}")

@@ -157,15 +157,16 @@ def test_the_index_round_trips_and_names_its_file_when_wrong():
     offsets = [0, 21, 37, len(shard)]
     data = index.encode(offsets)
     assert data == np.array(offsets, "<u8").tobytes()
-    decoded = index.decode(data, "s.index", 3)
+    decoded = index.decode(data, "s.index", 3, len(shard))
     assert decoded.tolist() == offsets
-    assert index.verify("s.index", decoded, io.BytesIO(shard), len(shard)) is None
+    assert index.verify("s.index", decoded, io.BytesIO(shard)) is None
     with pytest.raises(ValueError, match="^s.index: 3 records indexed, dataset.json says 4$"):
         index.decode(data, "s.index", 4)
     with pytest.raises(ValueError, match="^s.index: 31 bytes"):
         index.decode(data[:-1], "s.index", 3)
-    assert index.verify("s.index", decoded, io.BytesIO(shard), len(shard) + 1) == (
-        f"s.index: ends at byte {len(shard)}, the shard has {len(shard) + 1}")
+    with pytest.raises(ValueError, match=f"^s.index: ends at byte {len(shard)}, the shard "
+                                         f"has {len(shard) + 1}$"):
+        index.decode(data, "s.index", 3, len(shard) + 1)
     moved = np.array([0, 20, 37, len(shard)], "<u8")
-    assert index.verify("s.index", moved, io.BytesIO(shard), len(shard)) == (
+    assert index.verify("s.index", moved, io.BytesIO(shard)) == (
         "s.index: record 0 at byte 0 does not match the shard")

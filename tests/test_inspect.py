@@ -194,4 +194,4 @@ def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path):
     meta = read_dataset_json(out)
     del meta["splits"]
     (tmp_path / "out" / "dataset.json").write_text(json.dumps(meta))
-    assert "cannot read its dataset.json" in inspect(out)
+    assert "dataset.json: splits: missing" in inspect(out)

@@ -1,7 +1,8 @@
 """The shard format, in one place, numpy only: the job writes it, both readers read it.
 
 - `names`: the names of a dataset's files (dataset.json, sidecars, shards, indexes).
-- `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, and `load_spec`.
+- `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
+  before a reader trusts it (`SpecError`).
 - `codecs`: one codec per feature encoding: its wire bytes and how readers read them.
 - `wire`: the protobuf wire format of a tf.train.Example: encode, and find each feature.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
@@ -16,8 +17,9 @@ from readers.format import codecs, index, tfrecord, wire  # noqa: F401 (submodul
 from readers.format.codecs import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_JSON, FAILURES_JSONL, INDEX_SUFFIX, MAX_SHARDS,
-    RUN_ID, VIDEOS_JSONL, index_name, is_index_name, is_shard_name, shard_name, tf_compression_type)
+    RUN_ID, SIDECARS, VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name,
+    run_id_of, shard_name, tf_compression_type)
 from readers.format.spec import (  # noqa: F401
-    FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SplitInfo,
-    load_spec, window_features)
+    FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
+    SplitInfo, load_spec, window_features)
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

@@ -72,9 +72,26 @@ class Codec:
     # them straight into a batch's rows), else None.
     stored_dtype: Optional[np.dtype] = None
     column_dtype: np.dtype     # of a batch's column of values as stored (readers.numpy)
+    dtypes: ClassVar[tuple[str, ...]]   # what a feature of this encoding may hold
 
     def __init__(self, feature: FeatureSpec):
         self.feature = feature
+
+    @classmethod
+    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+        """What makes `feature`'s dtype or shape one this encoding cannot hold, or None:
+        dataset.json is checked so before a reader trusts it (a `complex64` float list,
+        a bytes feature of shape [4])."""
+        if feature.dtype not in cls.dtypes:
+            return (f"dtype {feature.dtype!r} is not stored as {cls.encoding} (it holds "
+                    f"{', '.join(cls.dtypes)})")
+        return None
+
+    def min_bytes(self) -> int:
+        """The fewest bytes a value of this feature takes in an Example: every record
+        holds at least this, so a shard of n records holds n times as much, which checks
+        dataset.json's shapes against the shards before a reader allocates by them."""
+        raise NotImplementedError
 
     # --- the wire format
 
@@ -141,6 +158,10 @@ class _ArrayCodec(Codec):
 class _NumberListCodec(_ArrayCodec):
     """A FloatList or an Int64List of the values, flattened row-major."""
     list_field: ClassVar[int]       # the Feature's field of that list
+    value_bytes: ClassVar[int]      # the fewest bytes of one value (a varint: 1)
+
+    def min_bytes(self) -> int:
+        return math.prod(self.feature.shape) * self.value_bytes
 
     def _encode(self, array: np.ndarray) -> bytes:
         payload = self._payload(array)
@@ -162,7 +183,8 @@ class _NumberListCodec(_ArrayCodec):
 
 class FloatCodec(_NumberListCodec):
     encoding = list_kind = "float"
-    list_field = 2
+    dtypes = ("float32",)
+    list_field, value_bytes = 2, 4
     stored_dtype = column_dtype = np.dtype("<f4")
 
     def _payload(self, array: np.ndarray) -> bytes:
@@ -180,7 +202,8 @@ class FloatCodec(_NumberListCodec):
 
 class Int64Codec(_NumberListCodec):
     encoding = list_kind = "int64"
-    list_field = 3
+    dtypes = ("int64",)
+    list_field, value_bytes = 3, 1
     column_dtype = np.dtype("<i8")
 
     def _payload(self, array: np.ndarray) -> bytes:
@@ -198,10 +221,20 @@ class Int64Codec(_NumberListCodec):
 
 class BytesCodec(Codec):
     encoding = "bytes"
+    dtypes = ("string",)
     column_dtype = np.dtype(object)
+
+    @classmethod
+    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+        if feature.shape:
+            return f"a {cls.encoding} feature is one string, shape [], not {list(feature.shape)}"
+        return super().problem(feature)
 
     def size_estimate(self) -> int:
         return math.prod(self.feature.shape)
+
+    def min_bytes(self) -> int:
+        return 0
 
     def encode(self, value: bytes) -> bytes:
         return field(1, field(1, value))
@@ -225,11 +258,17 @@ class RawCodec(_ArrayCodec):
     """The array's little-endian bytes; bfloat16 travels as its 16 bits (uint16), so that
     readers.numpy needs no ml_dtypes unless `keep_float16` asks for bfloat16 itself."""
     encoding = "raw"
+    # those both readers decode (tf.io.decode_raw takes no unsigned 32 or 64 bits)
+    dtypes = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "uint16",
+              "int16", "int32", "int64")
 
     def __init__(self, feature: FeatureSpec):
         super().__init__(feature)
         self.stored_dtype = self.column_dtype = np.dtype(
             "<u2" if feature.dtype == "bfloat16" else np.dtype(feature.dtype).newbyteorder("<"))
+
+    def min_bytes(self) -> int:
+        return math.prod(self.feature.shape) * self.stored_dtype.itemsize
 
     def _encode(self, array: np.ndarray) -> bytes:
         return field(1, field(1, array.astype(array.dtype.newbyteorder("<"),
@@ -282,7 +321,19 @@ class _ImageCodec(Codec):
     """One encoded image per frame of a uint8 [L, H, W, C] window; both readers decode
     them to the same pixels."""
     decodes_images = True
+    dtypes = ("uint8",)
     column_dtype = np.dtype(np.uint8)
+
+    @classmethod
+    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+        shape = feature.shape
+        if len(shape) != 4 or shape[-1] not in (1, 3):
+            return (f"a {cls.encoding} feature is frames [L, H, W, C] with C 1 or 3, not "
+                    f"{list(shape)}")
+        return super().problem(feature)
+
+    def min_bytes(self) -> int:
+        return 2 * self.feature.shape[0]     # a tag and a length a frame, at least
 
     def encode(self, value: list[bytes]) -> bytes:
         f = self.feature

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 DATASET_JSON = "dataset.json"
 FAILURES_JSONL = "failures.jsonl"
 BAD_FRAMES_JSONL = "bad_frames.jsonl"
 VIDEOS_JSONL = "videos.jsonl"
+SIDECARS = (FAILURES_JSONL, BAD_FRAMES_JSONL, VIDEOS_JSONL)
 
 _SUFFIX = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
@@ -14,7 +16,8 @@ _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
 COMPRESSIONS = tuple(_SUFFIX)
 MAX_SHARDS = 99_999   # shard names number them in five digits
 RUN_ID = re.compile(r"^[0-9a-f]{12}$")   # a run's id: its shards' names end with it
-_SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}(-[0-9a-f]{12})?\.tfrecord(\.gz)?$")
+_SHARD_NAME = re.compile(
+    r"(?P<split>[A-Za-z0-9_]+)-[0-9]{5}-of-[0-9]{5}(-(?P<run>[0-9a-f]{12}))?\.tfrecord(\.gz)?")
 INDEX_SUFFIX = ".index"
 
 
@@ -27,8 +30,21 @@ def shard_name(split: str, index: int, num_shards: int, compression: str,
     return f"{split}-{index:05d}-of-{num_shards:05d}{run}{_SUFFIX[compression]}"
 
 
-def is_shard_name(name: str) -> bool:
-    return bool(_SHARD_NAME.match(name))
+def is_shard_name(name: str, split: Optional[str] = None) -> bool:
+    """Whether `name` is a shard's plain name (of `split`, when given): nothing else is
+    ever one, and a reader opens no other (no `../x`, no absolute path)."""
+    match = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
+    return bool(match) and split in (None, match["split"])
+
+
+def run_id_of(shard: str) -> Optional[str]:
+    """The run id a shard's name carries, None for names of datasets written before."""
+    match = _SHARD_NAME.fullmatch(shard)
+    return match and match["run"]
+
+
+def shard_suffix(compression: str) -> str:
+    return _SUFFIX[compression]
 
 
 def index_name(shard: str) -> str:
@@ -37,7 +53,14 @@ def index_name(shard: str) -> str:
 
 
 def is_index_name(name: str) -> bool:
-    return name.endswith(INDEX_SUFFIX) and is_shard_name(name[:-len(INDEX_SUFFIX)])
+    return (isinstance(name, str) and name.endswith(INDEX_SUFFIX)
+            and is_shard_name(name[:-len(INDEX_SUFFIX)]))
+
+
+def is_dataset_file(name: str) -> bool:
+    """Whether `name` may be a file of a dataset, listed in dataset.json's `files`: a
+    shard, an index or a side file, by its plain name."""
+    return name in SIDECARS or is_shard_name(name) or is_index_name(name)
 
 
 def tf_compression_type(compression: str) -> str:

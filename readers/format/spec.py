@@ -1,15 +1,26 @@
 """dataset.json: the features of a window example, the splits and their shards, and
-`load_spec`, which reads it (numpy only: local paths, or any fsspec scheme)."""
+`load_spec`, which reads it (numpy only: local paths, or any fsspec scheme).
+
+A reader trusts dataset.json only once `DatasetSpec.from_json` has checked it: its
+structure, every file name in it a plain name of its kind (so no reader leaves the
+dataset's directory), each feature's dtype and shape one its encoding holds, and an
+example no larger than a protobuf can be; `SpecError` says what is wrong otherwise.
+`DatasetSpec.shard_problem` checks a shard's size against its records, so that nothing is
+allocated by a shape the files cannot hold.
+"""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from readers.format.codecs import CODECS, Codec
-from readers.format.names import DATASET_JSON, VIDEOS_JSONL, tf_compression_type
+from readers.format.names import (
+    COMPRESSIONS, DATASET_JSON, RUN_ID, VIDEOS_JSONL, index_name, is_dataset_file,
+    is_shard_name, run_id_of, shard_suffix, tf_compression_type)
+from readers.format.tfrecord import FRAME_OVERHEAD
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)   # 2 added how features are stored, and the sidecars
@@ -28,6 +39,9 @@ class FeatureSpec:
     def __post_init__(self):
         if self.encoding not in CODECS:
             raise ValueError(f"feature {self.name!r}: unknown encoding {self.encoding!r}")
+        problem = CODECS[self.encoding].problem(self)
+        if problem:
+            raise ValueError(f"feature {self.name!r}: {problem}")
 
     @classmethod
     def for_array(cls, name: str, shape: tuple[int, ...], dtype: str) -> "FeatureSpec":
@@ -46,10 +60,6 @@ class FeatureSpec:
     def to_json(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
                 "encoding": self.encoding, "stored_as": self.codec.stored_as()}
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> "FeatureSpec":
-        return cls(d["name"], tuple(d["shape"]), d["dtype"], d["encoding"])
 
 
 def window_features(window: FeatureSpec, metadata_length: int = 0,
@@ -137,26 +147,193 @@ class DatasetSpec:
             "files": list(self.files),
         }, indent=2, sort_keys=False) + "\n"
 
+    @functools.cached_property
+    def min_frame_bytes(self) -> int:
+        """The fewest bytes one record's TFRecord frame can take, by the features' shapes
+        (each codec's `min_bytes`)."""
+        return FRAME_OVERHEAD + sum(f.codec.min_bytes() for f in self.features)
+
+    def shard_problem(self, shard: Shard, size: int) -> Optional[str]:
+        """What is wrong with `shard`, of `size` bytes on disk, against dataset.json, or
+        None: a record cannot be larger than its shard, so a shard too small for its
+        records at the features' shapes means those shapes (or counts) are not its."""
+        if shard.examples * self.min_frame_bytes > size * _EXPANSION[self.compression]:
+            return (f"{shard.file}: {size:,} bytes cannot hold its {shard.examples:,} "
+                    f"records of at least {self.min_frame_bytes:,} bytes each: dataset.json's "
+                    "shapes or counts are not those of its shards")
+        return None
+
     @classmethod
-    def from_json(cls, text: str, source: str = DATASET_JSON) -> "DatasetSpec":
-        d = json.loads(text)
-        version = d.get("format_version")
-        if version not in READABLE_VERSIONS:
-            raise ValueError(f"{source}: unknown format version {version!r}; this reader "
-                             f"reads versions {list(READABLE_VERSIONS)}")
-        splits = {name: SplitInfo(s["videos"], s["windows"], s["skipped_short"],
-                                  tuple(Shard(**sh) for sh in s["shards"]),
-                                  s.get("bad_frames", 0), s.get("frames", 0))
-                  for name, s in d["splits"].items()}
-        return cls(window=d["window"],
-                   features=tuple(FeatureSpec.from_json(f) for f in d["features"]),
-                   compression=d["compression"], splits=splits,
-                   failures=d.get("failures", 0), flags=d.get("flags", {}),
-                   encoder=d.get("encoder"),
-                   format_version=version, run_id=d.get("run_id"),
-                   files=tuple(d.get("files", ())), job_version=d.get("job_version"),
-                   input_kind=d.get("input_kind"), frame=d.get("frame") or {},
-                   labels=d.get("labels"))
+    def from_json(cls, text: Union[str, bytes], source: str = DATASET_JSON) -> "DatasetSpec":
+        """dataset.json's text (bytes: UTF-8), checked as the module says; SpecError
+        naming `source` and what is wrong."""
+        try:
+            d = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        except (ValueError, RecursionError) as e:
+            raise SpecError(f"{source}: not JSON ({e})") from None
+        try:
+            return cls(**_parse(d))
+        except _Bad as e:
+            raise SpecError(f"{source}: {e}") from None
+
+
+class SpecError(ValueError):
+    """A dataset.json that no reader can trust, with the file and what is wrong. A
+    ValueError, so that whoever refuses a bad dataset.json can catch that."""
+
+
+MAX_EXAMPLE_BYTES = 2**31 - 1     # protobuf's limit on a message: no Example is larger
+# How many bytes of records a byte of shard can hold: deflate's largest ratio is 1032:1.
+_EXPANSION = {"none": 1, "gzip": 1032}
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+_REQUIRED = object()
+
+
+class _Bad(Exception):
+    """What is wrong, and where in dataset.json: from_json makes it a SpecError."""
+
+
+def _at(where: str, key: Any) -> str:
+    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+
+
+def _shown(value: Any) -> str:
+    """A value of dataset.json as it is written there, cut short when long."""
+    text = json.dumps(value)
+    return text if len(text) <= 100 else f"{text[:96]} ..."
+
+
+def _typed(value: Any, kind: type, where: str) -> Any:
+    if not ((type(value) is int) if kind is int else isinstance(value, kind)):  # no bools
+        raise _Bad(f"{where}: {_shown(value)} is not {_KINDS[kind]}")
+    return value
+
+
+def _get(d: Mapping, key: str, kind: type, where: str, default: Any = _REQUIRED) -> Any:
+    """d[key], which must be of `kind`; `default` when it is absent or null (no default:
+    it must be there)."""
+    value = d.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise _Bad(f"{_at(where, key)}: missing (or null)")
+        return default
+    return _typed(value, kind, _at(where, key))
+
+
+def _count(d: Mapping, key: str, where: str, default: Any = _REQUIRED, least: int = 0) -> int:
+    value = _get(d, key, int, where, default)
+    if value < least:
+        raise _Bad(f"{_at(where, key)}: {value}, not >= {least}")
+    return value
+
+
+def _parse(d: Any) -> dict:
+    """DatasetSpec's fields from dataset.json's parsed JSON; _Bad when anything is not
+    as the job writes it."""
+    version = _typed(d, dict, "the top level").get("format_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise _Bad(f"unknown format version {version!r}; this reader reads versions "
+                   f"{list(READABLE_VERSIONS)}")
+    window = _get(d, "window", dict, "")
+    length = _count(window, "length", "window", least=1)
+    _count(window, "stride", "window", least=1)
+    _get(window, "tail", str, "window")
+    features = tuple(_feature(f, _at("features", i))
+                     for i, f in enumerate(_get(d, "features", list, "")))
+    _check_features(features, length)
+    compression = _get(d, "compression", str, "")
+    if compression not in COMPRESSIONS:
+        raise _Bad(f"compression: {compression!r} is not one of {list(COMPRESSIONS)}")
+    run_id = _get(d, "run_id", str, "", None)
+    if run_id is not None and not RUN_ID.fullmatch(run_id):
+        raise _Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
+    splits = {name: _split(split, _at("splits", name), name, compression, run_id)
+              for name, split in _get(d, "splits", dict, "").items()}
+    listed = [name for split in splits.values() for shard in split.shards
+              for name in (shard.file, shard.index) if name]
+    if len(set(listed)) < len(listed):
+        twice = next(name for name in listed if listed.count(name) > 1)
+        raise _Bad(f"splits: {twice!r} is listed twice")
+    files = tuple(_get(d, "files", list, "", []))
+    for i, name in enumerate(files):
+        if not is_dataset_file(name):
+            raise _Bad(f"{_at('files', i)}: {_shown(name)} is not the plain name of "
+                       "a shard, an index or a side file")
+    if d.get("videos_file") not in (None, VIDEOS_JSONL):
+        raise _Bad(f"videos_file: {_shown(d['videos_file'])} is not {VIDEOS_JSONL!r}")
+    return dict(window=window, features=features, compression=compression, splits=splits,
+                failures=_count(d, "failures", "", 0), flags=_get(d, "flags", dict, "", {}),
+                encoder=_get(d, "encoder", dict, "", None), format_version=version,
+                run_id=run_id, files=files, job_version=_get(d, "job_version", str, "", None),
+                input_kind=_get(d, "input_kind", str, "", None),
+                frame=_get(d, "frame", dict, "", {}), labels=_get(d, "labels", dict, "", None))
+
+
+def _feature(d: Any, where: str) -> FeatureSpec:
+    _typed(d, dict, where)
+    shape = _get(d, "shape", list, where)
+    for i, dim in enumerate(shape):
+        _count({"dim": dim}, "dim", _at(_at(where, "shape"), i))
+    try:
+        return FeatureSpec(_get(d, "name", str, where), tuple(shape),
+                           _get(d, "dtype", str, where), _get(d, "encoding", str, where))
+    except ValueError as e:
+        raise _Bad(f"{where}: {e}") from None
+
+
+def _check_features(features: tuple[FeatureSpec, ...], length: int) -> None:
+    """The features of a window example (`window_features`), their names once each, and
+    an example no larger than a protobuf message can be."""
+    by_name = {f.name: f for f in features}
+    if len(by_name) < len(features):
+        raise _Bad(f"features: {[f.name for f in features]} name one feature twice")
+    window = by_name.get("window")
+    if window is None or window.shape[:1] != (length,):
+        raise _Bad(f"features: no 'window' feature of length {length} (window.length)")
+    for expected in window_features(window):
+        if by_name.get(expected.name) != expected:
+            raise _Bad(f"features: no {expected.name!r} of shape {list(expected.shape)}, "
+                       f"{expected.dtype}, {expected.encoding}")
+    least = sum(f.codec.min_bytes() for f in features)
+    if least > MAX_EXAMPLE_BYTES:
+        big = max(features, key=lambda f: f.codec.min_bytes())
+        raise _Bad(f"features: an example takes at least {least:,} bytes ({big.name!r}, "
+                   f"{list(big.shape)} {big.dtype}, at least {big.codec.min_bytes():,}), more "
+                   f"than a tf.train.Example can hold ({MAX_EXAMPLE_BYTES:,})")
+
+
+def _split(d: Any, where: str, name: str, compression: str, run_id: Optional[str]
+           ) -> SplitInfo:
+    _typed(d, dict, where)
+    shards = tuple(_shard(shard, _at(_at(where, "shards"), i), name, compression, run_id)
+                   for i, shard in enumerate(_get(d, "shards", list, where)))
+    windows = _count(d, "windows", where)
+    if sum(shard.examples for shard in shards) != windows:
+        raise _Bad(f"{where}: {windows} windows, its shards hold "
+                   f"{sum(shard.examples for shard in shards)}")
+    return SplitInfo(_count(d, "videos", where), windows, _count(d, "skipped_short", where),
+                     shards, _count(d, "bad_frames", where, 0), _count(d, "frames", where, 0))
+
+
+def _shard(d: Any, where: str, split: str, compression: str, run_id: Optional[str]) -> Shard:
+    """A shard entry; its file and index plain names of their kind (so `../x` or an
+    absolute path is refused), of this split, compression and run."""
+    _typed(d, dict, where)
+    file = _get(d, "file", str, where)
+    if not is_shard_name(file, split) or not file.endswith(shard_suffix(compression)):
+        raise _Bad(f"{_at(where, 'file')}: {_shown(file)} is not the plain name of "
+                   f"a shard of split {split!r} ({split}-NNNNN-of-NNNNN-RUNID"
+                   f"{shard_suffix(compression)})")
+    if run_id_of(file) not in (None, run_id):
+        raise _Bad(f"{_at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
+                   f"not of run {run_id}, the run dataset.json names")
+    index = _get(d, "index", str, where, None)
+    if index is not None and compression != "none":
+        raise _Bad(f"{_at(where, 'index')}: {_shown(index)}, where a gzip shard has none")
+    if index is not None and index != index_name(file):
+        raise _Bad(f"{_at(where, 'index')}: {_shown(index)} is not the plain name of its "
+                   f"shard's index, {index_name(file)!r}")
+    return Shard(file, _count(d, "examples", where), index)
 
 
 def load_spec(path: str) -> DatasetSpec:
@@ -174,4 +351,4 @@ def load_spec(path: str) -> DatasetSpec:
         raise FileNotFoundError(
             f"{path} is not a finished dataset: it has no {DATASET_JSON} "
             "(the job writes it last; is the job still running, or did it fail?)") from None
-    return DatasetSpec.from_json(text.decode("utf-8"), source=json_path)
+    return DatasetSpec.from_json(text, source=json_path)
