@@ -39,7 +39,6 @@ LEASE_FILE = "lease.json"
 RUN_JSON = "run.json"
 SHARDS_JSON = "shards.json"
 TEMP = "tmp"
-SIDECARS = (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL, data_format.VIDEOS_JSONL)
 _TEMP_MARKER = "make_shards_run.json"
 _LOG = logging.getLogger("beam_jobs.output_dir")
 
@@ -191,8 +190,7 @@ def _job_files(names) -> set[str]:
     a path (a hand-edited list must not reach outside the directory)."""
     if not isinstance(names, list):
         return set()
-    return {n for n in names if isinstance(n, str) and (
-        data_format.is_shard_name(n) or data_format.is_index_name(n) or n in SIDECARS)}
+    return {n for n in names if isinstance(n, str) and data_format.is_dataset_file(n)}
 
 
 def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:
@@ -203,32 +201,16 @@ def _committed(out: str, entries: dict) -> tuple[Optional[str], set[str]]:
         return None, set()
     path = paths.join(out, data_format.DATASET_JSON)
     try:
-        return _dataset_files(json.loads(storage.read_bytes(path).decode("utf-8")))
-    except ValueError as e:  # not JSON, not UTF-8, or not what the job writes
-        raise OutputDirError(f"--output_dir: {path} is not a {data_format.DATASET_JSON} this "
-                             f"job can read ({e}): remove it or choose another --output_dir"
-                             ) from None
-
-
-def _dataset_files(meta) -> tuple[Optional[str], set[str]]:
-    """(run id, the job's files) a dataset.json names; ValueError saying what is wrong."""
-    if not isinstance(meta, dict):
-        raise ValueError("not a JSON object")
-    run_id, splits = meta.get("run_id"), meta.get("splits")
-    if not (run_id is None or isinstance(run_id, str)):
-        raise ValueError("its run_id is not a string")
-    if not isinstance(meta.get("files", []), list):
-        raise ValueError("its files are not a list")
-    if not (isinstance(splits, dict) and all(
-            isinstance(split, dict) and isinstance(split.get("shards"), list)
-            and all(isinstance(shard, dict) for shard in split["shards"])
-            for split in splits.values())):
-        raise ValueError('its "splits" is not an object of splits with a list of shards')
-    files = _job_files(meta.get("files", []))
-    if not files:  # written before datasets listed their files
-        files = _job_files([s.get("file") for split in splits.values()
-                            for s in split["shards"]] + list(SIDECARS))
-    return run_id, files
+        spec = data_format.DatasetSpec.from_json(storage.read_bytes(path), source=path)
+    except data_format.SpecError as e:  # not JSON, not UTF-8, or not what the job writes
+        raise OutputDirError(
+            f"--output_dir: {path} is not a {data_format.DATASET_JSON} this job can read "
+            f"({str(e).removeprefix(f'{path}: ')}): remove it or choose another --output_dir"
+        ) from None
+    shards = [name for split in spec.splits.values() for shard in split.shards
+              for name in (shard.file, shard.index) if name]
+    # A dataset.json written before datasets listed their files names its shards.
+    return spec.run_id, set(spec.files) or {*shards, *data_format.SIDECARS}
 
 
 def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) -> None:
@@ -300,7 +282,7 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
                 json.dump({"run_id": run_id, "output_dir": out}, f)
         run = dataclasses.replace(run, temp_dir=temp)
         storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
-            {"run_id": run_id, "temp_dir": temp, "sidecars": list(SIDECARS),
+            {"run_id": run_id, "temp_dir": temp, "sidecars": list(data_format.SIDECARS),
              "replaces": replaces}).encode("utf-8"))
     except BaseException:
         release(Claim(run, held, created))

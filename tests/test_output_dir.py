@@ -130,8 +130,11 @@ def test_names_in_job_files_never_reach_outside(tmp_path, small_input, capsys):
     meta = read_dataset_json(out)
     meta["files"].append("../victim.txt")
     (out / "dataset.json").write_text(json.dumps(meta))
-    run_job(small_input, out, "--window", "5", "--overwrite")
+    before = _tree(out)
+    line = _refused(capsys, *_job(small_input, out, "--overwrite"))
+    assert '"../victim.txt" is not the plain name' in line and "remove it" in line
     assert (tmp_path / "victim.txt").read_text() == "keep me"
+    assert _tree(out) == before
 
 
 def _dead_pid() -> int:
