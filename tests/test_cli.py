@@ -76,6 +76,20 @@ def test_without_beam_the_job_says_what_to_install(tmp_path):
     assert "install with pip install -e '.[beam]'" in result.stderr.strip().splitlines()[-1]
 
 
+def test_a_latent_run_never_imports_tensorflow(tmp_path, latents):
+    """The latent source reads Examples and serialized tensors by hand (readers.format),
+    so the job skips TensorFlow's seconds of start-up, here and on each worker."""
+    code = ("import sys\nfrom beam_jobs import make_shards\n"
+            f"make_shards.run(['--input', *{latents!r}, '--output_dir', 'out', "
+            "'--window', '5', '--stride', '3'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "[]"
+    assert read_dataset_json(tmp_path / "out")["splits"]["train"]["videos"] == 9
+
+
 def _quiet_run(*argv, cwd=None) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
                             cwd=cwd, stdin=subprocess.DEVNULL)

@@ -8,10 +8,8 @@ FloatList with the trailing dims given separately.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
@@ -22,7 +20,7 @@ from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_fi
                                     failure)
 from beam_jobs.tfrecords import read_records
 from readers import format as data_format
-from readers import quiet
+from readers.format import tensor_proto, wire
 from readers.format.tfrecord import Lost
 
 if TYPE_CHECKING:
@@ -59,12 +57,14 @@ class LatentFormat:
     record_bytes: int = 0                              # a typical record, from the probe
 
     def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
-        """Parse one record; raise BadRecord with the reason when it does not fit."""
+        """Parse one record; raise BadRecord with the reason when it does not fit. The
+        Example and the serialized tensor are read by hand (readers.format), so the job
+        never imports TensorFlow; the frames are a read-only view of `record`."""
         try:
-            example = _tf().Example.FromString(record)
-        except Exception as e:  # protobuf's DecodeError and friends
-            raise BadRecord(f"not a tf.train.Example: {e}") from None
-        features = example.features.feature
+            lists = wire.feature_lists(record)
+        except ValueError as e:
+            raise BadRecord(str(e)) from None
+        features = _Features(record, lists)
         video_id = self._video_id(features, source, index)
         try:
             frames = self._frames(features)
@@ -80,7 +80,7 @@ class LatentFormat:
     def _video_id(self, features, source: str, index: int) -> str:
         if self.id_feature is None:
             return f"{paths.default_id(source, self.root, strip_suffix=False)}:{index}"
-        values = _values(features, self.id_feature, "bytes_list")
+        values = features.values(self.id_feature, "bytes")
         if len(values) != 1:
             raise BadRecord(f"id feature {self.id_feature!r} holds {len(values)} values, not 1")
         try:
@@ -90,31 +90,30 @@ class LatentFormat:
 
     def _frames(self, features) -> np.ndarray:
         name = self.sequence_feature
-        if name not in features:
+        if name not in features.lists:
             raise BadRecord(f"no sequence feature {name!r}")
-        kind = features[name].WhichOneof("kind")
-        if kind == "bytes_list":
-            values = features[name].bytes_list.value
-            if len(values) != 1:
-                raise BadRecord(f"sequence feature {name!r} holds {len(values)} byte strings, "
+        kind = features.lists[name][0]
+        if kind == "bytes":
+            spans = features.spans(name)
+            if len(spans) != 1:
+                raise BadRecord(f"sequence feature {name!r} holds {len(spans)} byte strings, "
                                 "not one serialized tensor")
             try:
-                tf = _tf()
-                frames = tf.make_ndarray(tf.TensorProto.FromString(values[0]))
-            except Exception as e:
+                frames = tensor_proto.parse_tensor(features.record, *spans[0])
+            except ValueError as e:
                 raise BadRecord(f"sequence feature {name!r} is not a serialized tensor: {e}") from None
-        elif kind == "float_list":
+        elif kind == "float":
             if self.sequence_shape is None:
                 raise BadRecord(f"sequence feature {name!r} is a FloatList; pass "
                                 "--sequence_shape with the dims of one frame")
-            frames = np.asarray(features[name].float_list.value, dtype=np.float32)
+            frames = features.floats(name)
             per_frame = math.prod(self.sequence_shape)
             if per_frame == 0 or frames.size % per_frame:
                 raise BadRecord(f"sequence feature {name!r} has {frames.size} floats, not a "
                                 f"multiple of --sequence_shape {list(self.sequence_shape)}")
             frames = frames.reshape(-1, *self.sequence_shape)
         else:
-            raise BadRecord(f"sequence feature {name!r} holds {kind or 'nothing'}, not float latents")
+            raise BadRecord(f"sequence feature {name!r} holds {_kind(kind)}, not float latents")
         if frames.dtype.name not in FLOAT_DTYPES:
             raise BadRecord(f"sequence {name!r} is {frames.dtype}, not a float tensor")
         if frames.ndim < 1:
@@ -135,37 +134,55 @@ class LatentFormat:
         if not name:
             return None
         if self.metadata_length == 0:
-            if name in features:
+            if name in features.lists:
                 raise BadRecord(f"has metadata {name!r}, but the dataset has none (none of "
                                 "the first records had it)")
             return None
-        if name not in features:
+        if name not in features.lists:
             if self.metadata_length:
                 raise BadRecord(f"no metadata feature {name!r} (other records have it)")
             return None
-        values = np.asarray(_values(features, name, "float_list"), dtype=np.float32)
+        values = features.floats(name)
         if self.metadata_length is not None and values.size != self.metadata_length:
             raise BadRecord(f"metadata {name!r} has {values.size} values, expected "
                             f"{self.metadata_length}")
         return values
 
 
-@functools.lru_cache(maxsize=1)
-def _tf() -> SimpleNamespace:
-    """The TensorFlow parts this module uses, imported on first use and quietly (a Beam
-    worker process imports this module to unpickle its DoFns)."""
-    tf = quiet.tensorflow()
-    from tensorflow.core.example.example_pb2 import Example
-    from tensorflow.core.framework.tensor_pb2 import TensorProto
-    return SimpleNamespace(Example=Example, TensorProto=TensorProto,
-                           make_ndarray=tf.make_ndarray)
+class _Features(NamedTuple):
+    """An Example's features as `wire.feature_lists` finds them in its record."""
+    record: bytes
+    lists: dict[str, tuple[str, int, int]]
+
+    def _list(self, name: str, kind: str) -> tuple[int, int]:
+        actual, first, last = self.lists.get(name, ("", 0, 0))
+        if actual != kind:
+            raise BadRecord(f"feature {name!r} holds {_kind(actual)}, expected {kind}_list")
+        return first, last
+
+    def values(self, name: str, kind: str) -> list:
+        """The values of a feature's list, which must be of this kind."""
+        try:
+            return wire.list_values(kind, self.record, *self._list(name, kind))
+        except (ValueError, IndexError):
+            raise BadRecord(f"feature {name!r}: its {kind}_list is not well formed") from None
+
+    def floats(self, name: str) -> np.ndarray:
+        values = self.values(name, "float")
+        return np.concatenate(values) if values else np.zeros(0, np.float32)
+
+    def spans(self, name: str) -> list[tuple[int, int]]:
+        """[first, last) in the record of each byte string of a BytesList feature."""
+        first, last = self._list(name, "bytes")
+        try:
+            return [(a, b) for number, _, a, b in wire.message_fields(
+                self.record, first, last, "a BytesList") if number == 1]
+        except (ValueError, IndexError):
+            raise BadRecord(f"feature {name!r}: its bytes_list is not well formed") from None
 
 
-def _values(features, name: str, kind: str):
-    actual = features[name].WhichOneof("kind")
-    if actual != kind:
-        raise BadRecord(f"feature {name!r} holds {actual or 'nothing'}, expected {kind}")
-    return getattr(features[name], kind).value
+def _kind(kind: str) -> str:
+    return f"{kind}_list" if kind else "nothing"
 
 
 def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,

@@ -5,6 +5,8 @@
   before a reader trusts it (`SpecError`).
 - `codecs`: one codec per feature encoding: its wire bytes and how readers read them.
 - `wire`: the protobuf wire format of a tf.train.Example: encode, and find each feature.
+- `tensor_proto`: a TensorProto (`tf.io.serialize_tensor`'s bytes), read; the latent job's
+  input.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
 
@@ -13,7 +15,7 @@ output directory against these names before it imports TensorFlow (whose import 
 lines of its own), and readers.numpy reads without either. A codec imports TensorFlow
 inside its tf.data methods only.
 """
-from readers.format import codecs, index, tfrecord, wire  # noqa: F401 (submodules)
+from readers.format import codecs, index, tensor_proto, tfrecord, wire  # noqa: F401 (submodules)
 from readers.format.codecs import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_JSON, FAILURES_JSONL, INDEX_SUFFIX, MAX_SHARDS,

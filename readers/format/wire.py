@@ -67,8 +67,9 @@ def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _skip(buf: bytes, pos: int, wire: int) -> int:
-    """The position after a field's value of this wire type."""
+def _skip(buf: bytes, pos: int, wire: int, what: str = "a tf.train.Example") -> int:
+    """The position after a field's value of this wire type; `what` the message is, for
+    the error."""
     if wire == 0:
         return read_varint(buf, pos)[1]
     if wire == 2:
@@ -76,23 +77,26 @@ def _skip(buf: bytes, pos: int, wire: int) -> int:
         return pos + length
     if wire in (1, 5):
         return pos + (8 if wire == 1 else 4)
-    raise ValueError(f"not a tf.train.Example: wire type {wire}")
+    raise ValueError(f"not {what}: wire type {wire}")
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def message_fields(buf: bytes, pos: int, end: int, what: str = "a tf.train.Example"):
     """(field number, wire type, start, end) of each field of a message in buf[pos:end];
-    for a length-delimited field, [start, end) is its payload."""
+    for a length-delimited field, [start, end) is its payload. ValueError (naming `what`)
+    for a wire type protobuf does not write or a field that runs past `end`, IndexError
+    for a varint that runs past the buffer."""
     while pos < end:
         tag, pos = read_varint(buf, pos)
         wire = tag & 7
         if wire == 2:
             length, pos = read_varint(buf, pos)
-            yield tag >> 3, wire, pos, pos + length
-            pos += length
+            after = pos + length
         else:
-            after = _skip(buf, pos, wire)
-            yield tag >> 3, wire, pos, after
-            pos = after
+            after = _skip(buf, pos, wire, what)
+        if after > end:
+            raise ValueError(f"not {what}: a field runs past the end of its message")
+        yield tag >> 3, wire, pos, after
+        pos = after
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,11 +146,7 @@ def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: 
     arrays in one packed field are direct. It reads any valid encoding of such an Example
     (packed or not); ValueError on a record that does not fit."""
     end = len(record) if end is None else end
-    try:
-        walked = _walk(record, start, end)
-    except IndexError:
-        raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
-    entries = {key.decode("utf-8", "replace"): entry for key, entry in walked.items()}
+    entries = feature_lists(record, start, end)
     direct = []
     for f in features:
         if f.name not in entries:
@@ -181,12 +181,26 @@ def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: 
     return Layout(end - start, tuple(direct), lists, fixed)
 
 
+def feature_lists(record: Union[bytes, bytearray], start: int = 0, end: Optional[int] = None
+                  ) -> dict[str, tuple[str, int, int]]:
+    """name -> (kind, first, last) of each feature of the example record[start:end]: its
+    list message is record[start + first:start + last], of kind "bytes", "float" or
+    "int64" ("" for a Feature that holds no list); `list_values` reads it. ValueError on a
+    record that is not an Example."""
+    end = len(record) if end is None else end
+    try:
+        walked = _walk(record, start, end)
+    except IndexError:
+        raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
+    return {key.decode("utf-8", "replace"): entry for key, entry in walked.items()}
+
+
 def _walk(record: Union[bytes, bytearray], start: int,
           end: int) -> dict[bytes, tuple[str, int, int]]:
     """One flat loop over the map entries of an Example, reading tags and lengths only."""
     read = read_varint
     entries = {}
-    for number, _, first, last in _fields(record, start, end):
+    for number, _, first, last in message_fields(record, start, end):
         if number != 1:                              # Example.features
             continue
         pos = first
@@ -213,7 +227,9 @@ def _walk(record: Union[bytes, bytearray], start: int,
                 else:
                     value = pos, pos + length
                 pos += length
-            if key is not None and value is not None:
+            if key is not None and value is not None and value[0] == value[1]:
+                entries[key] = ("", value[0] - start, value[0] - start)  # an empty Feature
+            elif key is not None and value is not None:
                 at = value[0]
                 kind_tag, length = record[at], record[at + 1]   # Feature: one list field
                 length, at = (length, at + 2) if length < 0x80 else read(record, at + 1)
@@ -227,7 +243,7 @@ def _walk(record: Union[bytes, bytearray], start: int,
 def list_values(kind: str, record: bytes, start: int, end: int) -> list:
     """The values of a BytesList, FloatList or Int64List message, packed or not."""
     values: list = []
-    for number, wire, v_start, v_end in _fields(record, start, end):
+    for number, wire, v_start, v_end in message_fields(record, start, end):
         if number != 1:
             continue
         if kind == "bytes":
