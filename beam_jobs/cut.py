@@ -3,7 +3,9 @@
 A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
 `record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
 video turns out unusable (and may put facts about its source in the dict `info`). Latent
-sequences and decoded pixel videos both fit.
+sequences and decoded pixel videos both fit. A video whose frames are already one array in
+memory, all valid (a latent sequence), may also have it as `sequence` [T, ...]: its
+windows are then slices of it, with no Python work per frame.
 """
 from __future__ import annotations
 
@@ -206,19 +208,43 @@ class _CutVideo(beam.DoFn):
                     cut.bad.append((cut.frames - 1, frame.where, frame.reason))
                 yield frame
 
+        sequence = getattr(video, "sequence", None)
+        if (isinstance(sequence, np.ndarray) and sequence.ndim >= 1 and not self._encoder
+                and not self._encoded and self._pad_frame is None
+                and "labels" not in self._names):
+            yield from self._slices(video, sequence, split, cut)
+            return
         frames = counted(video.frames(info))
         if self._encoder:
             info["encoder_device"] = self._encode.device
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
-        video_id = video.video_id.encode("utf-8")
         config = self._config
         for start, window in windows.stream_windows(frames, config.length, config.stride,
                                                     config.tail):
-            values = self._window_values(window)
-            values.update(metadata=video.metadata, video_id=video_id, start=np.int64(start))
-            yield KeyedExample(split, config.key(video.video_id, start),
-                               data_format.encode_example(self._features, values))
+            yield self._example(video, split, start, self._window_values(window))
+
+    def _slices(self, video, sequence: np.ndarray, split: str,
+                cut: "_Cut") -> Iterator[KeyedExample]:
+        """The examples of a video whose frames are one array in memory, all valid (a
+        latent sequence): each window is a slice of it, not a stack of frames, with no
+        work per frame. The same windows as the streaming path."""
+        length = self._config.length
+        cut.frames = len(sequence)
+        full = np.ones(length, np.float32)
+        for start in self._config.starts(len(sequence)):
+            window, mask = sequence[start:start + length], full
+            if len(window) < length:      # a padded tail window
+                pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
+                window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
+            yield self._example(video, split, start, {"window": window, "mask": mask})
+
+    def _example(self, video, split: str, start: int, values: dict) -> KeyedExample:
+        """A window's keyed example; `values` holds window, mask (and labels)."""
+        values.update(metadata=video.metadata, video_id=video.video_id.encode("utf-8"),
+                      start=np.int64(start))
+        return KeyedExample(split, self._config.key(video.video_id, start),
+                            data_format.encode_example(self._features, values))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""

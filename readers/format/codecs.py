@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import numpy as np
 
-from readers.format.wire import field, list_values, read_varint, signed, varint
+from readers.format.wire import field, header, list_values, read_varint, signed, varint
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -100,6 +100,11 @@ class Codec:
         each a message whose field 1 holds the (packed) values."""
         raise NotImplementedError
 
+    def encode_parts(self, value: Any) -> list:
+        """`encode`'s bytes as a list of bytes-like parts (`wire.encode_example` joins a
+        window's parts once); an array codec hands the array's own buffer."""
+        return [self.encode(value)]
+
     def stored_as(self) -> dict:
         """How the feature sits in a tf.train.Example, for readers in other codebases:
         the list kind, how many values, and what they hold."""
@@ -146,14 +151,35 @@ class _ArrayCodec(Codec):
     """Values that are a numpy array of the feature's shape and dtype."""
 
     def encode(self, value: Any) -> bytes:
+        return b"".join(self.encode_parts(value))
+
+    def encode_parts(self, value: Any) -> list:
         f = self.feature
         array = np.asarray(value, dtype=f.dtype)
         if array.shape != f.shape:
             raise ValueError(f"feature {f.name!r}: shape {array.shape} != {f.shape}")
         return self._encode(array)
 
-    def _encode(self, array: np.ndarray) -> bytes:
+    def _encode(self, array: np.ndarray) -> list:
+        """The Feature's parts (`encode_parts`) for an array of the feature's shape."""
         raise NotImplementedError
+
+
+def _list_parts(list_field: int, payload, packed: bool = True) -> list:
+    """A Feature's parts whose list (field `list_field`) holds `payload` as its one
+    field 1: packed values (none when the payload is empty), or one byte string."""
+    if packed and not len(payload):
+        return [header(list_field, 0)]
+    inner = header(1, len(payload))
+    return [header(list_field, len(inner) + len(payload)) + inner, payload]
+
+
+def _little_endian_bytes(array: np.ndarray, dtype) -> memoryview:
+    """The array's values as `dtype`, row-major, as a flat byte view (no copy when the
+    array is already so)."""
+    return memoryview(np.ascontiguousarray(array.astype(dtype, copy=False))
+                      .reshape(-1).view(np.uint8))
+
 
 class _NumberListCodec(_ArrayCodec):
     """A FloatList or an Int64List of the values, flattened row-major."""
@@ -163,11 +189,11 @@ class _NumberListCodec(_ArrayCodec):
     def min_bytes(self) -> int:
         return math.prod(self.feature.shape) * self.value_bytes
 
-    def _encode(self, array: np.ndarray) -> bytes:
-        payload = self._payload(array)
-        return field(self.list_field, field(1, payload) if payload else b"")
+    def _encode(self, array: np.ndarray) -> list:
+        return _list_parts(self.list_field, self._payload(array))
 
-    def _payload(self, array: np.ndarray) -> bytes:
+    def _payload(self, array: np.ndarray):
+        """The packed values, bytes-like."""
         raise NotImplementedError
 
     def stored_as(self) -> dict:
@@ -187,8 +213,8 @@ class FloatCodec(_NumberListCodec):
     list_field, value_bytes = 2, 4
     stored_dtype = column_dtype = np.dtype("<f4")
 
-    def _payload(self, array: np.ndarray) -> bytes:
-        return array.astype("<f4", copy=False).tobytes()
+    def _payload(self, array: np.ndarray) -> memoryview:
+        return _little_endian_bytes(array, "<f4")
 
     def _value(self, record: Buffer, start: int, end: int) -> np.ndarray:
         at = _one_field(record, start, end)
@@ -270,9 +296,9 @@ class RawCodec(_ArrayCodec):
     def min_bytes(self) -> int:
         return math.prod(self.feature.shape) * self.stored_dtype.itemsize
 
-    def _encode(self, array: np.ndarray) -> bytes:
-        return field(1, field(1, array.astype(array.dtype.newbyteorder("<"),
-                                              copy=False).tobytes()))
+    def _encode(self, array: np.ndarray) -> list:
+        return _list_parts(1, _little_endian_bytes(array, array.dtype.newbyteorder("<")),
+                           packed=False)
 
     def stored_as(self) -> dict:
         return {"list": "bytes_list", "values": 1, "value_dtype": self.feature.dtype,

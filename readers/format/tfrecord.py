@@ -37,8 +37,8 @@ def header(length: int) -> bytes:
 
 
 def frame(record: bytes) -> bytes:
-    """A record's TFRecord frame."""
-    return header(len(record)) + record + _CRC.pack(masked_crc(record))
+    """A record's TFRecord frame (one join: a window's bytes are copied once, not twice)."""
+    return b"".join((header(len(record)), record, _CRC.pack(masked_crc(record))))
 
 
 class Lost(NamedTuple):

@@ -13,6 +13,7 @@ the shards without TensorFlow at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 import numpy as np
@@ -21,7 +22,12 @@ if TYPE_CHECKING:
     from readers.format.spec import FeatureSpec
 
 
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))   # most tags and lengths: no loop
+
+
 def varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
     n &= (1 << 64) - 1  # a negative int64 is ten bytes of two's complement
     out = bytearray()
     while n > 0x7F:
@@ -31,18 +37,35 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=1024)
+def header(number: int, length: int) -> bytes:
+    """The tag and length of a length-delimited protobuf field (a window's fields have
+    the same few lengths: cached)."""
+    return varint(number << 3 | 2) + varint(length)
+
+
 def field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field: tag, length, payload."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+    return header(number, len(payload)) + payload
 
 
 def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> bytes:
     """Serialize one window as a tf.train.Example; `values` holds one value per feature.
     The bytes are those TensorFlow's `SerializeToString(deterministic=True)` gives (map
-    entries sorted by key)."""
-    entries = sorted((f.name.encode("utf-8"), f.codec.encode(values[f.name])) for f in features)
-    return field(1, b"".join(field(1, field(1, key) + field(2, feature))
-                             for key, feature in entries))
+    entries sorted by key). Each codec hands its Feature as parts (`Codec.encode_parts`:
+    headers, and an array's own buffer), joined once: a window's values are copied once,
+    not once per level of nesting."""
+    entries = sorted(((f.name.encode("utf-8"), f.codec.encode_parts(values[f.name]))
+                      for f in features), key=lambda entry: entry[0])
+    parts: list = []
+    size = 0
+    for key, feature in entries:
+        feature_size = sum(len(part) for part in feature)
+        head = field(1, key) + header(2, feature_size)
+        entry = header(1, len(head) + feature_size)
+        parts += [entry, head, *feature]
+        size += len(entry) + len(head) + feature_size
+    return b"".join([header(1, size), *parts])
 
 
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
