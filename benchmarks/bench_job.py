@@ -174,8 +174,13 @@ def markdown(results: dict) -> str:
                          f"{med['peak_mb']:,.0f} | {med['same_video_adjacent']:.3f} |")
         ratios = ", ".join(f"{key} **{value:.2f}x**" for key, value in summary["ratios"].items())
         same = "the same windows" if summary["same_windows"] else "DIFFERENT WINDOWS"
-        windows = runs[next(iter(runs))][0]["windows"]
-        lines += ["", f"{ratios}; {windows:,} windows, {same} from every contender.", ""]
+        every = [r for rs in runs.values() for r in rs]
+        windows = every[0]["windows"]
+        loads = [r["load_1min"] for r in every]
+        noise = statistics.median(r["others_cpu_s"] / r["wall_s"] for r in every)
+        lines += ["", f"{ratios}; {windows:,} windows, {same} from every contender. Load "
+                  f"(1-minute average before a run) {min(loads):.1f}-{max(loads):.1f}; other "
+                  f"processes used {noise:.2f} cores during a run (median).", ""]
     return "\n".join(lines)
 
 
