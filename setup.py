@@ -17,8 +17,10 @@ BEAM = ["apache-beam[gcp]==2.77.0"]
 ONNX = ["onnxruntime==1.32.0", "onnx==1.23.2"]     # ONNX encoders (onnx: Beam's handler)
 TORCH = ["torch==2.13.0"]                          # PyTorch encoders, the DataLoader adapter
 GRAIN = ["grain==0.2.18"]                          # the Grain adapter
-DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "psutil==7.2.2",
-       "gcp-storage-emulator==2026.7.19", *ONNX]   # CI tests the ONNX encoders too
+BENCH = ["psutil==7.2.2",                          # benchmarks/: process trees measured
+         "tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job
+DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "gcp-storage-emulator==2026.7.19",
+       *ONNX, *BENCH]                              # CI tests the ONNX encoders too
 
 setup(
     name="video-window-shards",
@@ -29,6 +31,6 @@ setup(
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
     install_requires=[TENSORFLOW, "numpy>=1.26", "google-crc32c==1.9.0", *MEDIA],
     extras_require={"beam": BEAM, "onnx": ONNX, "torch": TORCH, "grain": GRAIN,
-                    "dev": BEAM + DEV},
+                    "bench": BEAM + BENCH, "dev": BEAM + DEV},
     entry_points={"console_scripts": ["readers.inspect = readers.inspect:main"]},
 )

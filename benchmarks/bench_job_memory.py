@@ -29,6 +29,7 @@ import tempfile
 import time
 
 import psutil
+from process_tree import MB, REPO, tree_rss
 
 from beam_jobs.sample import write_latent_sample
 
@@ -36,24 +37,6 @@ SCALES = (1, 4)
 FILES_PER_SCALE = 4
 SAMPLE_EVERY_S = 0.05
 TARGET_RATIO = 1.1
-MB = 2**20
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tree_rss(process: psutil.Process) -> tuple[int, int]:
-    """(sum of RSS over `process` and its descendants, number of processes)."""
-    total, count = 0, 0
-    try:
-        members = [process] + process.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0, 0
-    for p in members:
-        try:
-            total += p.memory_info().rss
-            count += 1
-        except psutil.NoSuchProcess:  # exited between listing and reading
-            pass
-    return total, count
 
 
 def run_job(input_glob: str, output_dir: str, job_flags: list[str], log_path: str) -> dict:

@@ -1,6 +1,7 @@
 """Run a command and measure its whole process tree: wall time, CPU per process, peak RSS,
-and the CPU that other processes of the machine used meanwhile (the noise). Shared by
-the pixel and encoder benchmarks (not a benchmark)."""
+and the CPU that other processes of the machine used meanwhile (the noise); `tree_rss`
+sums the RSS of a process tree. Shared by the job, memory, pixel and encoder benchmarks
+(not a benchmark)."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,27 @@ def _role(process: psutil.Process, root_pid: int) -> str:
     except psutil.Error:
         return "?"
     return "worker" if "sdk_worker_main" in cmdline or "worker_pool_main" in cmdline else "child"
+
+
+def tree_members(process: psutil.Process) -> list[psutil.Process]:
+    """`process` and its descendants; none once it has exited."""
+    try:
+        return [process] + process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss(process: psutil.Process) -> tuple[int, int]:
+    """(sum of RSS over `process` and its descendants, number of processes). The sum
+    counts pages that processes share (a forked worker's) once per process."""
+    total, count = 0, 0
+    for p in tree_members(process):
+        try:
+            total += p.memory_info().rss
+            count += 1
+        except psutil.NoSuchProcess:  # exited between listing and reading
+            pass
+    return total, count
 
 
 def _busy_cpu_s() -> float:
@@ -52,10 +74,7 @@ def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
         job = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         root = psutil.Process(job.pid)
         while job.poll() is None:
-            try:
-                members = [root] + root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                members = []
+            members = tree_members(root)
             rss = 0
             for p in members:
                 try:
