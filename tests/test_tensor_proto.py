@@ -121,3 +121,18 @@ def test_hostile_bytes_are_refused_with_one_line(data, reason):
     with pytest.raises(TensorProtoError) as error:
         parse_tensor(data)
     assert reason in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("hex_bytes", [
+    "080105002204aa",                   # a field numbered 0 (tag 0x05)
+    "080212007a08a50bbc4db5a16740",     # variant_val (15) in a float64 tensor
+    "08041204120208072a07bdf663770778bb",   # float_val (5), 7 bytes, in a uint8 tensor
+    "08054a06124e12020803",             # scomplex_val (9) in an int16 tensor
+])
+def test_damaged_bytes_found_by_fuzzing_are_refused_as_tensorflow_refuses_them(hex_bytes):
+    """Fields the parser has no use for were skipped, so these read as arrays where
+    TensorFlow refuses them: a field numbered 0, or a field not of the tensor's dtype."""
+    data = bytes.fromhex(hex_bytes)
+    assert _tf_reads(data) is None
+    with pytest.raises(TensorProtoError):
+        parse_tensor(data)

@@ -87,6 +87,11 @@ def _parse(buf: Buffer, start: int, end: int) -> np.ndarray:
     if name is None:
         raise TensorProtoError(f"its dtype is {_REFUSED.get(dtype_enum, f'enum {dtype_enum}')}"
                                ", not a numeric one this reader knows")
+    own_field = _VALUE_FIELDS[name][0]
+    for number, *_ in values:
+        if number != own_field:   # TF would parse it (and may refuse it); it is not ours
+            raise TensorProtoError(f"not {_WHAT}: field {number} is not a field of a {name} "
+                                   "tensor")
     dtype = numpy_dtype(name)
     count = 1
     for size in dims:

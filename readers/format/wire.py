@@ -103,14 +103,20 @@ def _skip(buf: bytes, pos: int, wire: int, what: str = "a tf.train.Example") -> 
     raise ValueError(f"not {what}: wire type {wire}")
 
 
+_MAX_FIELD_NUMBER = 2**29 - 1   # protobuf's largest
+
+
 def message_fields(buf: bytes, pos: int, end: int, what: str = "a tf.train.Example"):
     """(field number, wire type, start, end) of each field of a message in buf[pos:end];
     for a length-delimited field, [start, end) is its payload. ValueError (naming `what`)
-    for a wire type protobuf does not write or a field that runs past `end`, IndexError
-    for a varint that runs past the buffer."""
+    for a field number protobuf refuses (0, or past 2**29 - 1), a wire type it does not
+    write or a field that runs past `end`, IndexError for a varint that runs past the
+    buffer."""
     while pos < end:
         tag, pos = read_varint(buf, pos)
         wire = tag & 7
+        if not 0 < tag >> 3 <= _MAX_FIELD_NUMBER:
+            raise ValueError(f"not {what}: a field numbered {tag >> 3}")
         if wire == 2:
             length, pos = read_varint(buf, pos)
             after = pos + length
