@@ -43,14 +43,20 @@ def _steady(tmp_path) -> list[int]:
     return list(range(15)) + [15] * 31 + list(range(16, 30))   # 1.5 s .. 4.5 s: frame 15
 
 
-def test_a_timestamp_jump_fails_its_video_and_a_pause_under_the_bound_does_not(tmp_path):
-    # 20 frames at 10 fps, then one stamped at 300 s: on main, 2,981 copies of it.
-    _clip(tmp_path, "jump.mp4", [i / 10 for i in range(20)] + [300.0])
-    steady = _steady(tmp_path)
+def _the_failure(tmp_path) -> dict:
+    """Run the job with --fps over the clips; the one failure row it writes."""
     run_job(str(tmp_path / "clips" / "*.mp4"), tmp_path / "out", "--window", "10",
             "--tail", "drop", "--fps", str(FPS), "--frame_encoding", "raw",
             "--max_failure_fraction", "0.5")
     (row,) = _rows(tmp_path / "out", "failures.jsonl").values()
+    return row
+
+
+def test_a_timestamp_jump_fails_its_video_and_a_pause_under_the_bound_does_not(tmp_path):
+    # 20 frames at 10 fps, then one stamped at 300 s: on main, 2,981 copies of it.
+    _clip(tmp_path, "jump.mp4", [i / 10 for i in range(20)] + [300.0])
+    steady = _steady(tmp_path)
+    row = _the_failure(tmp_path)
     assert row["video_id"] == "jump"
     assert "jump of 298.1 s after 1.9 s" in row["reason"]
     assert "--max_timestamp_gap 5" in row["reason"]
@@ -69,10 +75,7 @@ def test_a_timeline_past_the_declared_duration_fails_unless_the_bound_is_raised(
         declared = container.duration / av.time_base
     assert declared + 5 < times[-1] < declared + 10
     steady = _steady(tmp_path)
-    run_job(str(tmp_path / "clips" / "*.mp4"), tmp_path / "out", "--window", "10",
-            "--tail", "drop", "--fps", str(FPS), "--frame_encoding", "raw",
-            "--max_failure_fraction", "0.5")
-    (row,) = _rows(tmp_path / "out", "failures.jsonl").values()
+    row = _the_failure(tmp_path)
     assert row["video_id"] == "drift"
     assert f"stamped 16.5 s, past the {round(declared, 3):g} s the container declares" \
         in row["reason"]
