@@ -14,6 +14,7 @@ from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
 from beam_jobs.sidecars import WriteSortedJsonl
 from readers import format as data_format
+from readers.format import tfds_info
 
 COMMITTED = "datasets_committed"
 # A run that cut no window commits nothing: counted here, with the longest video's frames
@@ -113,7 +114,7 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
         compression=config.compression, failures=failed, flags=dict(config.flags),
         run_id=run.run_id,
         files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
-                           + sidecars)),
+                           + sidecars + list(tfds_info.file_names(config.compression)))),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
             **config.encoder, "devices_used": devices_used},
@@ -127,15 +128,18 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
 
 
 def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
-    """The commit: dataset.json written into the run folder (a full disk stops the run
-    here, before anything in the directory changed), the sidecars moved from the run
-    folder into the directory, then dataset.json moved over the directory's (locally a
-    rename; on GCS one copy, atomic), which names this run's shards. Until this move,
-    the directory's dataset is the one before, whole (its shards untouched); from it
-    on, this one."""
+    """The commit: dataset.json and the TFDS files (tfds_info, from the same spec)
+    written into the run folder (a full disk stops the run here, before anything in the
+    directory changed), the sidecars and TFDS files moved from the run folder into the
+    directory, then dataset.json moved over the directory's (locally a rename; on GCS one
+    copy, atomic), which names this run's shards. Until this move, the directory's
+    dataset is the one before, whole (its shards untouched); from it on, this one."""
     staged = run.in_run_folder(data_format.DATASET_JSON)
+    tfds_files = tfds_info.files(dataset)
+    for name, data in tfds_files.items():
+        storage.write_bytes(run.in_run_folder(name), data)
     storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
-    for name in sidecars:
+    for name in [*sidecars, *tfds_files]:
         storage.place(run.in_run_folder(name), run.output(name))
     storage.place(staged, run.output(data_format.DATASET_JSON))
     progress.counter(COMMITTED).inc()

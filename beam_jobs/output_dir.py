@@ -5,7 +5,7 @@ The job deletes only files it can prove it wrote. The proof is on disk:
     OUT/dataset.json                 the committed dataset; it lists its files and run id
     OUT/_make_shards/lease.json      the lease of the run writing now (beam_jobs.lease)
     OUT/_make_shards/runs/RUN/       one folder per run, written before any data:
-        run.json                     run id, where its temp data lives, its sidecars, and
+        run.json                     run id, where its temp data lives, its side files, and
                                      the files of the dataset it replaces; deleted last
         shards.json                  the shard files it will write (before it writes them)
         failures.jsonl ...           the sidecars of a run that did not commit
@@ -282,7 +282,8 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
                 json.dump({"run_id": run_id, "output_dir": out}, f)
         run = dataclasses.replace(run, temp_dir=temp)
         storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
-            {"run_id": run_id, "temp_dir": temp, "sidecars": list(data_format.SIDECARS),
+            {"run_id": run_id, "temp_dir": temp,
+             "sidecars": [*data_format.SIDECARS, *data_format.TFDS_FILES],
              "replaces": replaces}).encode("utf-8"))
     except BaseException:
         release(Claim(run, held, created))

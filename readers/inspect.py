@@ -139,11 +139,39 @@ def _verify_index(path: str, shard: data_format.Shard,
     return [problem] if problem else []
 
 
+def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]:
+    """dataset_info.json and features.json, where dataset.json lists them (a dataset
+    written before them has neither): each must be the bytes readers.format.tfds_info
+    makes from dataset.json, else TFDS reads other shard lengths or features than ours."""
+    import tensorflow as tf
+
+    listed = [name for name in data_format.TFDS_FILES if name in dataset.files]
+    try:
+        expected = data_format.tfds_info.files(dataset) if listed else {}
+    except ValueError as e:   # shards not named as TFDS opens them
+        return [f"{listed[0]}: {e}"]
+    problems = []
+    for name in listed:
+        file = os.path.join(path, name)
+        if name not in expected:
+            problems.append(f"{name}: listed, but a {dataset.compression} dataset has none "
+                            "(TFDS cannot read its shards)")
+        elif not tf.io.gfile.exists(file):
+            problems.append(_missing(path, dataset, name))
+        else:
+            with tf.io.gfile.GFile(file, "rb") as f:
+                if f.read() != expected[name]:
+                    problems.append(f"{name}: not what dataset.json gives (regenerate it "
+                                    "with readers.format.tfds_info.files)")
+    return problems
+
+
 def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
-    """Read every record of every shard in parallel; return the problems found.
-    DatasetChanged when the dataset is rewritten or deleted meanwhile."""
+    """Read every record of every shard in parallel, and check the TFDS files; return
+    the problems found. DatasetChanged when the dataset is rewritten or deleted
+    meanwhile."""
     jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
-    problems: list[str] = []
+    problems: list[str] = _verify_tfds_files(path, dataset)
     split_of: dict[bytes, str] = {}
     seen: set[tuple[str, bytes, int]] = set()
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:

@@ -35,7 +35,7 @@ def gone(path: str, run_id: Optional[str], file: str) -> FileNotFoundError:
         return DatasetChanged(f"{path} changed while this reader was open (it reads {reads}): "
                               f"{file} is gone, and its {DATASET_JSON} cannot be read now ({e})")
     listed = {name for split in now.splits.values() for shard in split.shards
-              for name in (shard.file, shard.index)}
+              for name in (shard.file, shard.index)} | set(now.files)
     if now.run_id != run_id or file not in listed:
         return DatasetChanged(f"{path} was rewritten while this reader was open (it reads "
                               f"{reads}; {DATASET_JSON} now names run {now.run_id}): {file} "

@@ -9,18 +9,21 @@
   input.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
+- `tfds_info`: dataset_info.json and features.json, what TensorFlow Datasets reads.
 
 Neither TensorFlow nor Apache Beam is imported here: the Beam job checks its flags and
 output directory against these names before it imports TensorFlow (whose import logs
 lines of its own), and readers.numpy reads without either. A codec imports TensorFlow
 inside its tf.data methods only.
 """
-from readers.format import codecs, index, tensor_proto, tfrecord, wire  # noqa: F401 (submodules)
+from readers.format import (  # noqa: F401 (submodules)
+    codecs, index, tensor_proto, tfds_info, tfrecord, wire)
 from readers.format.codecs import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
-    BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_JSON, FAILURES_JSONL, INDEX_SUFFIX, MAX_SHARDS,
-    RUN_ID, SIDECARS, VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name,
-    run_id_of, shard_name, tf_compression_type)
+    BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_INFO_JSON, DATASET_JSON, FAILURES_JSONL,
+    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECARS, TFDS_FILES, VIDEOS_JSONL,
+    index_name, is_dataset_file, is_index_name, is_shard_name, run_id_of, shard_name,
+    tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
     SplitInfo, load_spec, window_features)

@@ -1,4 +1,5 @@
-"""The names of a dataset's files: dataset.json, the sidecars, the shards and their indexes."""
+"""The names of a dataset's files: dataset.json, the sidecars, the TFDS files, the shards and
+their indexes."""
 from __future__ import annotations
 
 import re
@@ -9,6 +10,10 @@ FAILURES_JSONL = "failures.jsonl"
 BAD_FRAMES_JSONL = "bad_frames.jsonl"
 VIDEOS_JSONL = "videos.jsonl"
 SIDECARS = (FAILURES_JSONL, BAD_FRAMES_JSONL, VIDEOS_JSONL)
+# What TensorFlow Datasets reads beside the shards (readers.format.tfds_info): names TFDS fixes.
+DATASET_INFO_JSON = "dataset_info.json"
+FEATURES_JSON = "features.json"
+TFDS_FILES = (DATASET_INFO_JSON, FEATURES_JSON)
 
 _SUFFIX = {"none": ".tfrecord", "gzip": ".tfrecord.gz"}
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP"}
@@ -59,8 +64,9 @@ def is_index_name(name: str) -> bool:
 
 def is_dataset_file(name: str) -> bool:
     """Whether `name` may be a file of a dataset, listed in dataset.json's `files`: a
-    shard, an index or a side file, by its plain name."""
-    return name in SIDECARS or is_shard_name(name) or is_index_name(name)
+    shard, an index, a side file or a TFDS file, by its plain name."""
+    return (name in SIDECARS or name in TFDS_FILES or is_shard_name(name)
+            or is_index_name(name))
 
 
 def tf_compression_type(compression: str) -> str:

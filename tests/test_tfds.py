@@ -1,0 +1,141 @@
+"""TensorFlow Datasets reads the job's datasets as they are: `tfds.builder_from_directory`
+on the dataset_info.json and features.json the job writes, with the values of our readers,
+for every encoding; --verify checks the two files and --overwrite replaces them."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from readers.format import CODECS, tfds_info
+from readers.numpy import WindowSource
+from conftest import (random_videos, read_dataset_json, run_job, run_jobs, write_frame_folder,
+                      write_manifest, write_videos)
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+TFDS_FILES = ["dataset_info.json", "features.json"]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tfds")
+    rng = np.random.default_rng(5)
+    write_videos(str(root / "lat"), random_videos(rng, 6, lengths=(12, 20)), files=2)
+    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 2, lengths=(10, 16))]
+    write_videos(str(root / "half"), half, files=1)
+    brain = [(tf.cast(f, tf.bfloat16).numpy(), r)
+             for f, r in random_videos(rng, 2, lengths=(10, 16))]
+    write_videos(str(root / "brain"), brain, files=1)
+    for video in ("a", "b"):
+        write_frame_folder(root / video, list(rng.integers(0, 255, (7, 24, 32, 3), np.uint8)))
+    write_manifest(root / "m.jsonl", [{"video_id": v, "frames": v, "labels": list(range(7)),
+                                       "metadata": [1.5, i]} for i, v in enumerate("ab")])
+    return run_jobs(root, (
+        # 6 videos and 1% for "empty": by the split hash, no video goes there
+        ("latent", "lat/*", ["--splits", "train=0.6,test=0.39,empty=0.01", "--num_shards", "2"]),
+        ("float16", "half/*", []), ("bfloat16", "brain/*", []),
+        ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
+        ("png", "m.jsonl", ["--frame_encoding", "png"]),
+        ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
+        ("gzip", "lat/*", ["--compression", "gzip"])))
+
+
+@tfds.decode.make_decoder()
+def accurate_jpeg(data, feature):
+    """JPEG frames as readers.numpy (Pillow) and make_dataset decode them: libjpeg's
+    accurate integer DCT, where TFDS's Image uses the fast one."""
+    return tf.io.decode_jpeg(data, channels=feature.shape[-1], dct_method="INTEGER_ACCURATE")
+
+
+def _tfds_windows(path, split, decoders=None) -> dict:
+    builder = tfds.builder_from_directory(path)
+    return {(bytes(ex["video_id"]), int(ex["start"])): ex for ex in tfds.as_numpy(
+        builder.as_dataset(split=split, shuffle_files=False, decoders=decoders))}
+
+
+def _our_windows(path, split) -> dict:
+    source = WindowSource(path, split, keep_float16=True)
+    return {(bytes(w["video_id"]), int(w["start"])): w
+            for w in source.__getitems__(range(len(source)))}
+
+
+def _assert_same_windows(path, split, decoders=None) -> None:
+    theirs, ours = _tfds_windows(path, split, decoders), _our_windows(path, split)
+    assert sorted(theirs) == sorted(ours) and ours
+    for key, window in ours.items():
+        assert sorted(theirs[key]) == sorted(window)
+        for name, value in window.items():
+            got = theirs[key][name]
+            if isinstance(value, bytes):
+                assert got == value
+                continue
+            assert got.dtype == value.dtype, (name, got.dtype)
+            np.testing.assert_array_equal(got, value, err_msg=f"{key} {name}")
+
+
+@pytest.mark.parametrize("kind", ["latent", "float16", "bfloat16", "raw", "png"])
+def test_tfds_gives_our_windows(datasets, kind):
+    path = datasets[kind]
+    meta = read_dataset_json(path)
+    assert set(TFDS_FILES) <= set(meta["files"])
+    for split, info in meta["splits"].items():
+        if info["windows"]:
+            _assert_same_windows(path, split)
+
+
+def test_tfds_gives_our_jpeg_windows_with_the_accurate_decoder(datasets):
+    _assert_same_windows(datasets["jpeg"], "train", {"window": accurate_jpeg()})
+
+
+def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(datasets):
+    builder = tfds.builder_from_directory(datasets["latent"])
+    assert sorted(builder.info.splits) == ["empty", "test", "train"]
+    empty = builder.info.splits["empty"]
+    assert (empty.num_shards, empty.num_examples) == (0, 0)
+    with pytest.raises(ValueError, match="corresponds to no data"):
+        builder.as_dataset(split="empty")
+    train = builder.info.splits["train"].num_examples
+    assert sum(1 for _ in builder.as_dataset(split="train+empty")) == train
+
+
+def test_a_gzip_dataset_has_no_tfds_files_as_tfds_cannot_read_its_shards(datasets):
+    path = datasets["gzip"]
+    assert not set(TFDS_FILES) & (set(os.listdir(path)) | set(read_dataset_json(path)["files"]))
+    with pytest.raises(Exception, match="dataset_info.json"):
+        tfds.builder_from_directory(path)
+
+
+def test_every_encoding_has_a_tfds_feature():
+    assert sorted(tfds_info.FEATURE_OF) == sorted(CODECS)
+
+
+def test_verify_names_an_edited_tfds_file(datasets, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    info = json.loads((copy / "dataset_info.json").read_text())
+    info["splits"][0]["shardLengths"][0] = str(int(info["splits"][0]["shardLengths"][0]) + 1)
+    (copy / "dataset_info.json").write_text(json.dumps(info))
+    (copy / "features.json").unlink()
+    result = subprocess.run([sys.executable, "-m", "readers.inspect", str(copy), "--verify"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "dataset_info.json: not what dataset.json gives" in result.stderr
+    assert "features.json: missing" in result.stderr
+
+
+def test_overwrite_replaces_the_tfds_files_and_a_gzip_run_removes_them(datasets, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(datasets["latent"], out)
+    lat = os.path.join(os.path.dirname(datasets["latent"]), "lat", "*")
+    run_job(lat, out, "--window", "3", "--overwrite")
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.features["window"].shape == (3, 3)
+    assert sorted(builder.info.splits) == ["train"]
+    _assert_same_windows(str(out), "train")
+    run_job(lat, out, "--window", "3", "--compression", "gzip", "--overwrite")
+    assert not set(TFDS_FILES) & set(os.listdir(out))
