@@ -135,10 +135,10 @@ def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -
     copy, atomic), which names this run's shards. Until this move, the directory's
     dataset is the one before, whole (its shards untouched); from it on, this one."""
     staged = run.in_run_folder(data_format.DATASET_JSON)
+    storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
     tfds_files = tfds_info.files(dataset)
     for name, data in tfds_files.items():
         storage.write_bytes(run.in_run_folder(name), data)
-    storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
     for name in [*sidecars, *tfds_files]:
         storage.place(run.in_run_folder(name), run.output(name))
     storage.place(staged, run.output(data_format.DATASET_JSON))

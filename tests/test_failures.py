@@ -147,7 +147,7 @@ def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, smal
     run_job(small_input, tmp_path / "out", "--window", "5", "--num_shards", "2", "--overwrite")
     shards = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
     assert sorted(os.listdir(tmp_path / "out")) == sorted(
-        ["dataset.json", "failures.jsonl", "videos.jsonl"]
+        ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json", "videos.jsonl"]
         + [name for s in shards for name in (s["file"], s["index"])])
     assert len(shards) == 2
 

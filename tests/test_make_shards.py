@@ -124,7 +124,7 @@ def test_shards_are_balanced_named_and_clamped(tmp_path, rng):
         len(videos[0][0]) % 10 > 0)
     assert all(s["examples"] == 1 for s in clamped["shards"])
     assert sorted(os.listdir(tmp_path / "clamped")) == sorted(
-        ["dataset.json", "failures.jsonl", "videos.jsonl"]
+        ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json", "videos.jsonl"]
         + [name for s in clamped["shards"] for name in (s["file"], s["index"])])
 
 

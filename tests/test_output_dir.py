@@ -90,9 +90,11 @@ def test_every_spelling_of_the_output_dir_gets_the_same_protection(
     assert "already holds a dataset" in _refused(capsys, *_job(small_input, arg))
     run_job(small_input, arg, "--window", "6", "--overwrite")
     assert read_dataset_json(real)["run_id"] != first
-    assert plain_names(os.listdir(real)) == ["dataset.json", "failures.jsonl",
-                                        "train-00000-of-00001.tfrecord",
-                                        "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
+    assert plain_names(os.listdir(real)) == ["dataset.json", "dataset_info.json",
+                                             "failures.jsonl", "features.json",
+                                             "train-00000-of-00001.tfrecord",
+                                             "train-00000-of-00001.tfrecord.index",
+                                             "videos.jsonl"]
     (real / "notes.txt").write_text("mine")
     assert "did not write (notes.txt)" in _refused(capsys, *_job(small_input, arg, "--overwrite"))
     assert (real / "notes.txt").read_text() == "mine" and (real / "dataset.json").exists()
@@ -187,6 +189,7 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng):
     assert first.wait() == 0, first.stderr.read()[-2000:]
     assert read_dataset_json(out)["window"]["length"] == 8
     assert_verified(out)
-    assert plain_names(os.listdir(out)) == ["dataset.json", "failures.jsonl"] + [
+    assert plain_names(os.listdir(out)) == [
+        "dataset.json", "dataset_info.json", "failures.jsonl", "features.json"] + [
         f"train-0000{i}-of-00003.tfrecord{x}" for i in range(3) for x in ("", ".index")] + [
         "videos.jsonl"]

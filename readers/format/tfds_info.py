@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from readers.format.names import DATASET_INFO_JSON, FEATURES_JSON, TFDS_FILES, shard_name
+from readers.format.names import (
+    DATASET_INFO_JSON, FEATURES_JSON, TFDS_FILES, run_id_of, shard_name)
 from readers.format.spec import DatasetSpec, FeatureSpec
 
 NAME = "video_window_shards"      # the builder's name TFDS shows
@@ -72,11 +73,13 @@ def _json_bytes(value: dict) -> bytes:
 
 
 def _split(spec: DatasetSpec, name: str) -> dict:
-    """A SplitInfo; ValueError when the split's shard names are not those TFDS makes
-    from the template (a dataset.json not written so by the job)."""
+    """A SplitInfo whose template carries the run id of the split's shard names;
+    ValueError when they are not the names TFDS makes from it (a dataset.json the job
+    did not write)."""
     shards = spec.splits[name].shards
-    run = f"-{spec.run_id}" if spec.run_id else ""
-    expected = [shard_name(name, i, len(shards), spec.compression, spec.run_id or "")
+    run_id = run_id_of(shards[0].file) if shards else None
+    run = f"-{run_id}" if run_id else ""
+    expected = [shard_name(name, i, len(shards), spec.compression, run_id or "")
                 for i in range(len(shards))]
     if [shard.file for shard in shards] != expected:
         raise ValueError(f"split {name!r}: its shards are not named {name}-NNNNN-of-"
