@@ -1,6 +1,7 @@
 """TensorFlow Datasets reads the job's datasets as they are: `tfds.builder_from_directory`
 on the dataset_info.json and features.json the job writes, with the values of our readers,
 for every encoding; --verify checks the two files and --overwrite replaces them."""
+import dataclasses
 import json
 import os
 import shutil
@@ -106,6 +107,16 @@ def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(datasets
 
 def test_every_encoding_has_a_tfds_feature():
     assert sorted(tfds_info.FEATURE_OF) == sorted(CODECS)
+
+
+def test_shards_not_named_as_tfds_opens_them_are_a_one_line_error(datasets):
+    spec = readers.load_spec(datasets["latent"])
+    train = spec.splits["train"]
+    swapped = dataclasses.replace(spec, splits={
+        **spec.splits, "train": dataclasses.replace(train, shards=train.shards[::-1])})
+    with pytest.raises(ValueError, match=r"split 'train': its shards are not named "
+                                         r"train-NNNNN-of-00002-[0-9a-f]{12}\.tfrecord in order"):
+        tfds_info.files(swapped)
 
 
 def test_verify_names_an_edited_tfds_file(datasets, tmp_path, capsys):
