@@ -112,6 +112,19 @@ def read_dataset_json(output_dir) -> dict:
         return json.load(f)
 
 
+def index_offsets(path) -> list[int]:
+    """The frame offsets a shard's text index lists, then where its last frame ends,
+    parsed as DALI and the `tfrecord` package parse it (np.loadtxt), not by readers.format."""
+    lines = np.loadtxt(path, dtype=np.int64, ndmin=2)
+    return lines[:, 0].tolist() + [int(lines[-1].sum())] if len(lines) else [0]
+
+
+def write_index(path, offsets: Sequence[int]) -> None:
+    """A text index of frames at `offsets`, the last one the shard's end."""
+    with open(path, "w") as f:
+        f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:])))
+
+
 def read_examples(output_dir, split: str = "train") -> list[dict]:
     """Every example of a split, in shard order, parsed to numpy."""
     meta = read_dataset_json(output_dir)
