@@ -1,6 +1,7 @@
 """Random access through the shard index, readers.numpy without TensorFlow, exact resume
 in both readers, and the PyTorch and Grain adapters."""
 import collections
+import json
 import os
 import pickle
 import shutil
@@ -121,6 +122,28 @@ def _entries_reversed(example: bytes) -> bytes:
         entries.append(example[pos:at + length])
         pos = at + length
     return example[:first] + b"".join(reversed(entries))
+
+
+def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(datasets, tmp_path):
+    """Before format version 3 the index was binary (uint64 offsets, then the shard's
+    length) under the same name; dataset.json's version says which one a reader reads."""
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    meta = read_dataset_json(copy)
+    meta["format_version"] = 2
+    (copy / "dataset.json").write_text(json.dumps(meta))
+    text_index = copy / meta["splits"]["train"]["shards"][0]["index"]
+    with pytest.raises(ValueError, match=f"^{text_index.name}: .*(bytes|records indexed)"):
+        WindowSource(str(copy), "train").read_batch([0])    # the text is no binary index
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            index = copy / shard["index"]
+            index.write_bytes(np.array(index_offsets(index), "<u8").tobytes())
+    assert_verified(copy)
+    for split in meta["splits"]:
+        old, new = WindowSource(str(copy), split), WindowSource(datasets["latent"], split)
+        everything = range(len(new))
+        _assert_same(_by_key([old.read_batch(everything)]), _by_key([new.read_batch(everything)]))
 
 
 def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datasets, tmp_path):

@@ -4,64 +4,33 @@ once, with the values readers.numpy gives. It runs in a subprocess: its generate
 clash with TensorFlow's in one process (`duplicate symbol 'tensorflow.BytesList'`)."""
 import importlib.util
 import os
-import pickle
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import (random_videos, read_dataset_json, run_jobs, write_frame_folder,
-                      write_manifest, write_videos)
+from conftest import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
+                      write_frame_folder, write_manifest, write_videos)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("tfrecord") is None:   # found, not imported: it clashes here
     pytest.skip("the tfrecord package (a dev dependency) is not installed",
                 allow_module_level=True)
 
-# What docs/readers.md shows ("The `tfrecord` package"), run as it is.
-_READ = textwrap.dedent('''
-    import io, json, os, pickle, sys
-
-    import numpy as np
-    from PIL import Image
-    from tfrecord.reader import tfrecord_loader
+# The code docs/readers.md shows, run as it is, then: our index against what the package's
+# tfrecord2idx writes, and the windows each of `workers` readers gets.
+_READ = docs_code("readers.md", "The `tfrecord` package") + textwrap.dedent('''
+    import pickle, sys
     from tfrecord.tools.tfrecord2idx import create_index
 
-    KINDS = {"float": "float", "int64": "int", "bytes": "byte", "raw": "byte",
-             "png": "byte", "jpeg": "byte"}
-
-    def decode(value, f):
-        """A feature as the tfrecord package gives it -> the array readers.numpy gives."""
-        if f["encoding"] in ("float", "int64"):
-            return value.reshape(f["shape"])
-        if f["encoding"] == "raw":
-            return np.frombuffer(value, np.dtype(f["dtype"]).newbyteorder("<")).reshape(f["shape"])
-        if f["encoding"] in ("png", "jpeg"):   # L frames: an array of L encoded images
-            return np.stack([np.asarray(Image.open(io.BytesIO(b))) for b in value]
-                            ).reshape(f["shape"])
-        return value                           # bytes: video_id
-
-    def windows(out, split, worker, workers):
-        """The windows of worker `worker` of `workers`: its part of every shard."""
-        meta = json.load(open(os.path.join(out, "dataset.json")))
-        features = meta["features"]
-        description = {f["name"]: KINDS[f["encoding"]] for f in features}
-        for shard in meta["splits"][split]["shards"]:
-            for example in tfrecord_loader(os.path.join(out, shard["file"]),
-                                           os.path.join(out, shard["index"]), description,
-                                           shard=(worker, workers)):
-                yield {f["name"]: decode(example[f["name"]], f) for f in features}
-
-    out, split, workers, result = sys.argv[1:]
+    out, split, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
     meta = json.load(open(os.path.join(out, "dataset.json")))
-    theirs = {}       # what tfrecord2idx writes for each shard
+    theirs = {}
     for shard in meta["splits"][split]["shards"]:
-        create_index(os.path.join(out, shard["file"]), result + ".idx")
-        theirs[shard["index"]] = open(result + ".idx", "rb").read()
-    read = [list(windows(out, split, w, int(workers))) for w in range(int(workers))]
-    pickle.dump({"workers": read, "tfrecord2idx": theirs}, open(result, "wb"))
+        create_index(os.path.join(out, shard["file"]), os.environ["RESULT"] + ".idx")
+        theirs[shard["index"]] = open(os.environ["RESULT"] + ".idx", "rb").read()
+    read = [list(windows(out, split, w, workers)) for w in range(workers)]
+    pickle.dump({"workers": read, "tfrecord2idx": theirs}, open(os.environ["RESULT"], "wb"))
 ''')
 
 
@@ -84,14 +53,6 @@ def datasets(tmp_path_factory):
         ("png", "m.jsonl", ["--frame_encoding", "png", "--num_shards", "2"])))
 
 
-def _read_with_the_package(path: str, split: str, workers: int, tmp_path) -> dict:
-    result = str(tmp_path / "read.pickle")
-    subprocess.run([sys.executable, "-c", _READ, path, split, str(workers), result],
-                   check=True, capture_output=True, timeout=300)
-    with open(result, "rb") as f:
-        return pickle.load(f)
-
-
 def _key(window: dict) -> tuple[bytes, int]:
     return bytes(np.asarray(window["video_id"]).item()), int(np.asarray(window["start"]).item())
 
@@ -101,7 +62,7 @@ def _key(window: dict) -> tuple[bytes, int]:
                                          ("png", "train")])
 def test_two_readers_split_each_shard_through_our_index(datasets, tmp_path, name, split):
     path = datasets[name]
-    read = _read_with_the_package(path, split, 2, tmp_path)
+    read = run_apart(_READ, path, split, "2", tmp_path=tmp_path)
     meta = read_dataset_json(path)
     shards = meta["splits"][split]["shards"]
     assert all(s["examples"] >= 2 for s in shards)     # each reader gets part of each

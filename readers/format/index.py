@@ -102,15 +102,13 @@ def _numbers(data: bytes) -> Optional[np.ndarray]:
     digits, a space between and a newline after, in order; None when `data` is not
     all such lines (the caller then finds the first line that is not). Checked by numpy
     over the bytes, then parsed by numpy's C text parser, which they can no longer trip."""
-    text = np.frombuffer(data, np.uint8)
-    is_space, is_newline = text == _SPACE, text == _NEWLINE
-    separators = np.flatnonzero(is_space | is_newline)
-    digits = np.count_nonzero((text >= _ZERO) & (text <= _NINE))
     if not data:
         return np.zeros(0, np.int64)
-    if (digits + len(separators) != len(text) or len(separators) % 2
-            or not len(separators) or separators[-1] != len(text) - 1
-            or not is_space[separators[0::2]].all() or not is_newline[separators[1::2]].all()):
+    text = np.frombuffer(data, np.uint8)
+    separators = np.flatnonzero(text < _ZERO)     # all that is not a digit, or above one
+    if (text.max() > _NINE or not len(separators) or len(separators) % 2
+            or separators[-1] != len(text) - 1 or (text[separators[0::2]] != _SPACE).any()
+            or (text[separators[1::2]] != _NEWLINE).any()):
         return None
     first = np.concatenate(([0], separators[:-1] + 1))
     widths = separators - first
