@@ -20,6 +20,7 @@ GRAIN = ["grain==0.2.18"]                          # the Grain adapter
 BENCH = ["psutil==7.2.2",                          # benchmarks/: process trees measured
          "tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job
 DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "gcp-storage-emulator==2026.7.19",
+       "tfrecord==1.14.6",                         # the tfrecord package reads our shards
        *ONNX, *BENCH]                              # CI tests the ONNX encoders too
 
 setup(

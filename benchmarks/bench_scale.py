@@ -90,7 +90,15 @@ SIZES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": (None, 5e9),
 WINDOW_BYTES = {"fire videos (193 x 161 frames of 540x960 as JPEG)": 32 * 20_000,
                 "2 TB of latent input": VIDEO_OUTPUT_BYTES // 16,
                 "20 TB of latent input": VIDEO_OUTPUT_BYTES // 16}
-INDEX_ENTRY = 8                  # one little-endian uint64 per record, then the length
+
+
+def _index_bytes(windows: int, shards: int, window_bytes: int) -> int:
+    """The text indexes' bytes: one `offset length` line per window (readers.format.index),
+    each offset counted at the digits of a shard's size."""
+    shard_bytes = math.ceil(windows / shards) * window_bytes
+    return windows * (len(str(shard_bytes)) + len(str(window_bytes)) + 2)
+
+
 _index_uploads = [0]
 
 
@@ -284,7 +292,7 @@ def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
         windows = round(nbytes / WINDOW_BYTES[name])
         shards = num_shards_for(windows, nbytes, None, DEFAULTS["shard"])  # at most 99,999
         index_objects = shards                   # uncompressed shards, the default
-        index_bytes = INDEX_ENTRY * (windows + shards)
+        index_bytes = _index_bytes(windows, shards, WINDOW_BYTES[name])
         index_chunks = shards * math.ceil(index_bytes / shards / BEAM_UPLOAD_CHUNK)
         requests = {k: max(0.0, v["fixed"] + v["per_temp_object"] * buckets)
                     for k, v in per_object.items()}

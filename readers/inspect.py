@@ -130,6 +130,7 @@ def _verify_index(path: str, shard: data_format.Shard,
         data = f.read()
     try:
         offsets = data_format.index.decode(data, shard.index, shard.examples,
+                                           dataset.format_version,
                                            tf.io.gfile.stat(file).length,
                                            dataset.min_frame_bytes)
     except ValueError as e:

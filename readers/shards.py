@@ -130,7 +130,8 @@ class Shards:
         for shard, data in zip(missing, indexes):
             entry = self._shards[shard]
             size = None if self.remote else os.fstat(self._open(shard)).st_size
-            self._offsets[shard] = index.decode(data, entry.index, entry.examples, size,
+            self._offsets[shard] = index.decode(data, entry.index, entry.examples,
+                                                self._selection.spec.format_version, size,
                                                 min_frame)
 
     def _open(self, shard: int) -> int:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
+import subprocess
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -110,6 +113,42 @@ def assert_verified(output_dir) -> None:
 def read_dataset_json(output_dir) -> dict:
     with open(os.path.join(output_dir, "dataset.json")) as f:
         return json.load(f)
+
+
+def index_offsets(path) -> list[int]:
+    """The frame offsets a shard's text index lists, then where its last frame ends,
+    parsed as DALI and the `tfrecord` package parse it (np.loadtxt), not by readers.format."""
+    lines = np.loadtxt(path, dtype=np.int64, ndmin=2)
+    return lines[:, 0].tolist() + [int(lines[-1].sum())] if len(lines) else [0]
+
+
+def write_index(path, offsets: Sequence[int]) -> None:
+    """A text index of frames at `offsets`, the last one the shard's end."""
+    with open(path, "w") as f:
+        f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:])))
+
+
+def docs_code(page: str, heading: str) -> str:
+    """The first ```python block under `## heading` of docs/`page`: the code the docs
+    show, for a test to run as it is."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", page)) as f:
+        text = f.read()
+    section = text[text.index(f"\n## {heading}\n"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("\n```", start)] + "\n"
+
+
+def run_apart(code: str, *args: str, tmp_path) -> object:
+    """Run `code` in a fresh interpreter, with sys.argv[1:] `args` and `RESULT`, a path
+    it pickles what it returns to; for readers that cannot share a process with
+    TensorFlow. The run's stderr is in the assertion when it fails."""
+    result = os.path.join(str(tmp_path), "result.pickle")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "RESULT": result})
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(result, "rb") as f:
+        return pickle.load(f)
 
 
 def read_examples(output_dir, split: str = "train") -> list[dict]:

@@ -206,7 +206,7 @@ def test_dataset_json_alone_parses_every_kind(datasets, kind):
 
 def test_dataset_json_says_what_the_data_is(datasets):
     latent, pixels = read_dataset_json(datasets["latent"]), read_dataset_json(datasets["png"])
-    assert latent["format_version"] == 2 and latent["job_version"]
+    assert latent["format_version"] == readers.format.FORMAT_VERSION and latent["job_version"]
     assert latent["frame"] == {"kind": "latents", "shape": [3], "dtype": "float32"}
     assert pixels["frame"]["channel_order"] == "RGB" and pixels["frame"]["value_range"] == [0, 255]
     assert pixels["labels"] == {"shape": [2], "names": ["heat", "smoke"], "masked_value": 0.0}

@@ -156,17 +156,56 @@ def test_the_index_round_trips_and_names_its_file_when_wrong():
     shard = b"".join(map(tfrecord.frame, records))
     offsets = [0, 21, 37, len(shard)]
     data = index.encode(offsets)
-    assert data == np.array(offsets, "<u8").tobytes()
-    decoded = index.decode(data, "s.index", 3, len(shard))
+    assert data == f"0 21\n21 16\n37 {len(shard) - 37}\n".encode()   # what tfrecord2idx writes
+    decoded = index.decode(data, "s.index", 3, index.TEXT_SINCE, len(shard))
     assert decoded.tolist() == offsets
     assert index.verify("s.index", decoded, io.BytesIO(shard)) is None
     with pytest.raises(ValueError, match="^s.index: 3 records indexed, dataset.json says 4$"):
-        index.decode(data, "s.index", 4)
-    with pytest.raises(ValueError, match="^s.index: 31 bytes"):
-        index.decode(data[:-1], "s.index", 3)
+        index.decode(data, "s.index", 4, index.TEXT_SINCE)
     with pytest.raises(ValueError, match=f"^s.index: ends at byte {len(shard)}, the shard "
                                          f"has {len(shard) + 1}$"):
-        index.decode(data, "s.index", 3, len(shard) + 1)
-    moved = np.array([0, 20, 37, len(shard)], "<u8")
+        index.decode(data, "s.index", 3, index.TEXT_SINCE, len(shard) + 1)
+    moved = np.array([0, 20, 37, len(shard)])
     assert index.verify("s.index", moved, io.BytesIO(shard)) == (
         "s.index: record 0 at byte 0 does not match the shard")
+    assert index.decode(b"", "s.index", 0, index.TEXT_SINCE, 0).tolist() == [0]
+
+
+def test_the_binary_index_of_format_versions_1_and_2_still_reads():
+    offsets = [0, 21, 37, 353]
+    data = np.array(offsets, "<u8").tobytes()
+    for version in (1, 2):
+        assert index.decode(data, "s.index", 3, version, 353).tolist() == offsets
+    with pytest.raises(ValueError, match="^s.index: 31 bytes, not a whole number"):
+        index.decode(data[:-1], "s.index", 3, 2)
+    with pytest.raises(ValueError, match="^s.index: record 1 spans bytes"):
+        index.decode(np.array([0, 21, 21, 353], "<u8").tobytes(), "s.index", 3, 2)
+
+
+@pytest.mark.parametrize("text, needle", [
+    (b"0 21\n21 16\n37", "line 3: '37' is not 'offset length'"),            # a field missing
+    (b"0 21\n21 16\n37 16", "line 3: '37 16' does not end with a newline"),
+    (b"0 21\n21 1x\n37 16\n", "line 2: '21 1x' is not 'offset length'"),     # not a digit
+    (b"0 21\n21 -16\n37 16\n", "line 2: '21 -16' is not"),                  # negative
+    (b"0 21\n21 +16\n37 16\n", "line 2: '21 +16' is not"),
+    (b"0 21\n21 " + b"9" * 30 + b"\n37 16\n", "line 2: '21 " + "9" * 30),   # huge
+    (b"0 21\n21 9223372036854775808\n37 16\n", "line 2: '21 9223372036854775808' is not"),
+    (b"0 21\r\n21 16\r\n37 16\r\n", "line 1: '0 21\\r' is not"),
+    (b"0  21\n21 16\n37 16\n", "line 1: '0  21' is not"),
+    (b"0 21\n021 16\n37 16\n", "line 2: '021 16' is not"),                 # a leading zero
+    (b"0 21\n\n21 16\n37 16\n", "line 2: '' is not"),
+    (b"0 21\n21 16\n", "2 records indexed, dataset.json says 3"),
+    (b"0 21\n21 16\n37 16\n53 16\n", "4 records indexed, dataset.json says 3"),
+    (b"0 21\n21 17\n37 16\n", "line 2: the frame at byte 21 of 17 bytes ends at 38, line 3 "
+                                "starts at 37"),
+    (b"0 21\n37 16\n21 16\n", "line 1: the frame at byte 0 of 21 bytes ends at 21, line 2"),
+    (b"5 16\n21 16\n37 16\n", "record 0 starts at byte 5, not 0"),
+    (b"0 21\n21 0\n21 32\n", "record 1 spans bytes [21, 21), where a record"),
+    (b"0 21\n21 16\n37 3000000000\n", "ends at byte 3000000037, the shard has 53"),
+    (b"9" * (1 << 20), "1048576 bytes, more than the 3 'offset length' lines"),
+])
+def test_a_malformed_text_index_is_one_line_naming_it_and_the_line(text, needle):
+    with pytest.raises(ValueError) as raised:
+        index.decode(text, "s.index", 3, index.TEXT_SINCE, 53)
+    assert str(raised.value).startswith(f"s.index: {needle}"), str(raised.value)
+    assert "\n" not in str(raised.value)

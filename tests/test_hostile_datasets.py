@@ -122,47 +122,70 @@ def test_shapes_and_dtypes_are_checked_before_anything_is_allocated(dataset, tmp
 
 
 def _index_with(change):
-    """Plant an index of shard 1 whose offsets `change` edits."""
+    """Plant a text index of shard 1 whose lines, [offset, length] each, `change` edits
+    (it may return the index's new text instead)."""
     def plant(meta, copy):
         path = copy / _shard(meta)["index"]
-        offsets = np.fromfile(path, "<u8").astype(object)   # Python ints: 2**63 fits
-        change(offsets)
-        path.write_bytes(np.array(offsets, "<u8").tobytes())
+        lines = [line.split() for line in path.read_text().splitlines()]
+        text = change(lines)
+        path.write_text(text if text is not None else
+                        "".join(f"{offset} {length}\n" for offset, length in lines))
     return plant
 
 
-def _far(offsets):
-    offsets[2] = offsets[1] + 3_000_000_000     # 3 GB past the one before
+def _far(lines):
+    """Every frame from record 2 on 3 GB further on: lines that agree with each other."""
+    lines[1][1] = int(lines[1][1]) + 3_000_000_000
+    for line in lines[2:]:
+        line[0] = int(line[0]) + 3_000_000_000
 
 
-def _huge(offsets):
-    offsets[1] = 2**63
+def _huge(lines):
+    lines[1][1] = 2**63
 
 
-def _swapped(offsets):
-    offsets[1], offsets[2] = offsets[2], offsets[1]
+def _swapped(lines):
+    lines[1], lines[2] = lines[2], lines[1]
 
 
-def _empty(offsets):
-    offsets[2] = offsets[1]
+def _empty(lines):
+    """Record 1 of no bytes, record 2 spanning both: lines that agree with each other."""
+    lines[2] = [lines[1][0], int(lines[1][1]) + int(lines[2][1])]
+    lines[1][1] = 0
 
 
-@pytest.mark.parametrize("change, record", [(_far, 2), (_huge, 1), (_swapped, 1),
-                                            (_empty, 1)])
-def test_a_crafted_index_is_refused_naming_its_shard_and_record(dataset, tmp_path, change,
-                                                                record):
+def _letter(lines):
+    lines[1][0] = lines[1][0] + "x"
+
+
+def _line_short(lines):
+    del lines[-1]
+
+
+def _mile_long(lines):
+    return "1" * (64 << 20)
+
+
+@pytest.mark.parametrize("change, needle", [
+    (_far, "ends at byte"), (_huge, "line 2: '"), (_swapped, "line 1: the frame at byte 0"),
+    (_empty, "record 1 spans bytes"), (_letter, "line 2: '"),
+    (_line_short, "records indexed, dataset.json says"), (_mile_long, "bytes, more than the")])
+def test_a_crafted_index_is_refused_naming_its_shard_and_line(dataset, tmp_path, change,
+                                                              needle):
     copy = _copy(dataset, tmp_path, _index_with(change))
     meta = read_dataset_json(copy)
     index, first = _shard(meta)["index"], _shard(meta, 0)["examples"]   # shard 1's first
     source = WindowSource(copy)
     tracemalloc.start()
     try:
-        with pytest.raises(ValueError, match=f"^{index}: record {record} spans bytes"):
+        with pytest.raises(ValueError, match=f"^{re.escape(index)}: (\\d+ )?{re.escape(needle)}"):
             source.read_batch([first])
-        assert tracemalloc.get_traced_memory()[1] < 16 << 20
+        # reading the file is all it costs: 64 MB of digits is refused by its length
+        read = os.path.getsize(os.path.join(copy, index))
+        assert tracemalloc.get_traced_memory()[1] < read + (16 << 20)
     finally:
         tracemalloc.stop()
-    _refused_in_one_line(copy, f"{index}: record {record} spans bytes")
+    _refused_in_one_line(copy, f"{index}: ")
 
 
 @pytest.mark.parametrize("splits, window, needle", [

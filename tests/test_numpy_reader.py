@@ -1,6 +1,7 @@
 """Random access through the shard index, readers.numpy without TensorFlow, exact resume
 in both readers, and the PyTorch and Grain adapters."""
 import collections
+import json
 import os
 import pickle
 import shutil
@@ -15,8 +16,8 @@ import readers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from conftest import (assert_verified, random_videos, read_dataset_json, run_jobs,
-                      write_frame_folder, write_manifest, write_videos)
+from conftest import (assert_verified, index_offsets, random_videos, read_dataset_json, run_jobs,
+                      write_frame_folder, write_index, write_manifest, write_videos)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_
     for split in meta["splits"].values():
         for shard in split["shards"]:
             assert shard["index"] == shard["file"] + ".index" and shard["index"] in meta["files"]
-            offsets = np.fromfile(os.path.join(datasets["latent"], shard["index"]), "<u8")
+            offsets = index_offsets(os.path.join(datasets["latent"], shard["index"]))
             assert len(offsets) == shard["examples"] + 1
             assert offsets[-1] == os.path.getsize(os.path.join(datasets["latent"], shard["file"]))
     gzip = read_dataset_json(datasets["gzip"])
@@ -66,9 +67,9 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     index = copy / meta["splits"]["train"]["shards"][0]["index"]
-    offsets = np.fromfile(index, "<u8").copy()
+    offsets = index_offsets(index)
     offsets[1] += 8
-    offsets.tofile(index)
+    write_index(index, offsets)
     result = subprocess.run([sys.executable, "-m", "readers.inspect", str(copy), "--verify"],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "record 0 at byte 0 does not match" in result.stderr
@@ -123,12 +124,34 @@ def _entries_reversed(example: bytes) -> bytes:
     return example[:first] + b"".join(reversed(entries))
 
 
+def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(datasets, tmp_path):
+    """Before format version 3 the index was binary (uint64 offsets, then the shard's
+    length) under the same name; dataset.json's version says which one a reader reads."""
+    copy = tmp_path / "copy"
+    shutil.copytree(datasets["latent"], copy)
+    meta = read_dataset_json(copy)
+    meta["format_version"] = 2
+    (copy / "dataset.json").write_text(json.dumps(meta))
+    text_index = copy / meta["splits"]["train"]["shards"][0]["index"]
+    with pytest.raises(ValueError, match=f"^{text_index.name}: .*(bytes|records indexed)"):
+        WindowSource(str(copy), "train").read_batch([0])    # the text is no binary index
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            index = copy / shard["index"]
+            index.write_bytes(np.array(index_offsets(index), "<u8").tobytes())
+    assert_verified(copy)
+    for split in meta["splits"]:
+        old, new = WindowSource(str(copy), split), WindowSource(datasets["latent"], split)
+        everything = range(len(new))
+        _assert_same(_by_key([old.read_batch(everything)]), _by_key([new.read_batch(everything)]))
+
+
 def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datasets, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     original = WindowSource(datasets["latent"], "train")
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
-    offsets = np.fromfile(copy / shard["index"], "<u8").tolist()
+    offsets = index_offsets(copy / shard["index"])
     data = (copy / shard["file"]).read_bytes()
     records = [data[a + 12:b - 4] for a, b in zip(offsets, offsets[1:])]
     with open(copy / shard["file"], "wb") as f:
@@ -145,7 +168,7 @@ def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
-    offsets = np.fromfile(copy / shard["index"], "<u8")
+    offsets = index_offsets(copy / shard["index"])
     learnt = WindowSource(str(copy), "train")
     learnt.read_batch(range(len(learnt)))
     with open(copy / shard["file"], "r+b") as f:     # a byte of record 3's window values
@@ -167,7 +190,7 @@ def test_a_record_that_is_no_example_is_named(datasets, tmp_path, garbage):
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
-    offsets = np.fromfile(copy / shard["index"], "<u8").tolist()
+    offsets = index_offsets(copy / shard["index"])
     data = bytearray((copy / shard["file"]).read_bytes())
     a, b = offsets[2], offsets[3]                    # record 2, its CRCs sound
     data[a:b] = frame(garbage * (b - a - 16))

@@ -17,43 +17,43 @@ PINNED = {
         "train-00000-of-00002.tfrecord":
             "97c60c2f745fab410d5c70d213cce8ea5f1960abc16c513e72ddfd37287b74b1",
         "train-00000-of-00002.tfrecord.index":
-            "3496696e97a2e477f6254c2ba6f42c6392287a88cfcaa8c8976353e635f51501",
+            "a566ab84a5d5ec315fca40f4d860e254e2cb11b2f8d7b6c897660f2782b2075d",
         "train-00001-of-00002.tfrecord":
             "7aec3f0f966d8047bcdab5d3c801daed688f8e2bf47bdb3894f405ccf00e3d1f",
         "train-00001-of-00002.tfrecord.index":
-            "e3101af7b53e21426ce37998b5416914dd0be88dbc71cd02eba68b4d4d21c685",
+            "330c1581c2e75168473006a1a4b1abbee96c5998d57b67a6a59ebe7b298af491",
         "val-00000-of-00002.tfrecord":
             "ecf25797ab30092e3fed907dfae3db833c90bb899a3b1bc4cc922a40f4972c7f",
         "val-00000-of-00002.tfrecord.index":
-            "e7a80279bde260a5fb9f22078f0448855786c1ec400f873790a2856640fa3245",
+            "68b381d2a866bd7b0beeb3785b72dac10b838187d3c7ea590ba14bc9db071b96",
         "val-00001-of-00002.tfrecord":
             "12b55bcad127f464a2160d9c713a3f76baabd24503a07887f5924bdb6631351a",
         "val-00001-of-00002.tfrecord.index":
-            "e7a80279bde260a5fb9f22078f0448855786c1ec400f873790a2856640fa3245",
+            "68b381d2a866bd7b0beeb3785b72dac10b838187d3c7ea590ba14bc9db071b96",
     },
     "float16_pad": {
         "train-00000-of-00001.tfrecord":
             "f3f2ea8c920ce2e0514fc3b080cf16495b933b7a20b6900ba4e72cc39ac62aae",
         "train-00000-of-00001.tfrecord.index":
-            "5b7df5b99ce67602df2a1aafb468dea08fbc1a25e1e80283a870249e74820461",
+            "eaa63873cd711c9e8005a1e17ba9c2b92153032ca265ed9397426d602c2a3d28",
     },
     "jpeg": {
         "train-00000-of-00001.tfrecord":
             "52b240ee7d25945c11856425eae8650b46aee759c39218e7d7689b9d7d4b8630",
         "train-00000-of-00001.tfrecord.index":
-            "2ffe517e3f5acf0aaefa4b320ea5ad9bcc6f2d32c3abd1ae3861f7d4da6c2d31",
+            "d34251caf4b2ee536fcb1646b5732b1bd6fe766717adaec82dd486753a7729a3",
     },
     "png_resized": {
         "train-00000-of-00001.tfrecord":
             "81a0a8bae97082a51947ea994e62f84a0675344edcbd450894ada76424f7329d",
         "train-00000-of-00001.tfrecord.index":
-            "86489611e47e6990a74fdbbc2efb3a8ab1a24193f7023eaec11dedce8aaf8703",
+            "2c44d817f0331d601c6071dcf13a5b0d93f174d4c9a392c09be78dbd26288946",
     },
     "raw_grayscale": {
         "train-00000-of-00001.tfrecord":
             "cc85b57e38b555f1f1f78f2142811275b2506245cb09b73228c70fedbb9edbd9",
         "train-00000-of-00001.tfrecord.index":
-            "2131c9f72e22d72129232d1b9f900798891f9d51cd724d3eb09e75af0b2251e3",
+            "4f853bcc14dd4daad261efe31ec451ba4de3175f0f7ff2c136677d568e2b9e28",
     },
 }
 

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import (latent_example, random_videos, read_dataset_json, read_examples, run_job,
-                      write_records, write_videos)
+from conftest import (index_offsets, latent_example, random_videos, read_dataset_json,
+                      read_examples, run_job, write_records, write_videos)
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_the_reader_names_a_corrupt_or_short_shard(tmp_path):
     shard = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"][1]["file"]
     path = tmp_path / "out" / shard
     good = path.read_bytes()
-    last_record_starts = int(np.fromfile(f"{path}.index", "<u8")[-2])
+    last_record_starts = index_offsets(f"{path}.index")[-2]
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
     for broken in (bytes(flipped), good[:last_record_starts]):   # corrupt; short, cut cleanly

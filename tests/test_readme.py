@@ -145,7 +145,8 @@ def test_the_constants_the_docs_quote():
     assert f"not renewed for {lease.LEASE_SECONDS:g} s" in guarantees
     fmt = _words(_read("docs", "format.md"))
     assert f"Format version {data_format.FORMAT_VERSION};" in fmt
-    assert "read versions " + " and ".join(map(str, data_format.READABLE_VERSIONS)) in fmt
+    *before, last = data_format.READABLE_VERSIONS
+    assert f"read versions {', '.join(map(str, before))} and {last}" in fmt
     assert f"at most {data_format.MAX_SHARDS:,} per split" in fmt
     assert f"`<shard>{data_format.INDEX_SUFFIX}`" in fmt
     for name in (data_format.FAILURES_JSONL, data_format.BAD_FRAMES_JSONL,
@@ -159,8 +160,9 @@ def test_the_constants_the_docs_quote():
 
 
 def test_the_index_format_the_docs_describe(tmp_path, rng):
-    """docs/format.md: `<shard>.index` holds one little-endian uint64 per record, where its
-    frame starts, then the shard's length; dataset.json lists it."""
+    """docs/format.md: `<shard>.index` holds one `offset length` line per record, where its
+    frame starts and how long it is, each frame ending where the next starts; dataset.json
+    lists it."""
     import struct
 
     from conftest import random_videos, read_dataset_json, run_job, write_videos
@@ -170,15 +172,18 @@ def test_the_index_format_the_docs_describe(tmp_path, rng):
     (shard,) = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
     assert shard["index"] == shard["file"] + data_format.INDEX_SUFFIX
     data = (tmp_path / "out" / shard["file"]).read_bytes()
-    index = (tmp_path / "out" / shard["index"]).read_bytes()
-    offsets = struct.unpack(f"<{len(index) // 8}Q", index)
-    assert len(offsets) == shard["examples"] + 1 and offsets[-1] == len(data)
-    for start, end in zip(offsets, offsets[1:]):   # each a whole TFRecord frame
+    lines = (tmp_path / "out" / shard["index"]).read_text().splitlines()
+    assert len(lines) == shard["examples"]
+    end = 0
+    for line in lines:     # each a whole TFRecord frame, right after the one before
+        start, size = map(int, line.split(" "))
         (length,) = struct.unpack("<Q", data[start:start + 8])
-        assert end - start == length + 16
+        assert start == end and size == length + 16 and line == f"{start} {size}"
+        end = start + size
+    assert end == len(data)
     fmt = _words(_read("docs", "format.md"))
-    assert ("one little-endian uint64 per record, the offset where its TFRecord frame starts, "
-            "then the shard's length") in fmt
+    assert ("text, one line per record, `offset length` in decimal and a newline, the byte "
+            "where its TFRecord frame starts and the frame's length") in fmt
 
 
 def test_ci_runs_the_readme_test_command(readme):

@@ -22,8 +22,10 @@ from readers.format.names import (
     is_shard_name, run_id_of, shard_suffix, tf_compression_type)
 from readers.format.tfrecord import FRAME_OVERHEAD
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)   # 2 added how features are stored, and the sidecars
+FORMAT_VERSION = 3
+# 2 added how features are stored, and the sidecars; 3 made the offset index text
+# (readers.format.index), which a reader of 1 and 2 would take for binary offsets
+READABLE_VERSIONS = (1, 2, 3)
 MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
                      "undecodable): its values are zeros and its label 0"}

@@ -1,0 +1,85 @@
+"""NVIDIA DALI reads our shards through our text index: the pipeline docs/readers.md shows
+("NVIDIA DALI"), run as it is on the CPU, gives every window of latent, float16 and raw
+datasets once, equal to readers.numpy's; png windows are refused, not read wrong. Runs
+when `nvidia.dali` is installed (a 424 MB wheel, so not in CI), in a fresh interpreter:
+DALI is not meant to share a process with TensorFlow."""
+import importlib.util
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
+                      write_frame_folder, write_manifest, write_videos)
+from readers.numpy import WindowSource
+
+if importlib.util.find_spec("nvidia") is None or not importlib.util.find_spec("nvidia.dali"):
+    pytest.skip("NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)",
+                allow_module_level=True)
+
+# The pipeline of the docs, then every window of a split, one a batch, on the CPU.
+_READ = docs_code("readers.md", "NVIDIA DALI") + textwrap.dedent('''
+    import pickle, sys
+
+    import numpy as np
+
+    out, split = sys.argv[1], sys.argv[2]
+    names = [f["name"] for f in json.load(open(os.path.join(out, "dataset.json")))["features"]]
+    try:
+        pipe = windows(out, split, batch_size=1, num_threads=1, device_id=None)
+        pipe.build()
+        read = []
+        for _ in range(pipe.epoch_size("windows")):
+            read.append({name: np.array(batch[0]) for name, batch in zip(names, pipe.run())})
+    except ValueError as e:
+        read = str(e)
+    pickle.dump(read, open(os.environ["RESULT"], "wb"))
+''')
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dali")
+    rng = np.random.default_rng(7)
+    write_videos(str(root / "lat"), random_videos(rng, 6, lengths=(20, 30)), files=2)
+    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
+    write_videos(str(root / "half"), half, files=1)
+    write_frame_folder(root / "v", [np.asarray(f) for f in rng.integers(
+        0, 255, (9, 24, 32, 3), np.uint8)])
+    write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v"}])
+    return run_jobs(root, (
+        ("latent", "lat/*", ["--num_shards", "2"]), ("float16", "half/*", ["--num_shards", "2"]),
+        ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
+        ("png", "m.jsonl", ["--frame_encoding", "png"])))
+
+
+def _key(window: dict) -> tuple[bytes, int]:
+    """(video_id, start); video_id is bytes from readers.numpy, a uint8 tensor of its
+    bytes from DALI."""
+    video_id = np.asarray(window["video_id"])
+    return (video_id.tobytes() if video_id.dtype == np.uint8 else bytes(video_id.item()),
+            int(np.asarray(window["start"]).item()))
+
+
+@pytest.mark.parametrize("name", ["latent", "float16", "raw"])
+def test_the_docs_pipeline_reads_every_window_as_readers_numpy_does(datasets, tmp_path, name):
+    path = datasets[name]
+    read = run_apart(_READ, path, "train", tmp_path=tmp_path)
+    ours = WindowSource(path, "train", keep_float16=True)
+    expected = {_key(w): w for w in ours.__getitems__(range(len(ours)))}
+    assert sorted(_key(w) for w in read) == sorted(expected)       # each exactly once
+    for window in read:
+        mine = expected[_key(window)]
+        for feature in read_dataset_json(path)["features"]:
+            if feature["encoding"] == "bytes":
+                continue                                            # the key, compared above
+            theirs = np.asarray(window[feature["name"]]).reshape(feature["shape"])
+            np.testing.assert_array_equal(theirs, mine[feature["name"]],
+                                          err_msg=f"{name} {feature['name']}")
+            assert theirs.dtype == mine[feature["name"]].dtype
+
+
+def test_png_windows_are_refused_not_read_as_their_first_frame(datasets, tmp_path):
+    assert run_apart(_READ, datasets["png"], "train", tmp_path=tmp_path) == (
+        "DALI cannot read png windows: a list of strings")
