@@ -21,8 +21,11 @@ TORCH = ["torch==2.13.0"]                          # PyTorch encoders, the DataL
 GRAIN = ["grain==0.2.18"]                          # the Grain adapter
 BENCH = ["psutil==7.2.2",                          # benchmarks/: process trees measured
          "tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job
+# CI tests the ONNX and PyTorch encoders and the Grain and DataLoader adapters too. PyPI's
+# torch for Linux x86_64 is the CUDA build (17 more packages, several GB); its CPU build
+# (a 192 MB wheel, about 850 MB installed) is what CI's pip finds: docs/readers.md#pytorch.
 DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "gcp-storage-emulator==2026.7.19",
-       *ONNX, *GRAIN, *BENCH]                      # CI tests the ONNX encoders and Grain too
+       *ONNX, *TORCH, *GRAIN, *BENCH]
 
 EXTRAS = {"tf": TENSORFLOW, "gcs": GCS, "beam": BEAM + JOB, "onnx": ONNX, "torch": TORCH,
           "grain": GRAIN, "bench": BEAM + JOB + TENSORFLOW + BENCH,

@@ -12,7 +12,8 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input
-from conftest import read_dataset_json, read_examples, run_job, write_frame_folder, write_manifest
+from conftest import (read_dataset_json, read_examples, run_job, staged_files, write_frame_folder,
+                      write_manifest)
 
 H, W, C, OUT = 24, 32, 3, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,3 +218,22 @@ def test_a_dataflow_gpu_job_with_a_pytorch_or_onnx_encoder_builds(tmp_path, mode
     assert {"CutWindows", "WriteShards/GroupBuckets", "Finalize"} <= names
     environments = list(result.job.proto_pipeline.components.environments.values())
     assert any(b"beam-torch-gpu:2.77" in env.payload for env in environments)
+    # the image holds the job's libraries (docker/): no requirements file besides
+    assert "requirements.txt" not in staged_files(result.job.proto_pipeline)
+
+
+def test_a_dataflow_job_with_a_keras_encoder_stages_tensorflow(tmp_path, models, frames):
+    """Without a container image, a worker gets the job's libraries and the encoder's
+    (TensorFlow for a .keras model) from the requirements file the job stages."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        result = make_shards.run([
+            "--input", frames[0], "--output_dir", "gs://test-bucket/keras", "--window", "3",
+            "--encoder", models["keras"][0], "--runner", "DataflowRunner", "--dry_run=True",
+            "--project", "test-project", "--region", "us-central1",
+            "--temp_location", "gs://test-bucket/tmp", "--setup_file", "./setup.py"])
+    finally:
+        os.chdir(cwd)
+    with open(staged_files(result.job.proto_pipeline)["requirements.txt"]) as f:
+        assert f.read().split() == ["av==18.1.0", "gcsfs==2026.10.1", "tensorflow-cpu==2.21.0"]

@@ -47,8 +47,8 @@ def test_the_base_install_is_the_light_reader_and_each_extra_adds_its_part(tmp_p
     assert requires["tf"] == {"tensorflow-cpu"}
     # the job imports no TensorFlow: its install (and its sample) goes without it
     assert requires["beam"] == {"apache-beam", "av", "gcsfs"}
-    assert {"tensorflow-cpu", "apache-beam", "grain", "pytest"} <= requires["dev"]
-    assert "torch" not in requires["dev"]    # docs/readers.md#pytorch says why
+    # CI runs the Grain and PyTorch adapters' tests
+    assert {"tensorflow-cpu", "apache-beam", "grain", "torch", "pytest"} <= requires["dev"]
 
 
 @pytest.fixture(scope="module")
