@@ -185,12 +185,20 @@ def test_a_missing_library_or_device_is_named_before_any_work(tmp_path, models, 
                   "--encoder", str(tmp_path / "enc.pt2"),
                   prelude="import sys; sys.modules['torch'] = None")
     assert "install with pip install -e '.[torch]'" in result.stderr.strip().splitlines()[-1]
+    (tmp_path / "saved").mkdir()      # a SavedModel directory, like a .keras file, needs [tf]
+    for model in (models["keras"][0], str(tmp_path / "saved")):
+        result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o4"), "--window",
+                      "3", "--encoder", model,
+                      prelude="import sys; sys.modules['tensorflow'] = None")
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "needs tensorflow" in last, last
+        assert "install with pip install -e '.[tf]'" in last, last
     result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o3"), "--window", "3",
                   "--encoder", models["keras"][0], "--encoder_device", "cuda")
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "--encoder_device cuda" in last, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3", "o4"))
 
 
 def test_a_dataflow_gpu_job_with_a_pytorch_or_onnx_encoder_builds(tmp_path, models, frames):

@@ -137,3 +137,18 @@ def test_the_sample_is_what_tensorflow_writes(tmp_path):
         assert array.shape[1] == 5 and 3 <= array.shape[0] < 7
         assert tf.io.serialize_tensor(array).numpy() == frames
         assert len(example.features.feature["recipe"].float_list.value) == 4
+
+
+def test_a_record_that_claims_more_than_its_file_is_lost_not_allocated(tmp_path):
+    """`--verify` (and the job) read frames with read_frame: a length header whose CRC
+    holds but that claims 2**50 bytes is a lost record, not a MemoryError."""
+    import struct
+
+    from readers.format import tfrecord
+
+    head = struct.pack("<Q", 1 << 50)
+    path = tmp_path / "claims.tfrecord"
+    path.write_bytes(head + struct.pack("<I", tfrecord.masked_crc(head)) + b"x" * 100)
+    with open(path, "rb") as f:
+        lost = tfrecord.read_frame(f)
+    assert isinstance(lost, tfrecord.Lost) and lost.framing and "100 of" in lost.reason
