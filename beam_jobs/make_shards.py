@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   PipelineOptions, StandardOptions,
                                                   TestOptions)
 
-from beam_jobs import output_dir, paths, storage
+from beam_jobs import output_dir, paths, staging, storage
 from beam_jobs.os_errors import os_error, unless_an_os_error
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
@@ -236,6 +236,7 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
         refuse(str(e))
     note_group_memory(config, source, runner)
     options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
+    staging.stage_requirements(options, config.encoder)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers)

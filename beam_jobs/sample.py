@@ -4,37 +4,49 @@
 
 Each record is one video: `frames`, a tf.io.serialize_tensor of float32 [T, 200] (T drawn
 uniformly from 700 to 899; the story's videos have 832), and `recipe`, 4 floats.
+
+Written by hand with readers.format (the bytes TensorFlow writes, a test checks), so that
+the job's install, `[beam]`, needs no TensorFlow to make its sample.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 import numpy as np
 
-from readers import quiet
+from readers.format import FeatureSpec, encode_example, tfrecord
+from readers.format.wire import field, varint
+
+FEATURES = [FeatureSpec("frames", (), "string", "bytes"),
+            FeatureSpec("recipe", (4,), "float32", "float")]
+
+
+def serialize_tensor(array: np.ndarray) -> bytes:
+    """`tf.io.serialize_tensor(array)` of a float32 array: a TensorProto of its dtype
+    (DT_FLOAT, field 1), shape (field 2: a Dim, field 2, of size field 1 per axis) and
+    little-endian content (field 4)."""
+    shape = b"".join(field(2, b"\x08" + varint(size)) for size in array.shape)
+    return (b"\x08\x01" + field(2, shape)
+            + field(4, np.ascontiguousarray(array, "<f4").tobytes()))
 
 
 def write_latent_sample(directory: str, videos: int = 24, files: int = 3, dim: int = 200,
                         frames: tuple[int, int] = (700, 900), seed: int = 0) -> list[str]:
     """Write `videos` records over `files` TFRecord files; return their paths.
     Each video has T frames, T drawn uniformly from [frames[0], frames[1])."""
-    tf = quiet.tensorflow()
     rng = np.random.default_rng(seed)
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, f"latents-{i:03d}.tfrecord") for i in range(files)]
-    writers = [tf.io.TFRecordWriter(p) for p in paths]
-    for v in range(videos):
-        sequence = rng.standard_normal((int(rng.integers(*frames)), dim), dtype=np.float32)
-        recipe = rng.random(4, dtype=np.float32)
-        example = tf.train.Example(features=tf.train.Features(feature={
-            "frames": tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[tf.io.serialize_tensor(sequence).numpy()])),
-            "recipe": tf.train.Feature(float_list=tf.train.FloatList(value=recipe)),
-        }))
-        writers[v % files].write(example.SerializeToString())
-    for w in writers:
-        w.close()
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(open(p, "wb")) for p in paths]
+        for v in range(videos):
+            sequence = rng.standard_normal((int(rng.integers(*frames)), dim), dtype=np.float32)
+            recipe = rng.random(4, dtype=np.float32)
+            example = encode_example(FEATURES, {"frames": serialize_tensor(sequence),
+                                                "recipe": recipe})
+            writers[v % files].write(tfrecord.frame(example))
     return paths
 
 

@@ -11,9 +11,9 @@ FROM apache/beam_python3.11_sdk:2.77.0
 # PyTorch with CUDA 12.8 (the default wheels on PyPI), and onnxruntime with CUDA.
 RUN pip install --no-cache-dir torch==2.13.0 onnxruntime-gpu==1.32.0 onnx==1.23.2
 
-# The job itself, with its dependencies (tensorflow-cpu among them, which latent inputs
-# use; a Keras or SavedModel encoder on a GPU needs the tensorflow[and-cuda] build).
+# The job itself, with what it imports ([beam]: PyAV, gcsfs; Beam is the image's own). A
+# Keras or SavedModel encoder on a GPU needs TensorFlow too (its tensorflow[and-cuda] build).
 COPY . /opt/video-window-shards
-RUN pip install --no-cache-dir /opt/video-window-shards
+RUN pip install --no-cache-dir "/opt/video-window-shards[beam]"
 
 ENTRYPOINT ["/opt/apache/beam/boot"]

@@ -8,7 +8,8 @@
 
 Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_dataset`
 only, so that `readers.format` (the format, shared with the Beam job), `load_spec` and
-`readers.numpy` work without it.
+`readers.numpy` work without it (`pip install video-window-shards`, no extra); where it
+is not installed, `make_dataset` is an ImportError that says to add the [tf] extra.
 """
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ __all__ = ["make_dataset", "load_spec", "DatasetSpec", "FeatureSpec"]
 
 def __getattr__(name: str):
     if name == "make_dataset":
-        from readers.dataset import make_dataset
+        from readers import quiet
+        try:
+            from readers.dataset import make_dataset
+        except ModuleNotFoundError as e:
+            raise quiet.missing_tensorflow(e, "readers.make_dataset") from None
         return make_dataset
     raise AttributeError(f"module 'readers' has no attribute {name!r}")

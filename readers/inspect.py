@@ -4,6 +4,9 @@
     python -m readers.inspect OUT --verify          # read every record; exit 1 on problems
     python -m readers.inspect OUT --preview 8 --out preview.png [--decoder vae_decoder.keras]
     python -m readers.inspect OUT --stats [--all]
+
+The summary and --verify read the files with numpy and fsspec only (the light install);
+--stats and --preview read through readers.make_dataset, and so need TensorFlow.
 """
 from __future__ import annotations
 
@@ -19,22 +22,40 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format, quiet
+from readers.format import tfrecord, wire
 from readers.selection import DatasetChanged, gone
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
 
 
-def _gfile():
-    import tensorflow as tf
-    return tf.io.gfile
+class _Files:
+    """The files of a dataset directory, local or of any fsspec scheme (gs:// with gcsfs)."""
+
+    def __init__(self, path: str):
+        import fsspec
+
+        self.fs, root = fsspec.core.url_to_fs(path)
+        self.root = root.rstrip("/")
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self.path(name))
+
+    def size(self, name: str) -> int:
+        return self.fs.size(self.path(name))
+
+    def open(self, name: str, mode: str = "rb", compression: Optional[str] = None):
+        return self.fs.open(self.path(name), mode, compression=compression)
 
 
 def _failure_rows(path: str) -> list[dict]:
-    failures = os.path.join(path, data_format.FAILURES_JSONL)
-    if not _gfile().exists(failures):
+    files = _Files(path)
+    if not files.exists(data_format.FAILURES_JSONL):
         return []
-    with _gfile().GFile(failures) as f:
+    with files.open(data_format.FAILURES_JSONL, "r") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -51,9 +72,9 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         lines.append(f"encoder: {e['path']} {e['input_shape']} -> {e['output_shape']} "
                      f"{e['latent_dtype']} (sha256 {str(e['sha256'])[:12]})")
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    files = _Files(path)
     for name, split in dataset.splits.items():
-        size = sum(_gfile().stat(os.path.join(path, s.file)).length for s in split.shards
-                   if _gfile().exists(os.path.join(path, s.file)))
+        size = sum(files.size(s.file) for s in split.shards if files.exists(s.file))
         rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
                      split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
@@ -69,44 +90,54 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
                   ) -> tuple[list[str], list[tuple[bytes, int]]]:
     """Problems of one shard, and the (video_id, start) of its examples; DatasetChanged
     when it is gone because the dataset was rewritten. A shard too small for its records
-    at dataset.json's shapes is not parsed by them."""
-    import tensorflow as tf
-
-    file = os.path.join(path, shard.file)
-    if not tf.io.gfile.exists(file):
+    at dataset.json's shapes is not parsed by them. Each record is read in turn (its
+    CRCs checked) and parsed to the spec as readers.numpy does, images decoded."""
+    files = _Files(path)
+    if not files.exists(shard.file):
         return [_missing(path, dataset, shard.file)], []
-    problem = dataset.shard_problem(shard, tf.io.gfile.stat(file).length)
+    problem = dataset.shard_problem(shard, files.size(shard.file))
     if problem:
         return [problem], []
-    features = list(dataset.features)
-    parse_spec = {f.name: f.codec.parse_feature() for f in features}
-    records = tf.data.TFRecordDataset(file, data_format.tf_compression_type(dataset.compression))
+    compression = None if dataset.compression == "none" else dataset.compression
     problems, keys, count = [], [], 0
-    try:
-        for batch in records.batch(64):
+    with files.open(shard.file, compression=compression) as f:
+        while True:
             try:
-                parsed = tf.io.parse_example(batch, parse_spec)
-                values = {f.name: f.codec.decode(parsed[f.name], float_pixels=False,
-                                                 keep_float16=True).numpy()
-                          for f in features}
-            except tf.errors.InvalidArgumentError as e:
-                problems.append(f"{shard.file}: a record near #{count} does not parse to the "
-                                f"spec: {e.message.splitlines()[0][:200]}")
+                record = tfrecord.read_frame(f)
+            except (OSError, EOFError) as e:     # a gzip stream that is cut or damaged
+                record = tfrecord.Lost(str(e), 1, 0, True)
+            if record is None:
                 break
-            masks = values["mask"]
-            if not np.isin(masks, (0, 1)).all():
-                problems.append(f"{shard.file}: masks other than 0 or 1 near record #{count}")
-            if (values["start"] < 0).any():
-                problems.append(f"{shard.file}: a negative start near record #{count}")
-            keys += list(zip(values["video_id"].tolist(), values["start"].tolist()))
-            count += len(masks)
-    except tf.errors.DataLossError as e:
-        problems.append(f"{shard.file}: corrupt after {count} records ({e.message[:200]})")
+            if isinstance(record, tfrecord.Lost):
+                problems.append(f"{shard.file}: corrupt after {count} records ({record.reason})")
+                break
+            try:
+                values = _parsed(dataset.features, record)
+            except (ValueError, OSError) as e:   # OSError: Pillow's, for a bad image
+                problems.append(f"{shard.file}: record #{count} does not parse to the "
+                                f"spec: {str(e).splitlines()[0][:200]}")
+                break
+            if not np.isin(values["mask"], (0, 1)).all():
+                problems.append(f"{shard.file}: masks other than 0 or 1 in record #{count}")
+            if values["start"] < 0:
+                problems.append(f"{shard.file}: a negative start in record #{count}")
+            keys.append((values["video_id"], int(values["start"])))
+            count += 1
     if count != shard.examples and not problems:
         problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
     if shard.index and not problems:
         problems += _verify_index(path, shard, dataset)
     return problems, keys
+
+
+def _parsed(features: list[data_format.FeatureSpec], record: bytes) -> dict:
+    """A record's values, each put in a row of its feature's column as readers.numpy
+    puts it (so images are decoded and every shape checked)."""
+    values = wire.example_values(list(features), record)
+    for f in features:
+        column = np.empty((1, *f.shape), f.codec.column_dtype)
+        f.codec.store(column, 0, values[f.name])
+    return values
 
 
 def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
@@ -121,21 +152,18 @@ def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
 def _verify_index(path: str, shard: data_format.Shard,
                   dataset: data_format.DatasetSpec) -> list[str]:
     """The offset index beside a shard (readers.format.index), against the shard."""
-    import tensorflow as tf
-
-    index_path, file = os.path.join(path, shard.index), os.path.join(path, shard.file)
-    if not tf.io.gfile.exists(index_path):
+    files = _Files(path)
+    if not files.exists(shard.index):
         return [_missing(path, dataset, shard.index)]
-    with tf.io.gfile.GFile(index_path, "rb") as f:
+    with files.open(shard.index) as f:
         data = f.read()
     try:
         offsets = data_format.index.decode(data, shard.index, shard.examples,
                                            dataset.format_version,
-                                           tf.io.gfile.stat(file).length,
-                                           dataset.min_frame_bytes)
+                                           files.size(shard.file), dataset.min_frame_bytes)
     except ValueError as e:
         return [str(e)]
-    with tf.io.gfile.GFile(file, "rb") as f:
+    with files.open(shard.file) as f:
         problem = data_format.index.verify(shard.index, offsets, f)
     return [problem] if problem else []
 
@@ -144,23 +172,20 @@ def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]
     """dataset_info.json and features.json, where dataset.json lists them (a dataset
     written before them has neither): each must be the bytes readers.format.tfds_info
     makes from dataset.json, else TFDS reads other shard lengths or features than ours."""
-    import tensorflow as tf
-
     listed = [name for name in data_format.TFDS_FILES if name in dataset.files]
     try:
         expected = data_format.tfds_info.files(dataset) if listed else {}
     except ValueError as e:   # shards not named as TFDS opens them
         return [f"{listed[0]}: {e}"]
-    problems = []
+    problems, files = [], _Files(path)
     for name in listed:
-        file = os.path.join(path, name)
         if name not in expected:
             problems.append(f"{name}: listed, but a {dataset.compression} dataset has none "
                             "(TFDS cannot read its shards)")
-        elif not tf.io.gfile.exists(file):
+        elif not files.exists(name):
             problems.append(_missing(path, dataset, name))
         else:
-            with tf.io.gfile.GFile(file, "rb") as f:
+            with files.open(name) as f:
                 if f.read() != expected[name]:
                     problems.append(f"{name}: not what dataset.json gives (regenerate it "
                                     "with readers.format.tfds_info.files)")
@@ -312,23 +337,28 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
         print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
               "picture shows", file=sys.stderr)
         args.preview = MAX_PREVIEW
-    quiet.tensorflow()  # imported here, without its start-up lines
+    op_errors: tuple = ()
+    if args.stats or args.preview:       # they read through tf.data
+        try:
+            op_errors = (quiet.tensorflow("readers.inspect --stats and --preview").errors
+                         .OpError,)
+        except quiet.NoTensorFlow as e:
+            parser.exit(2, f"{parser.prog}: error: {e}\n")
     try:
         dataset = data_format.load_spec(args.path)
-    except (OSError, ValueError) as e:   # SpecError says which file and what is wrong
+    except (OSError, ValueError, ImportError) as e:   # SpecError: which file, what is wrong;
+        # ImportError: fsspec lacks the scheme's library (gcsfs for gs://)
         parser.exit(2, f"{parser.prog}: error: {e}\n")
     if not dataset.splits:
         parser.exit(2, f"{parser.prog}: error: {args.path}: dataset.json lists no splits\n")
     split = args.split or next(iter(dataset.splits))
     if split not in dataset.splits:
         parser.error(f"--split: {split!r} is not one of {sorted(dataset.splits)}")
-    import tensorflow as tf
-
     try:
         _run(args, parser, dataset, split)
     except (FileNotFoundError, data_format.SpecError) as e:   # it changed, or lies
         parser.exit(1, f"{parser.prog}: error: {e}\n")
-    except tf.errors.OpError as e:   # tf.data's (--stats, --preview), without its node
+    except op_errors as e:   # tf.data's (--stats, --preview), without its node
         parser.exit(1, f"{parser.prog}: error: "
                        f"{re.sub(r'^{{.*?}} *', '', e.message.splitlines()[0])}\n")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -53,20 +53,25 @@ class WindowSource:
     def __len__(self) -> int:
         return self._shards.size
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.__getitems__([i])[0]
+    def __getitem__(self, i: Union[int, Sequence[int]]) -> dict[str, Any]:
+        """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
+        item); a sequence of indices gives their `read_batch`, so that a PyTorch
+        DataLoader with `batch_size=None` and a `BatchSampler` reads each batch as one."""
+        if isinstance(i, (int, np.integer)):
+            return self.__getitems__([i])[0]
+        return self.read_batch(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Windows `indices`, one dict each, read as one `read_batch`: a PyTorch
         DataLoader's workers fetch their batches through it (on gs://, a batch's requests
         all at once)."""
         batch = self.read_batch(indices)
-        return [{name: column[row] if column.dtype == object else column[row, ...]
+        return [{name: column[row] if column.dtype.kind == "S" else column[row, ...]
                  for name, column in batch.items()} for row in range(len(indices))]
 
     def read_batch(self, indices: Sequence[int]) -> dict[str, Any]:
-        """Windows `indices` stacked: {name: array [len, ...]}, `video_id` an object array
-        of bytes (how: readers.scatter.Decoder.read_batch)."""
+        """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
+        (`S`) array (how: readers.scatter.Decoder.read_batch)."""
         return self._decoder.read_batch(self._shards, indices)
 
 
@@ -89,8 +94,8 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
             features: Optional[Sequence[str]] = None, float_pixels: bool = False,
             keep_float16: bool = False, threads: Optional[int] = None, prefetch: int = 4
             ) -> Iterator[dict[str, Any]]:
-    """Batches of one epoch as dicts of numpy arrays ([batch_size, ...]; `video_id` an
-    object array of bytes), in an order that is a pure function of (seed, epoch): step k
+    """Batches of one epoch as dicts of numpy arrays ([batch_size, ...]; `video_id` a
+    numpy bytes (`S`) array), in an order that is a pure function of (seed, epoch): step k
     of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
     that stopped after k steps would have gone on. `shard_index`/`num_shards` give this
     host its slice. Batches are read and parsed ahead by a pool of `threads`, `prefetch`

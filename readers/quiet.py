@@ -1,4 +1,5 @@
-"""TensorFlow for the project's command lines, imported without its start-up lines.
+"""TensorFlow for the project's command lines, imported without its start-up lines, and
+the one line that says how to install it where it is not (the light install).
 
 TensorFlow's C++ runtime prints lines when it loads (oneDNN, CPU features, absl) that
 `TF_CPP_MIN_LOG_LEVEL` does not all reach. The job and `readers.inspect` import it through
@@ -28,12 +29,31 @@ def _stderr_to_devnull() -> Iterator[None]:
         os.close(devnull)
 
 
-def tensorflow() -> ModuleType:
-    """TensorFlow, imported once with its start-up lines dropped. Its later C++ logs
-    below WARNING are dropped too (TF_CPP_MIN_LOG_LEVEL=2, unless set; worker processes
-    inherit it)."""
+TF_EXTRA = "video-window-shards[tf]"
+
+
+class NoTensorFlow(ImportError):
+    """TensorFlow is not installed: what needs it and how to add it, in one line."""
+
+    def __init__(self, needed_by: str):
+        super().__init__(f"{needed_by} needs TensorFlow, which is not installed: "
+                         f"pip install '{TF_EXTRA}'")
+
+
+def missing_tensorflow(error: ModuleNotFoundError, needed_by: str) -> ImportError:
+    """`NoTensorFlow` when `error` is TensorFlow's own absence, else `error` as it is."""
+    return NoTensorFlow(needed_by) if error.name == "tensorflow" else error
+
+
+def tensorflow(needed_by: str = "this command") -> ModuleType:
+    """TensorFlow, imported once with its start-up lines dropped (NoTensorFlow, naming
+    `needed_by`, where it is not installed). Its later C++ logs below WARNING are
+    dropped too (TF_CPP_MIN_LOG_LEVEL=2, unless set; worker processes inherit it)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if "tensorflow" not in sys.modules:
-        with _stderr_to_devnull():
-            import tensorflow  # noqa: F401 (imported for its side effect: loaded)
+    if sys.modules.get("tensorflow") is None:
+        try:
+            with _stderr_to_devnull():
+                import tensorflow  # noqa: F401 (imported for its side effect: loaded)
+        except ModuleNotFoundError as e:
+            raise missing_tensorflow(e, needed_by) from None
     return sys.modules["tensorflow"]

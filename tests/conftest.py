@@ -110,6 +110,15 @@ def assert_verified(output_dir) -> None:
     assert not problems, problems[:5]
 
 
+def staged_files(pipeline) -> dict[str, str]:
+    """The files a (dry-run) job graph stages for its workers: staged name -> local path."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    return {beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload)
+            .staged_name: beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
+            for env in pipeline.components.environments.values() for d in env.dependencies}
+
+
 def read_dataset_json(output_dir) -> dict:
     with open(os.path.join(output_dir, "dataset.json")) as f:
         return json.load(f)

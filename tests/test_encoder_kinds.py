@@ -12,7 +12,8 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input
-from conftest import read_dataset_json, read_examples, run_job, write_frame_folder, write_manifest
+from conftest import (read_dataset_json, read_examples, run_job, staged_files, write_frame_folder,
+                      write_manifest)
 
 H, W, C, OUT = 24, 32, 3, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,12 +185,20 @@ def test_a_missing_library_or_device_is_named_before_any_work(tmp_path, models, 
                   "--encoder", str(tmp_path / "enc.pt2"),
                   prelude="import sys; sys.modules['torch'] = None")
     assert "install with pip install -e '.[torch]'" in result.stderr.strip().splitlines()[-1]
+    (tmp_path / "saved").mkdir()      # a SavedModel directory, like a .keras file, needs [tf]
+    for model in (models["keras"][0], str(tmp_path / "saved")):
+        result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o4"), "--window",
+                      "3", "--encoder", model,
+                      prelude="import sys; sys.modules['tensorflow'] = None")
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and "needs tensorflow" in last, last
+        assert "install with pip install -e '.[tf]'" in last, last
     result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o3"), "--window", "3",
                   "--encoder", models["keras"][0], "--encoder_device", "cuda")
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and "--encoder_device cuda" in last, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3", "o4"))
 
 
 def test_a_dataflow_gpu_job_with_a_pytorch_or_onnx_encoder_builds(tmp_path, models, frames):
@@ -217,3 +226,22 @@ def test_a_dataflow_gpu_job_with_a_pytorch_or_onnx_encoder_builds(tmp_path, mode
     assert {"CutWindows", "WriteShards/GroupBuckets", "Finalize"} <= names
     environments = list(result.job.proto_pipeline.components.environments.values())
     assert any(b"beam-torch-gpu:2.77" in env.payload for env in environments)
+    # the image holds the job's libraries (docker/): no requirements file besides
+    assert "requirements.txt" not in staged_files(result.job.proto_pipeline)
+
+
+def test_a_dataflow_job_with_a_keras_encoder_stages_tensorflow(tmp_path, models, frames):
+    """Without a container image, a worker gets the job's libraries and the encoder's
+    (TensorFlow for a .keras model) from the requirements file the job stages."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        result = make_shards.run([
+            "--input", frames[0], "--output_dir", "gs://test-bucket/keras", "--window", "3",
+            "--encoder", models["keras"][0], "--runner", "DataflowRunner", "--dry_run=True",
+            "--project", "test-project", "--region", "us-central1",
+            "--temp_location", "gs://test-bucket/tmp", "--setup_file", "./setup.py"])
+    finally:
+        os.chdir(cwd)
+    with open(staged_files(result.job.proto_pipeline)["requirements.txt"]) as f:
+        assert f.read().split() == ["av==18.1.0", "gcsfs==2026.10.1", "tensorflow-cpu==2.21.0"]

@@ -287,7 +287,38 @@ def test_getitems_gives_the_rows_of_read_batch(datasets):
     assert source.__getitems__([]) == []
 
 
+def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
+    """`video_id` is numpy bytes (`S`): an array in a batch, its item for one window."""
+    path = datasets["latent"]
+    source = WindowSource(path, "train")
+    assert type(source[0]["video_id"]) is np.bytes_
+    assert type(source.__getitems__([0, 1])[1]["video_id"]) is np.bytes_
+    for batch in (source.read_batch([0, 1]), source[[0, 1]], next(batches(path, "train", 2))):
+        assert batch["video_id"].dtype.kind == "S" and batch["video_id"].shape == (2,)
+    assert source[[0, 1]]["video_id"].tolist() == [source[0]["video_id"], source[1]["video_id"]]
+
+
 def test_pytorch_dataloader_workers_read_every_window_once(datasets):
+    """The README's DataLoader: a BatchSampler's batches of indices, each read by a worker
+    as one read_batch (`batch_size=None`); numbers come as tensors, video_id as `S`."""
+    torch = pytest.importorskip("torch")
+    source = WindowSource(datasets["latent"], "train")
+    sampler = torch.utils.data.BatchSampler(
+        torch.utils.data.RandomSampler(source, generator=torch.Generator().manual_seed(0)),
+        batch_size=4, drop_last=False)
+    loader = torch.utils.data.DataLoader(source, sampler=sampler, batch_size=None,
+                                         num_workers=2)
+    seen = []
+    for batch in loader:
+        assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
+        assert batch["video_id"].dtype.kind == "S"
+        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+    assert len(seen) == len(set(seen)) == len(source)
+
+
+def test_pytorch_default_collate_reads_a_batch_with_getitems(datasets):
+    """A DataLoader with a batch_size reads each batch through __getitems__ too; its
+    default collate makes video_id a list of bytes."""
     torch = pytest.importorskip("torch")
     source = WindowSource(datasets["latent"], "train")
     loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True, num_workers=2,
@@ -295,7 +326,7 @@ def test_pytorch_dataloader_workers_read_every_window_once(datasets):
     seen = []
     for batch in loader:
         assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
-        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+        seen += [(bytes(v), int(s)) for v, s in zip(batch["video_id"], batch["start"])]
     assert len(seen) == len(set(seen)) == len(source)
 
 
@@ -307,6 +338,8 @@ def test_grain_reads_a_window_source(datasets):
         sampler=grain.IndexSampler(len(source), grain.NoSharding(), shuffle=True, seed=0,
                                    num_epochs=1),
         operations=[grain.Batch(4, drop_remainder=False)], worker_count=2)
-    seen = [(v, int(s)) for batch in loader
-            for v, s in zip(batch["video_id"], batch["start"])]
+    seen = []
+    for batch in loader:
+        assert batch["video_id"].dtype.kind == "S" and batch["window"].dtype == np.float32
+        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
     assert len(seen) == len(set(seen)) == len(source)

@@ -8,11 +8,10 @@ import tarfile
 import time
 
 import pytest
-from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_jobs import make_shards
 from conftest import (assert_verified, plain_dataset_json, plain_name, plain_names,
-                      random_videos, read_dataset_json, run_job, solid_frames,
+                      random_videos, read_dataset_json, run_job, solid_frames, staged_files,
                       write_frame_folder, write_manifest, write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,14 +34,17 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
     assert {"CutWindows", "WriteShards", "Finalize"} <= names
     # on Dataflow, auto picks the group shuffle: no per-bundle spill files
     assert "WriteShards/GroupBuckets" in names and "WriteShards/SpillRuns" not in names
-    staged = [beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
-              for env in pipeline.components.environments.values() for d in env.dependencies]
-    (sdist,) = [p for p in staged if p.endswith(".tar.gz")]
-    with tarfile.open(sdist) as tar:
+    staged = staged_files(pipeline)
+    with tarfile.open(staged["workflow.tar.gz"]) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
     assert {"beam_jobs/make_shards.py", "beam_jobs/shard_writer.py", "readers/format/__init__.py",
             "readers/format/wire.py", "beam_jobs/encoders/onnx_models.py",
-            "readers/dataset.py", "setup.py"} <= members
+            "readers/dataset.py", "beam_jobs/dependencies.py", "setup.py"} <= members
+    # a worker installs that sdist without extras (the light reader's install_requires):
+    # the job's own libraries come as a requirements file, installed from PyPI at start-up
+    with open(staged["requirements.txt"]) as f:
+        assert f.read().split() == ["av==18.1.0", "gcsfs==2026.10.1"]
+    assert result.job.options.get_all_options()["requirements_cache"] == "skip"
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 Kinds, picked by the model's file (each library an optional extra, asked for by name
 when missing, before any work):
 
-    .keras                 Keras 3 (safe mode)                      tensorflow
-    a directory            TensorFlow SavedModel, serving_default    tensorflow
+    .keras                 Keras 3 (safe mode)                      [tf]
+    a directory            TensorFlow SavedModel, serving_default    [tf]
     .onnx                  ONNX, run with onnxruntime                [onnx]
     .pt2                   a torch.export program                   [torch]
     .pt                    TorchScript                               [torch]
@@ -41,9 +41,11 @@ from beam_jobs.sources.base import BadRecord, Frame, check_finite
 LATENT_DTYPES = ("float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 LAYOUTS = ("channels_last", "channels_first")
-# suffix -> (kind, the module it needs, the extra that installs it)
-KINDS = {".keras": ("keras", "tensorflow", None), ".onnx": ("onnx", "onnxruntime", "onnx"),
+# suffix -> (kind, the module it needs, the extra that installs it); anything else is a
+# SavedModel directory
+KINDS = {".keras": ("keras", "tensorflow", "tf"), ".onnx": ("onnx", "onnxruntime", "onnx"),
          ".pt2": ("torch_export", "torch", "torch"), ".pt": ("torchscript", "torch", "torch")}
+SAVEDMODEL = ("savedmodel", "tensorflow", "tf")
 
 
 class EncoderError(ValueError):
@@ -91,21 +93,29 @@ class EncoderSpec:
                 "sha256": checksum(self.path) if self.path else None}
 
 
+def _kind(path: str) -> tuple[str, str, str]:
+    """(kind, the module it needs, its extra) of the model at `path`, from its name."""
+    return next((entry for suffix, entry in KINDS.items()
+                 if path.lower().rstrip("/").endswith(suffix)), SAVEDMODEL)
+
+
 def kind_of(path: str) -> str:
     """The kind of model at `path`, from its name: a directory is a SavedModel."""
-    for suffix, (kind, _, _) in KINDS.items():
-        if path.lower().rstrip("/").endswith(suffix):
-            return kind
-    return "savedmodel"
+    return _kind(path)[0]
+
+
+def extra_of(path: str) -> str:
+    """The extra that installs the library the model at `path` needs (a worker stages it)."""
+    return _kind(path)[2]
 
 
 def missing_extra(path: str) -> Optional[str]:
     """A one-line reason when the library the model at `path` needs is not installed."""
-    for suffix, (_, module, extra) in KINDS.items():
-        if path.lower().rstrip("/").endswith(suffix) and not _installed(module):
-            how = f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
-            return f"{os.path.basename(path)} needs {module}, which is not installed: install with {how}"
-    return None
+    _, module, extra = _kind(path)
+    if _installed(module):
+        return None
+    return (f"{os.path.basename(path.rstrip('/'))} needs {module}, which is not installed: "
+            f"install with pip install -e '.[{extra}]'")
 
 
 def _installed(module: str) -> bool:

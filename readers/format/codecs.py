@@ -272,7 +272,16 @@ class BytesCodec(Codec):
         at = _one_field(record, start, end)
         if at is not None:
             return bytes(record[at:end])
-        return list_values("bytes", record, start, end)[0]
+        values = list_values("bytes", record, start, end)
+        if len(values) != 1:
+            raise ValueError(f"feature {self.feature.name!r}: {len(values)} strings, not 1")
+        return values[0]
+
+    def finish(self, stored: np.ndarray, *, float_pixels: bool,
+               keep_float16: bool) -> np.ndarray:
+        """Numpy bytes (`S`) arrays: what Grain's batching and a DataLoader's
+        `default_convert` keep as they are, so every path gives the same type."""
+        return stored.astype(np.bytes_)
 
     def parse_feature(self) -> tf.io.FixedLenFeature:
         import tensorflow as tf

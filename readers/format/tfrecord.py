@@ -49,15 +49,22 @@ class Lost(NamedTuple):
     framing: bool         # True: the rest of the file is gone
 
 
+_READ_PIECE = 64 << 20   # a length header, even one whose CRC holds, is only a claim
+
+
 def read_exactly(f: BinaryIO, size: int) -> bytes:
-    """`size` bytes, or fewer only at the end of the file (a read may return less)."""
-    data = f.read(size)
-    while len(data) < size:
-        more = f.read(size - len(data))
-        if not more:
+    """`size` bytes, or fewer only at the end of the file (a read may return less). Read
+    in pieces of at most 64 MB: a record that claims more bytes than its file holds costs
+    the file's bytes and one piece's buffer, not what it claims (a read allocates all it
+    is asked for, a MemoryError for a length of 2**50)."""
+    parts, done = [], 0
+    while done < size:
+        part = f.read(min(size - done, _READ_PIECE))
+        if not part:
             break
-        data += more
-    return data
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
 
 
 def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:

@@ -210,6 +210,21 @@ def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: 
     return Layout(end - start, tuple(direct), lists, fixed)
 
 
+def example_values(features: list[FeatureSpec], record: Union[bytes, bytearray]
+                   ) -> dict[str, Any]:
+    """The values of `features` in one example record, as stored (`Codec.from_wire`):
+    how `readers.inspect --verify` parses a record without TensorFlow. ValueError when a
+    feature is missing or its list does not fit its spec."""
+    entries = feature_lists(record)
+    values = {}
+    for f in features:
+        if f.name not in entries:
+            raise ValueError(f"feature {f.name!r} is missing")
+        kind, first, last = entries[f.name]
+        values[f.name] = f.codec.from_wire(kind, record, first, last)
+    return values
+
+
 def feature_lists(record: Union[bytes, bytearray], start: int = 0, end: Optional[int] = None
                   ) -> dict[str, tuple[str, int, int]]:
     """name -> (kind, first, last) of each feature of the example record[start:end]: its
