@@ -1,6 +1,7 @@
 """The same input, flags and seed give byte-identical shards on any runner set-up."""
 import filecmp
 import os
+import re
 
 import pytest
 
@@ -17,13 +18,22 @@ def latents(tmp_path, rng):
     return str(tmp_path / "in" / "*.tfrecord")
 
 
+def _plain(text: str) -> str:
+    """dataset_info.json's text without the run id its templates carry."""
+    return re.sub(r"-[0-9a-f]{12}\.\{FILEFORMAT\}", ".{FILEFORMAT}", text)
+
+
 def _same_files(a, b) -> None:
     """Same shards and failures byte for byte (under the same names but for the run id);
-    same dataset.json but for the flags and the run id."""
+    same dataset_info.json but for the run id in its shards' template; same dataset.json
+    but for the flags and the run id."""
     files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
     assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
     for name, path in files[0].items():
-        if name != "dataset.json":
+        if name == "dataset_info.json":
+            texts = [open(f[name]).read() for f in files]
+            assert texts[0] != texts[1] and _plain(texts[0]) == _plain(texts[1])
+        elif name != "dataset.json":
             assert filecmp.cmp(path, files[1][name], shallow=False), name
     meta_a, meta_b = plain_dataset_json(a), plain_dataset_json(b)
     for meta in (meta_a, meta_b):
