@@ -126,11 +126,15 @@ def _entries_reversed(example: bytes) -> bytes:
 
 def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(datasets, tmp_path):
     """Before format version 3 the index was binary (uint64 offsets, then the shard's
-    length) under the same name; dataset.json's version says which one a reader reads."""
+    length) under the same name, and there were no TFDS files; dataset.json's version
+    says which index a reader reads."""
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     meta = read_dataset_json(copy)
     meta["format_version"] = 2
+    for name in ("dataset_info.json", "features.json"):
+        meta["files"].remove(name)
+        (copy / name).unlink()
     (copy / "dataset.json").write_text(json.dumps(meta))
     text_index = copy / meta["splits"]["train"]["shards"][0]["index"]
     with pytest.raises(ValueError, match=f"^{text_index.name}: .*(bytes|records indexed)"):
@@ -343,3 +347,18 @@ def test_grain_reads_a_window_source(datasets):
         assert batch["video_id"].dtype.kind == "S" and batch["window"].dtype == np.float32
         seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
     assert len(seen) == len(set(seen)) == len(source)
+
+
+def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(datasets, tmp_path):
+    """benchmarks/bench_gpu_feed.py, which no test machine can run on a GPU, at least
+    runs: its model trains on batches from DataLoader workers over WindowSource."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from bench_gpu_feed import main
+
+    result = main([datasets["latent"], "--json", str(tmp_path / "feed.json"), "--device",
+                   "cpu", "--workers", "2", "--batch_size", "4", "--d_model", "16",
+                   "--layers", "1", "--steps", "3", "--warmup", "1", "--repeats", "2"])
+    assert json.loads((tmp_path / "feed.json").read_text()) == result
+    assert [len(rates) for rates in result["runs"].values()] == [2, 2]
+    assert all(rate > 0 for rates in result["runs"].values() for rate in rates)
