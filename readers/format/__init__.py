@@ -18,7 +18,7 @@ inside its tf.data methods only.
 """
 from readers.format import (  # noqa: F401 (submodules)
     codecs, index, tensor_proto, tfds_info, tfrecord, wire)
-from readers.format.codecs import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
+from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_INFO_JSON, DATASET_JSON, FAILURES_JSONL,
     FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECARS, TFDS_FILES, VIDEOS_JSONL,

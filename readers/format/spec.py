@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Union
 
-from readers.format.codecs import CODECS, Codec
+from readers.format.encodings import CODECS, Codec
 from readers.format.names import (
     COMPRESSIONS, DATASET_JSON, RUN_ID, VIDEOS_JSONL, index_name, is_dataset_file,
     is_shard_name, run_id_of, shard_suffix, tf_compression_type)
