@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import apache_beam as beam
 
-from beam_jobs import __version__, progress, storage
+from beam_jobs import __version__, append, progress, storage
 from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
@@ -20,6 +20,8 @@ COMMITTED = "datasets_committed"
 # A run that cut no window commits nothing: counted here, with the longest video's frames
 # (a distribution, whose max the launcher reads) for its one-line error.
 NOTHING_TO_COMMIT, LONGEST_VIDEO = "datasets_without_windows", "longest_video_frames"
+# An --append whose every input video the dataset has: no commit, and no error.
+NOTHING_NEW = "appends_with_nothing_new"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +77,8 @@ def _empty_counts() -> dict:
 
 
 def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed: int,
-             sidecars: list[str], *, run: RunDir, config: DatasetConfig) -> bool:
+             sidecars: list[str], skipped: int, base_rows: int, *, run: RunDir,
+             config: DatasetConfig, base: Optional[data_format.DatasetSpec] = None) -> bool:
     """After the sidecar files are written into the run folder (`sidecars`: their names),
     commit the dataset when the failure fraction allows it, it holds a window, and this
     run still holds the directory's lease; whether it committed.
@@ -85,14 +88,31 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
     input records or videos failed. Over the threshold, or without a window, the shards
     are removed again and the sidecars stay in the run folder, which stays: the
     directory, and any dataset in it, is unchanged.
+
+    `base`: the dataset an --append adds a generation to (`skipped`: the input videos
+    it had; `base_rows`: the rows of its videos.jsonl). The new videos' windows are
+    committed even when there are none (too short: their ids are then known); with no
+    new video at all nothing is committed, and the run folder goes.
     """
     counts, devices_used, longest = videos
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
     progress.counter("videos_ok").inc(good)
     progress.counter("videos_failed").inc(failed)
+    progress.counter(append.SKIPPED_EXISTING).inc(skipped)
     shards = sorted(written)
+    if base is not None:
+        listed = sum(s.videos + s.skipped_short for s in base.splits.values())
+        if base_rows != listed:
+            raise RuntimeError(
+                f"{run.output(data_format.VIDEOS_JSONL)} lists {base_rows} videos, its "
+                f"dataset.json {listed}: it is not the dataset's own (a commit stopped "
+                "half-way?), so the ids to skip are not known; rebuild with --overwrite")
+        if not good and not failed:
+            progress.counter(NOTHING_NEW).inc()
+            run.delete_run_folder()
+            return False
     over_threshold = failed and failed / (failed + good) > config.max_failure_fraction
-    if over_threshold or not any(row["windows"] for row in counts.values()):
+    if over_threshold or (base is None and not any(row["windows"] for row in counts.values())):
         if not over_threshold:
             progress.counter(NOTHING_TO_COMMIT).inc()
             progress.distribution(LONGEST_VIDEO).update(longest)
@@ -112,7 +132,11 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
     dataset = data_format.DatasetSpec(
         window=config.windows.to_json(), features=tuple(config.features),
         compression=config.compression, failures=failed, flags=dict(config.flags),
-        run_id=run.run_id,
+        run_id=run.run_id, generations=(data_format.Generation(
+            run.run_id, sum(row["videos"] for row in counts.values()),
+            sum(row["windows"] for row in counts.values()),
+            sum(row["skipped_short"] for row in counts.values()), failed, skipped,
+            __version__),),
         files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
                            + sidecars + list(tfds_info.file_names(config.compression)))),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
@@ -123,6 +147,8 @@ def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
                                  for s in shards if s.split == split))
                 for split in config.windows.splits})
+    if base is not None:
+        dataset = append.extend(base, dataset)
     commit(run, dataset, sidecars)
     return True
 
@@ -169,25 +195,37 @@ class Finalize(beam.PTransform):
     by (source, record_index, video_id), bad_frames.jsonl by (video_id, source, frame).
 
     `videos`: the VideoCount of every video that gave no failure; `failures`: the
-    PCollections of failure rows; `bad_frames`: rows of bad_frames.jsonl.
+    PCollections of failure rows; `bad_frames`: rows of bad_frames.jsonl; `skipped`: the
+    ids of the input videos an --append skipped, and `known` the dataset it adds to,
+    whose rows of videos.jsonl and bad_frames.jsonl the new files keep (failures.jsonl
+    is the run's own).
     """
 
     def __init__(self, run: RunDir, config: DatasetConfig, videos: beam.PCollection,
-                 failures: Sequence[beam.PCollection], bad_frames: beam.PCollection):
+                 failures: Sequence[beam.PCollection], bad_frames: beam.PCollection,
+                 skipped: beam.PCollection, known: Optional[append.Known] = None):
         super().__init__()
         self._run, self._config = run, config
         self._videos, self._failures, self._bad_frames = videos, failures, bad_frames
+        self._skipped, self._known = skipped, known
 
     def expand(self, written):
-        run = self._run
+        run, known = self._run, self._known
         failures = tuple(self._failures) | "AllFailures" >> beam.Flatten()
+        video_rows = self._videos | "VideoRows" >> beam.Map(VideoCount.to_json)
+        bad_frames = self._bad_frames
+        if known is not None:
+            video_rows = (video_rows, known.videos) | "AllVideoRows" >> beam.Flatten()
+            bad_frames = (bad_frames, known.bad_frames) | "AllBadFrames" >> beam.Flatten()
+        base_rows = (known.videos if known is not None
+                     else written.pipeline | "NoBase" >> beam.Create([]))
         sidecars = (
-            self._videos | "VideoRows" >> beam.Map(VideoCount.to_json)
+            video_rows
             | "VideosJsonl" >> WriteSortedJsonl(
                 run, data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
             failures | "FailuresJsonl" >> WriteSortedJsonl(
                 run, data_format.FAILURES_JSONL, _failure_key),
-            self._bad_frames | "BadFramesJsonl" >> WriteSortedJsonl(
+            bad_frames | "BadFramesJsonl" >> WriteSortedJsonl(
                 run, data_format.BAD_FRAMES_JSONL,
                 lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
         names = sidecars | "Sidecars" >> beam.Flatten() | "GatherSidecars" >> beam.combiners.ToList()
@@ -198,6 +236,10 @@ class Finalize(beam.PTransform):
                 | "GatherShards" >> beam.combiners.ToList()
                 | "Commit" >> beam.Map(
                     finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failed),
-                    beam.pvalue.AsSingleton(names), run=run, config=self._config)
+                    beam.pvalue.AsSingleton(names), beam.pvalue.AsSingleton(
+                        self._skipped | "CountSkipped" >> beam.combiners.Count.Globally()),
+                    beam.pvalue.AsSingleton(
+                        base_rows | "CountBaseRows" >> beam.combiners.Count.Globally()),
+                    run=run, config=self._config, base=known and known.spec)
                 | "CleanUp" >> beam.Map(_clean_up, run=run)
                 | "ReleaseLease" >> beam.Map(_release_lease, run=run))

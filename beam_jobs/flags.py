@@ -25,6 +25,7 @@ class JobConfig:
     input: tuple[str, ...]          # the globs, local ones made absolute
     output_dir: str                 # normalized
     overwrite: bool
+    append: bool
     detach: bool
     all_cores: bool
     progress_interval: float
@@ -143,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--overwrite", action="store_true",
                     help="replace a finished dataset in --output_dir (default: refuse; the "
                          "leftovers of an unfinished run are always cleared)")
+    io.add_argument("--append", action="store_true",
+                    help="add to the dataset in --output_dir the input videos whose ids it "
+                         "does not have, as a new generation of shards (others are skipped "
+                         "unread; earlier shards stay as they are); the flags that shape "
+                         "windows must be those of its first run; without a dataset there, "
+                         "build one")
     io.add_argument("--detach", action="store_true",
                     help="on a distributed runner (Dataflow), submit the job and exit: the "
                          "job commits, cleans up and releases the directory on its own "
@@ -318,6 +325,9 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[JobConfig, list[str]]:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     pipeline_args = _pipeline_args(parser, rest)
+    if args.append and args.overwrite:
+        parser.error("--append adds to the dataset in --output_dir, --overwrite replaces "
+                     "it: give one")
     try:
         output_dir = paths.normalize(args.output_dir)
     except ValueError as e:

@@ -37,12 +37,12 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
                                                   PipelineOptions, StandardOptions,
                                                   TestOptions)
 
-from beam_jobs import output_dir, paths, staging, storage
+from beam_jobs import append, output_dir, paths, staging, storage
 from beam_jobs.os_errors import os_error, unless_an_os_error
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
-from beam_jobs.finalize import (COMMITTED, LONGEST_VIDEO, NOTHING_TO_COMMIT, DatasetConfig,
-                                Finalize)
+from beam_jobs.finalize import (COMMITTED, LONGEST_VIDEO, NOTHING_NEW, NOTHING_TO_COMMIT,
+                                DatasetConfig, Finalize)
 from beam_jobs.flags import PROG, JobConfig, parse_args, recorded_flags, refuse, runner_name
 from beam_jobs.shard_writer import ShardConfig, WriteShuffledShards
 from beam_jobs.sources import Source, SourceError, build_source
@@ -102,12 +102,16 @@ def note_group_memory(config: JobConfig, source: Source, runner: str) -> None:
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
-                   run: output_dir.RunDir, workers: int = 1) -> None:
+                   run: output_dir.RunDir, workers: int = 1,
+                   base: Optional[data_format.DatasetSpec] = None) -> None:
     """Read the videos, cut them into windows, write the windows as shuffled shards
     (leaving out those of duplicate ids and of videos that failed half-way), then write
-    the sidecar files and commit dataset.json."""
+    the sidecar files and commit dataset.json. `base`: the committed dataset an
+    --append adds to (the videos it has are skipped)."""
     windows = _window_config(config)
-    videos, read_failures = pipeline | "ReadVideos" >> source.read
+    known = base and append.read_known(pipeline, config.output_dir, base)
+    videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(
+        known and known.ids)
     cut = videos | "CutWindows" >> CutWindows(
         source.features, windows, source.pad_frame, source.encoder,
         ProgressConfig(source.total_videos, workers, config.progress_interval),
@@ -117,7 +121,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: JobConfig, source: Source,
         run, _shard_config(config, source), beam.pvalue.AsSingleton(duplicates.dropped))
     written | "Finalize" >> Finalize(
         run, _dataset_config(config, source, windows), duplicates.unique,
-        (read_failures, cut.failures, duplicates.failures), cut.bad_frames)
+        (read_failures, cut.failures, duplicates.failures), cut.bad_frames, skipped, known)
 
 
 def _window_config(config: JobConfig) -> WindowConfig:
@@ -196,7 +200,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     try:
         claim = output_dir.prepare(config.output_dir, config.overwrite,
                                    [p for p, _ in config.input_files], config.input, local_temp,
-                                   job)
+                                   job, config.append)
     except output_dir.OutputDirError as e:
         refuse(str(e))
     except OSError as e:
@@ -204,7 +208,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
             raise
         sys.exit(f"{PROG}: error: {error}; nothing was committed")
     try:
-        result = _run(config, pipeline_args, runner, claim.run, dry_run, started)
+        result = _run(config, pipeline_args, runner, claim.run, dry_run, started, claim.base)
     except BaseException as e:
         # A run that stops leaves only what proves itself. A cancelled job's workers may
         # still write: its run folder stays, listing their files for the next run.
@@ -228,18 +232,25 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
 
 
 def _run(config: JobConfig, pipeline_args: list[str], runner: str,
-         run_dir: output_dir.RunDir, dry_run: bool, started: float
-         ) -> beam.runners.runner.PipelineResult:
+         run_dir: output_dir.RunDir, dry_run: bool, started: float,
+         base: Optional[data_format.DatasetSpec] = None) -> beam.runners.runner.PipelineResult:
     try:
         source = build_source(config)
     except SourceError as e:
         refuse(str(e))
+    if base is not None:
+        why = append.problem(base, config.output_dir, recorded_flags(config),
+                             config.input_kind, source.features,
+                             source.encoder.to_json() if source.encoder else None,
+                             source.labels)
+        if why:
+            refuse(why)
     note_group_memory(config, source, runner)
     options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
     staging.stage_requirements(options, config.encoder)
     pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, config, source, run_dir,
-                   options.view_as(DirectOptions).direct_num_workers)
+                   options.view_as(DirectOptions).direct_num_workers, base)
     result = pipeline.run()
     if config.detach and not dry_run:
         _LOG.info("submitted job %s: it commits %s, cleans up and releases the directory "
@@ -256,10 +267,17 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
     if dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
+    skipped = _counter(result, append.SKIPPED_EXISTING)
+    if _counter(result, NOTHING_NEW):
+        _LOG.info("nothing new: the %d input videos are all in %s already; it is unchanged",
+                  skipped, config.output_dir)
+        return result
     if not _counter(result, COMMITTED):
         sys.exit(f"{PROG}: error: {_why_not_committed(result, config, run_dir)}. No "
                  "dataset.json was written; a dataset already there is unchanged.")
     _log_summary(config.output_dir, time.monotonic() - started)
+    if config.append:
+        _LOG.info("skipped %d input videos already in the dataset (--append)", skipped)
     return result
 
 

@@ -237,13 +237,16 @@ class Claim(NamedTuple):
     run: RunDir
     lease: lease.Lease
     created: bool          # the directory did not exist before
+    base: Optional[data_format.DatasetSpec] = None   # --append: the dataset it adds to
 
 
 def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
             patterns: Iterable[str] = (), local_temp: Optional[str] = None,
-            job: Optional[str] = None) -> Claim:
+            job: Optional[str] = None, append: bool = False) -> Claim:
     """Take the directory for a new run: its lease, cleared leftovers, a run folder.
-    A committed dataset stays as it is: the run replaces it when it commits.
+    A committed dataset stays as it is: the run replaces it when it commits (with
+    `overwrite`), or adds a generation to it (with `append`; `Claim.base` is its spec,
+    read once the lease is held, so that no other run commits under it).
 
     `out` is normalized (paths.normalize). `local_temp`: a local directory under which
     the run keeps its temp data, when it must not go into `out` (a local run writing to
@@ -272,8 +275,11 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
         raise OutputDirError(f"--output_dir: {e}") from None
     if job is not None:
         run = dataclasses.replace(run, lease_token=held.token)
+    base = None
     try:
-        replaces = _clear(out, overwrite)
+        replaces = _clear(out, overwrite or append)
+        if append and replaces:   # a committed dataset: the one to add to
+            base = _base_spec(out)
         temp = paths.join(run.run_path, TEMP)
         if local_temp is not None:
             temp = os.path.join(local_temp, f"make_shards-{run_id}")
@@ -288,7 +294,12 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
     except BaseException:
         release(Claim(run, held, created))
         raise
-    return Claim(run, held, created)
+    return Claim(run, held, created, base)
+
+
+def _base_spec(out: str) -> data_format.DatasetSpec:
+    path = paths.join(out, data_format.DATASET_JSON)
+    return data_format.DatasetSpec.from_json(storage.read_bytes(path), source=path)
 
 
 def abandon(run: RunDir) -> None:
@@ -366,7 +377,7 @@ def _clear(out: str, overwrite: bool) -> list[str]:
                          "run tries again", past.run_id, out, e)
     if data_format.DATASET_JSON in entries and not overwrite:
         raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
-                             "--overwrite to replace it")
+                             "--overwrite to replace it, or --append to add new videos to it")
     return sorted(committed)
 
 

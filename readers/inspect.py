@@ -80,6 +80,12 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
                         for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
+    if len(dataset.generations) > 1:
+        lines.append(f"generations: {len(dataset.generations)} (runs that added windows, "
+                     "oldest first; failures below are the last run's)")
+        lines += [f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
+                  f"{g.skipped_existing} input videos skipped as already in the dataset"
+                  for g in dataset.generations]
     reasons = collections.Counter(row["reason"] for row in _failure_rows(path))
     lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]

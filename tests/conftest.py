@@ -7,6 +7,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 from typing import Optional, Sequence
 
 import numpy as np
@@ -108,6 +109,34 @@ def assert_verified(output_dir) -> None:
 
     problems = inspect.verify(str(output_dir), readers.load_spec(str(output_dir)))
     assert not problems, problems[:5]
+
+
+def dataset_bytes(out) -> dict:
+    """Every file of the dataset in `out` (not the job's state folder) and its bytes."""
+    files = {}
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name)
+        if os.path.isdir(path):
+            files[name] = None if name == "_make_shards" else "a directory"
+        else:
+            with open(path, "rb") as f:
+                files[name] = f.read()
+    return {name: data for name, data in files.items() if data is not None}
+
+
+def start_job(command, out):
+    """Start the job; return once it is writing its own shards (never the old ones)."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        runs = out / "_make_shards" / "runs"
+        if os.path.isdir(runs) and any(os.path.exists(runs / r / "shards.json")
+                                       for r in os.listdir(runs)):
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be stopped"
+    return process
 
 
 def staged_files(pipeline) -> dict[str, str]:

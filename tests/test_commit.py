@@ -12,24 +12,12 @@ import time
 import pytest
 
 from beam_jobs import lease, make_shards, output_dir
-from conftest import (assert_verified, latent_example, plain_names, random_videos,
-                      read_dataset_json, run_job, write_records, write_videos)
+from conftest import (assert_verified, dataset_bytes, latent_example, plain_names,
+                      random_videos, read_dataset_json, run_job, start_job, write_records,
+                      write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]
-
-
-def _dataset(out) -> dict:
-    """Every file of the dataset in `out` (not the job's state folder) and its bytes."""
-    files = {}
-    for name in sorted(os.listdir(out)):
-        path = os.path.join(out, name)
-        if os.path.isdir(path):
-            files[name] = None if name == "_make_shards" else "a directory"
-        else:
-            with open(path, "rb") as f:
-                files[name] = f.read()
-    return {name: data for name, data in files.items() if data is not None}
 
 
 def _job(input_glob, out, *extra):
@@ -46,15 +34,15 @@ def old(tmp_path, rng):
     run_job(str(tmp_path / "small" / "*"), out, *FLAGS)
     write_videos(str(tmp_path / "big"), random_videos(rng, 40, lengths=(300, 400), dim=64),
                  files=8)
-    return out, _dataset(out), str(tmp_path / "big" / "*")
+    return out, dataset_bytes(out), str(tmp_path / "big" / "*")
 
 
 def _assert_unchanged(out, before):
-    assert _dataset(out) == before
+    assert dataset_bytes(out) == before
     assert_verified(out)
 
 
-def test_a_refused_run_leaves_the_old_dataset(old, capsys):
+def test_a_refused_run_leaves_the_olddataset_bytes(old, capsys):
     out, before, big = old
     for extra in (["--window", "0"],                 # a bad flag: refused before any work
                   ["--sequence_feature", "nope"]):   # an input that cannot be probed
@@ -68,7 +56,7 @@ def test_a_refused_run_leaves_the_old_dataset(old, capsys):
         assert not os.path.exists(out / "_make_shards" / "lease.json")
 
 
-def test_a_run_over_the_failure_threshold_leaves_the_old_dataset(old, tmp_path, rng):
+def test_a_run_over_the_failure_threshold_leaves_the_olddataset_bytes(old, tmp_path, rng):
     out, before, big = old
     good = [latent_example(f, r) for f, r in random_videos(rng, 4)]
     write_records(str(tmp_path / "bad" / "a.tfrecord"), good + [b"not an example"] * 4)
@@ -85,26 +73,11 @@ def test_a_run_over_the_failure_threshold_leaves_the_old_dataset(old, tmp_path, 
                                                        ["dataset.json"])
 
 
-def _start(command, out):
-    """Start the job; return once it is writing its own shards (never the old ones)."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while process.poll() is None and time.monotonic() < deadline:
-        runs = out / "_make_shards" / "runs"
-        if os.path.isdir(runs) and any(os.path.exists(runs / r / "shards.json")
-                                       for r in os.listdir(runs)):
-            break
-        time.sleep(0.02)
-    assert process.poll() is None, "the run ended before it could be stopped"
-    return process
-
-
 @pytest.mark.parametrize("stop", ["kill -9", "Ctrl-C"])
 def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, stop):
     out, before, big = old
     command = _job(big, out, "--overwrite", "--spill_buffer_mb", "0.2")
-    process = _start(command, out)
+    process = start_job(command, out)
     os.killpg(process.pid, signal.SIGKILL if stop == "kill -9" else signal.SIGINT)
     code = process.wait()
     stderr = process.stderr.read()
@@ -124,7 +97,7 @@ def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, s
 
 def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     out, before, big = old
-    process = _start(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out)
+    process = start_job(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out)
     # An old file that the cleanup after the commit cannot delete: a directory now.
     (index,) = [n for n in before if n.startswith("train-00000") and n.endswith(".index")]
     os.remove(out / index)
@@ -135,7 +108,7 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     (warning,) = [l for l in stderr.splitlines() if "cleaning up after it failed" in l]
     assert "WARNING" in warning and "is committed" in warning
     meta = read_dataset_json(out)
-    committed = {n: b for n, b in _dataset(out).items() if n in meta["files"]}
+    committed = {n: b for n, b in dataset_bytes(out).items() if n in meta["files"]}
     assert_verified(out)
     # the next run finishes the cleanup, once the directory in the way is gone; the
     # committed dataset is untouched
@@ -143,7 +116,7 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     os.rmdir(out / index)
     with pytest.raises(SystemExit):
         make_shards.run(["--input", big, "--output_dir", str(out), *FLAGS])
-    assert _dataset(out) == {**committed, "dataset.json": _dataset(out)["dataset.json"]}
+    assert dataset_bytes(out) == {**committed, "dataset.json": dataset_bytes(out)["dataset.json"]}
     assert read_dataset_json(out) == meta
     assert not os.path.exists(out / "_make_shards")
     assert_verified(out)

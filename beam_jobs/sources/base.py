@@ -3,7 +3,7 @@ hold), frames, and the failure of a video."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -46,7 +46,9 @@ class Source:
     """What the pipeline needs of an input kind, built by the kind itself from the flags,
     so that the pipeline knows nothing of codecs, record formats or labels."""
     features: list[data_format.FeatureSpec]
-    read: beam.PTransform                  # the pipeline -> (videos, failure rows)
+    # The ids to skip (--append: a side input of the dataset's ids; None: none) -> a
+    # transform: the pipeline -> (videos, failure rows, the skipped videos' ids)
+    read: Callable[[Optional[beam.pvalue.AsSideInput]], beam.PTransform]
     stored_bytes: float                    # all frames as windows store them, an
                                            # estimate (the shuffle's buckets are sized by it)
     running_mode: str                      # --all_cores: how local workers run its work

@@ -8,6 +8,7 @@ FloatList with the trailing dims given separately.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence
@@ -16,6 +17,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs import ids, paths
+from beam_jobs.append import SKIPPED, AlreadyInDataset
 from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_finite,
                                     failure)
 from beam_jobs.tfrecords import read_records
@@ -56,8 +58,10 @@ class LatentFormat:
     metadata_length: Optional[int] = None              # fixed by the probe; 0: none
     record_bytes: int = 0                              # a typical record, from the probe
 
-    def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
-        """Parse one record; raise BadRecord with the reason when it does not fit. The
+    def parse(self, record: bytes, source: str, index: int,
+              known: frozenset = frozenset()) -> LatentVideo:
+        """Parse one record; raise BadRecord with the reason when it does not fit, and
+        AlreadyInDataset, before the frames are read, when its id is in `known`. The
         Example and the serialized tensor are read by hand (readers.format), so the job
         never imports TensorFlow; the frames are a read-only view of `record`."""
         try:
@@ -66,6 +70,8 @@ class LatentFormat:
             raise BadRecord(str(e)) from None
         features = _Features(record, lists)
         video_id = self._video_id(features, source, index)
+        if video_id in known:
+            raise AlreadyInDataset(video_id)
         try:
             frames = self._frames(features)
             metadata = self._metadata(features)
@@ -226,14 +232,15 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
 
 class ReadLatentRecords(beam.DoFn):
     """A (path, size) of a TFRecord file -> a `LatentVideo` per record; failures to
-    'failures', one row per bad record and one for a lost rest of a file. The path comes
+    'failures', one row per bad record and one for a lost rest of a file; the ids in
+    `known` (the dataset's, with --append) to SKIPPED, their frames unread. The path comes
     as bytes (os.fsencode): Beam's coders take only valid UTF-8 text, and a file's name
     need not be."""
 
     def __init__(self, fmt: LatentFormat):
         self._fmt = fmt
 
-    def process(self, file: tuple[bytes, int]):
+    def process(self, file: tuple[bytes, int], known: frozenset = frozenset()):
         path, size = os.fsdecode(file[0]), file[1]
         for index, record in read_records(path, size, self._fmt.record_bytes):
             if isinstance(record, Lost):
@@ -241,25 +248,30 @@ class ReadLatentRecords(beam.DoFn):
                     path, index, None, record.reason, record.records))
                 continue
             try:
-                yield self._fmt.parse(record, path, index)
+                yield self._fmt.parse(record, path, index, known)
+            except AlreadyInDataset as e:
+                yield beam.pvalue.TaggedOutput(SKIPPED, e.video_id)
             except BadRecord as e:
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(path, index, e.video_id, str(e)))
 
 
 class ReadLatents(beam.PTransform):
-    """The pipeline -> (a `LatentVideo` per record of the files, failure rows)."""
+    """The pipeline -> (a `LatentVideo` per record of the files, failure rows, the ids
+    skipped: those in `known`, a side input, when given)."""
 
-    def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentFormat):
+    def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentFormat,
+                 known: Optional[beam.pvalue.AsSideInput] = None):
         super().__init__()
-        self._files, self._fmt = files, fmt
+        self._files, self._fmt, self._known = files, fmt, known
 
     def expand(self, pipeline):
+        known = {} if self._known is None else {"known": self._known}
         videos = (pipeline
                   | "ListInputs" >> beam.Create([(os.fsencode(path), size)
                                                  for path, size in self._files])
-                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt)).with_outputs(
-                      FAILURES, main="videos"))
-        return videos.videos, videos[FAILURES]
+                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt), **known
+                                                ).with_outputs(FAILURES, SKIPPED, main="videos"))
+        return videos.videos, videos[FAILURES], videos[SKIPPED]
 
 
 def build_source(config: JobConfig) -> Source:
@@ -275,6 +287,7 @@ def build_source(config: JobConfig) -> Source:
                        for path, size in config.input_files)
     # Parsing records is numpy and protobuf work in Python, which needs processes.
     return Source(data_format.window_features(window, fmt.metadata_length),
-                  ReadLatents(config.input_files, fmt), stored_bytes, "multi_processing",
+                  functools.partial(ReadLatents, config.input_files, fmt), stored_bytes,
+                  "multi_processing",
                   frame={"kind": "latents", "shape": list(fmt.frame_shape),
                          "dtype": fmt.dtype})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -10,6 +11,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs import paths
+from beam_jobs.append import SKIPPED, SkipKnown
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
 from beam_jobs.sources.base import BadRecord, Frame, Source, SourceError, check_finite
@@ -224,18 +226,20 @@ class _ReadManifest(beam.DoFn):
 
 
 class ReadPixelVideos(beam.PTransform):
-    """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows).
+    """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows, the ids
+    skipped: those in `known`, a side input, when given; their frames are never read).
 
     The job graph holds the input paths, not the rows: manifests are read inside the
     pipeline (a job of 50,000 rows submits the graph of one of 1,000), then their videos
     are spread over the workers. The paths travel as bytes (os.fsencode): Beam's coders
     take only valid UTF-8 text, and a file's name need not be."""
 
-    def __init__(self, config: JobConfig, fmt: PixelFormat):
+    def __init__(self, config: JobConfig, fmt: PixelFormat,
+                 known: Optional[beam.pvalue.AsSideInput] = None):
         super().__init__()
         self._kind, self._root = config.input_kind, config.input_root
         self._paths = [path for path, _ in config.input_files]
-        self._splits, self._fmt = tuple(config.splits), fmt
+        self._splits, self._fmt, self._known = tuple(config.splits), fmt, known
 
     def expand(self, pipeline):
         inputs = pipeline | "ListInputs" >> beam.Create(
@@ -244,10 +248,18 @@ class ReadPixelVideos(beam.PTransform):
             root, fmt = self._root, self._fmt
             videos = inputs | "VideoFiles" >> beam.Map(
                 lambda path: PixelVideo(video_file_entries([os.fsdecode(path)], root)[0], fmt))
-            return videos, pipeline | "ManifestFailures" >> beam.Create([])
-        read = inputs | "ReadManifests" >> beam.ParDo(
-            _ReadManifest(self._fmt, self._splits)).with_outputs("failures", main="videos")
-        return read.videos | "SpreadVideos" >> beam.Reshuffle(), read.failures
+            failures = pipeline | "ManifestFailures" >> beam.Create([])
+        else:
+            read = inputs | "ReadManifests" >> beam.ParDo(
+                _ReadManifest(self._fmt, self._splits)).with_outputs("failures", main="videos")
+            videos, failures = read.videos, read.failures
+        known = {} if self._known is None else {"known": self._known}
+        new = videos | "SkipKnown" >> beam.ParDo(SkipKnown(), **known).with_outputs(
+            SKIPPED, main="videos")
+        videos = new.videos
+        if self._kind != "videos":
+            videos = videos | "SpreadVideos" >> beam.Reshuffle()
+        return videos, failures, new[SKIPPED]
 
 
 def build_source(config: JobConfig) -> Source:
@@ -289,7 +301,7 @@ def build_source(config: JobConfig) -> Source:
     # encode and run the model, and threads share one process (no second start-up,
     # memory:// paths work).
     return Source(data_format.window_features(window, fmt.metadata_length, fmt.label_shape),
-                  ReadPixelVideos(config, fmt),
+                  functools.partial(ReadPixelVideos, config, fmt),
                   estimate_frames(entries, fmt) * frame_bytes, "multi_threading",
                   pad_frame=pad_frame, encoder=encoder, total_videos=len(entries),
                   frame=frame, labels=labels)

@@ -26,5 +26,5 @@ from readers.format.names import (  # noqa: F401
     tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
-    SplitInfo, load_spec, window_features)
+    SplitInfo, Generation, generations_of, load_spec, window_features)
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

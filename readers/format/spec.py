@@ -22,10 +22,12 @@ from readers.format.names import (
     is_shard_name, run_id_of, shard_suffix, tf_compression_type)
 from readers.format.tfrecord import FRAME_OVERHEAD
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # 2 added how features are stored, and the sidecars; 3 made the offset index text
-# (readers.format.index), which a reader of 1 and 2 would take for binary offsets
-READABLE_VERSIONS = (1, 2, 3)
+# (readers.format.index), which a reader of 1 and 2 would take for binary offsets; 4 added
+# generations (`--append`): a split's shards may be of several runs, which a reader of 3
+# would refuse as another dataset's
+READABLE_VERSIONS = (1, 2, 3, 4)
 MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
                      "undecodable): its values are zeros and its label 0"}
@@ -101,6 +103,22 @@ class SplitInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Generation:
+    """The windows one run added (the first run, or an `--append`): its shards are the
+    ones whose names end with its run id. Counts are over all splits."""
+    run_id: Optional[str]
+    videos: int
+    windows: int
+    skipped_short: int = 0
+    failures: int = 0
+    skipped_existing: int = 0     # input videos whose ids the dataset already had
+    job_version: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """The contents of dataset.json."""
     window: Mapping[str, Any]            # {"length", "stride", "tail"}
@@ -117,6 +135,9 @@ class DatasetSpec:
     input_kind: Optional[str] = None               # latents, manifest or videos
     frame: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # one frame
     labels: Optional[Mapping[str, Any]] = None     # shape and names, when there are labels
+    # The runs that added windows, oldest first; the last is `run_id`'s. A dataset.json
+    # before version 4 has one, made from its counts (`generations_of`).
+    generations: tuple[Generation, ...] = ()
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -146,6 +167,8 @@ class DatasetSpec:
                        for name, s in self.splits.items()},
             "flags": dict(self.flags),
             "run_id": self.run_id,
+            "generations": [g.to_json() for g in self.generations or generations_of(
+                self.splits, self.run_id, self.failures, self.job_version)],
             "files": list(self.files),
         }, indent=2, sort_keys=False) + "\n"
 
@@ -249,8 +272,18 @@ def _parse(d: Any) -> dict:
     run_id = _get(d, "run_id", str, "", None)
     if run_id is not None and not RUN_ID.fullmatch(run_id):
         raise _Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
-    splits = {name: _split(split, _at("splits", name), name, compression, run_id)
-              for name, split in _get(d, "splits", dict, "").items()}
+    raw_splits = _get(d, "splits", dict, "")
+    generations = (tuple(_generation(g, _at("generations", i))
+                         for i, g in enumerate(_get(d, "generations", list, "")))
+                   if version >= 4 else None)
+    run_ids = _check_generations(generations, run_id)
+    splits = {name: _split(split, _at("splits", name), name, compression, run_ids)
+              for name, split in raw_splits.items()}
+    if generations is None:
+        generations = generations_of(splits, run_id, _count(d, "failures", "", 0),
+                                     _get(d, "job_version", str, "", None))
+    else:
+        _check_generation_counts(generations, splits)
     listed = [name for split in splits.values() for shard in split.shards
               for name in (shard.file, shard.index) if name]
     if len(set(listed)) < len(listed):
@@ -268,7 +301,59 @@ def _parse(d: Any) -> dict:
                 encoder=_get(d, "encoder", dict, "", None), format_version=version,
                 run_id=run_id, files=files, job_version=_get(d, "job_version", str, "", None),
                 input_kind=_get(d, "input_kind", str, "", None),
-                frame=_get(d, "frame", dict, "", {}), labels=_get(d, "labels", dict, "", None))
+                frame=_get(d, "frame", dict, "", {}), labels=_get(d, "labels", dict, "", None),
+                generations=generations)
+
+
+def generations_of(splits: Mapping[str, SplitInfo], run_id: Optional[str], failures: int = 0,
+                   job_version: Optional[str] = None) -> tuple[Generation, ...]:
+    """The one generation of a dataset written by one run: all its counts."""
+    return (Generation(run_id, sum(s.videos for s in splits.values()),
+                       sum(s.windows for s in splits.values()),
+                       sum(s.skipped_short for s in splits.values()), failures,
+                       job_version=job_version),)
+
+
+def _generation(d: Any, where: str) -> Generation:
+    _typed(d, dict, where)
+    run_id = _get(d, "run_id", str, where)
+    if not RUN_ID.fullmatch(run_id):
+        raise _Bad(f"{_at(where, 'run_id')}: {run_id!r} is not a run id (12 hex digits)")
+    return Generation(run_id, _count(d, "videos", where), _count(d, "windows", where),
+                      _count(d, "skipped_short", where, 0), _count(d, "failures", where, 0),
+                      _count(d, "skipped_existing", where, 0),
+                      _get(d, "job_version", str, where, None))
+
+
+def _check_generations(generations: Optional[tuple[Generation, ...]], run_id: Optional[str]
+                       ) -> tuple[Optional[str], ...]:
+    """The run ids a shard's name may end with: the generations', each once, the last
+    the run that wrote dataset.json (before version 4: that run's alone)."""
+    if generations is None:
+        return (run_id,)
+    if not generations:
+        raise _Bad("generations: empty; a dataset has at least the run that wrote it")
+    ids = [g.run_id for g in generations]
+    if len(set(ids)) < len(ids):
+        raise _Bad(f"generations: run {next(i for i in ids if ids.count(i) > 1)} is listed "
+                   "twice")
+    if ids[-1] != run_id:
+        raise _Bad(f"generations: the last is run {ids[-1]}, not run {run_id}, the run "
+                   "dataset.json names")
+    return tuple(ids)
+
+
+def _check_generation_counts(generations: tuple[Generation, ...],
+                             splits: Mapping[str, SplitInfo]) -> None:
+    """Each generation's windows are those of the shards named with its run id."""
+    held = dict.fromkeys((g.run_id for g in generations), 0)
+    for split in splits.values():
+        for shard in split.shards:
+            held[run_id_of(shard.file)] = held.get(run_id_of(shard.file), 0) + shard.examples
+    for i, g in enumerate(generations):
+        if held[g.run_id] != g.windows:
+            raise _Bad(f"generations[{i}]: {g.windows} windows, the shards of run "
+                       f"{g.run_id} hold {held[g.run_id]}")
 
 
 def _feature(d: Any, where: str) -> FeatureSpec:
@@ -304,10 +389,10 @@ def _check_features(features: tuple[FeatureSpec, ...], length: int) -> None:
                    f"than a tf.train.Example can hold ({MAX_EXAMPLE_BYTES:,})")
 
 
-def _split(d: Any, where: str, name: str, compression: str, run_id: Optional[str]
-           ) -> SplitInfo:
+def _split(d: Any, where: str, name: str, compression: str,
+           run_ids: tuple[Optional[str], ...]) -> SplitInfo:
     _typed(d, dict, where)
-    shards = tuple(_shard(shard, _at(_at(where, "shards"), i), name, compression, run_id)
+    shards = tuple(_shard(shard, _at(_at(where, "shards"), i), name, compression, run_ids)
                    for i, shard in enumerate(_get(d, "shards", list, where)))
     windows = _count(d, "windows", where)
     if sum(shard.examples for shard in shards) != windows:
@@ -317,18 +402,22 @@ def _split(d: Any, where: str, name: str, compression: str, run_id: Optional[str
                      shards, _count(d, "bad_frames", where, 0), _count(d, "frames", where, 0))
 
 
-def _shard(d: Any, where: str, split: str, compression: str, run_id: Optional[str]) -> Shard:
+def _shard(d: Any, where: str, split: str, compression: str,
+           run_ids: tuple[Optional[str], ...]) -> Shard:
     """A shard entry; its file and index plain names of their kind (so `../x` or an
-    absolute path is refused), of this split, compression and run."""
+    absolute path is refused), of this split, compression and one of the dataset's runs
+    (`run_ids`: its generations')."""
     _typed(d, dict, where)
     file = _get(d, "file", str, where)
     if not is_shard_name(file, split) or not file.endswith(shard_suffix(compression)):
         raise _Bad(f"{_at(where, 'file')}: {_shown(file)} is not the plain name of "
                    f"a shard of split {split!r} ({split}-NNNNN-of-NNNNN-RUNID"
                    f"{shard_suffix(compression)})")
-    if run_id_of(file) not in (None, run_id):
+    if run_id_of(file) not in (None, *run_ids):
+        runs = (f"run {run_ids[0]}, the run" if len(run_ids) == 1 else
+                f"runs {', '.join(map(str, run_ids))}, the generations")
         raise _Bad(f"{_at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
-                   f"not of run {run_id}, the run dataset.json names")
+                   f"not of {runs} dataset.json names")
     index = _get(d, "index", str, where, None)
     if index is not None and compression != "none":
         raise _Bad(f"{_at(where, 'index')}: {_shown(index)}, where a gzip shard has none")

@@ -4,8 +4,10 @@ it is, with nothing renamed.
 
 - dataset_info.json: DatasetInfo as protobuf JSON: a version x.y.z, `fileFormat:
   tfrecord`, and per split `shardLengths` (exact: TFDS reads that many records a shard)
-  and a `filepathTemplate` whose run id is literal text, `{SPLIT}-{SHARD_X_OF_Y}-RUNID.
-  {FILEFORMAT}`, which TFDS formats into our shard names (five digits, as ours).
+  and a `filepathTemplate` whose split name and run id are literal text, `train-
+  {SHARD_X_OF_Y}-RUNID.{FILEFORMAT}`, which TFDS formats into our shard names (five
+  digits, as ours). A dataset of several generations (`--append`) has a TFDS split per
+  split and generation, `train-g1`, `train-g2`, ... (`split_names`).
 - features.json: a FeaturesDict, one TFDS feature per FeatureSpec (`FEATURE_OF`): a
   float, int64 or bytes list is a `Tensor` (encoding "none"); a raw array a `Tensor` of
   its dtype with encoding "bytes" (TFDS decodes it with `tf.io.decode_raw`, little endian,
@@ -18,7 +20,7 @@ keys), so `readers.inspect --verify` regenerates them and compares.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, Optional
 
 from readers.format.names import (
     DATASET_INFO_JSON, FEATURES_JSON, TFDS_FILES, run_id_of, shard_name)
@@ -72,20 +74,36 @@ def _json_bytes(value: dict) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _split(spec: DatasetSpec, name: str) -> dict:
-    """A SplitInfo whose template carries the run id of the split's shard names;
-    ValueError when they are not the names TFDS makes from it (a dataset.json the job
-    did not write)."""
-    shards = spec.splits[name].shards
-    run_id = run_id_of(shards[0].file) if shards else None
+def _split(spec: DatasetSpec, name: str, run_id: Optional[str], tfds_name: str) -> dict:
+    """The SplitInfo of split `name`'s shards of run `run_id`, named `tfds_name`, whose
+    template carries the split's name and the run id as literal text; ValueError when
+    the shards are not the names TFDS makes from it (a dataset.json the job did not
+    write)."""
+    shards = [s for s in spec.splits[name].shards if run_id_of(s.file) == run_id]
     run = f"-{run_id}" if run_id else ""
     expected = [shard_name(name, i, len(shards), spec.compression, run_id or "")
                 for i in range(len(shards))]
     if [shard.file for shard in shards] != expected:
         raise ValueError(f"split {name!r}: its shards are not named {name}-NNNNN-of-"
                          f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
-    return {"name": name, "shardLengths": [str(shard.examples) for shard in shards],
-            "filepathTemplate": f"{{SPLIT}}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
+    return {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
+            "filepathTemplate": f"{name}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
+
+
+def split_names(spec: DatasetSpec, split: str) -> list[str]:
+    """The TFDS splits that hold `split`'s windows: the split itself when the dataset
+    has one generation; else one per generation, `train-g1`, `train-g2`, ... (a TFDS
+    SplitInfo has one file template, and each generation's shards have their own run
+    id and count). Read them all with `"+".join(split_names(spec, "train"))`."""
+    if len(spec.generations) == 1:
+        return [split]
+    return [f"{split}-g{k}" for k in range(1, len(spec.generations) + 1)]
+
+
+def _splits(spec: DatasetSpec) -> list[dict]:
+    runs = [g.run_id for g in spec.generations]
+    return [_split(spec, name, run_id, tfds_name) for name in spec.splits
+            for run_id, tfds_name in zip(runs, split_names(spec, name))]
 
 
 def dataset_info(spec: DatasetSpec) -> dict:
@@ -96,7 +114,7 @@ def dataset_info(spec: DatasetSpec) -> dict:
         "description": "Fixed-length windows of videos (frames or latents) written by "
                        "video-window-shards; dataset.json beside this file is the full spec.",
         "fileFormat": "tfrecord",
-        "splits": [_split(spec, name) for name in spec.splits],
+        "splits": _splits(spec),
     }
 
 
