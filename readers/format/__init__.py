@@ -3,6 +3,9 @@
 - `names`: the names of a dataset's files (dataset.json, sidecars, shards, indexes).
 - `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
   before a reader trusts it (`SpecError`).
+- `generations`: the runs that added a dataset's windows (`--append`), as dataset.json
+  lists them.
+- `json_checks`: reading dataset.json's values with a one-line reason for each wrong one.
 - `codecs`: one codec per feature encoding: its wire bytes and how readers read them.
 - `wire`: the protobuf wire format of a tf.train.Example: encode, and find each feature.
 - `tensor_proto`: a TensorProto (`tf.io.serialize_tensor`'s bytes), read; the latent job's
@@ -26,5 +29,6 @@ from readers.format.names import (  # noqa: F401
     tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
-    SplitInfo, Generation, generations_of, load_spec, window_features)
+    SplitInfo, load_spec, window_features)
+from readers.format.generations import Generation, generations_of  # noqa: F401
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

@@ -17,6 +17,9 @@ import os
 from typing import Any, Mapping, Optional, Union
 
 from readers.format.encodings import CODECS, Codec
+from readers.format.generations import (
+    Generation, check_generation_counts, check_generations, generations_of, parse_generation)
+from readers.format.json_checks import Bad, at, count, get, shown, typed
 from readers.format.names import (
     COMPRESSIONS, DATASET_JSON, RUN_ID, VIDEOS_JSONL, index_name, is_dataset_file,
     is_shard_name, run_id_of, shard_suffix, tf_compression_type)
@@ -103,22 +106,6 @@ class SplitInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Generation:
-    """The windows one run added (the first run, or an `--append`): its shards are the
-    ones whose names end with its run id. Counts are over all splits."""
-    run_id: Optional[str]
-    videos: int
-    windows: int
-    skipped_short: int = 0
-    failures: int = 0
-    skipped_existing: int = 0     # input videos whose ids the dataset already had
-    job_version: Optional[str] = None
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """The contents of dataset.json."""
     window: Mapping[str, Any]            # {"length", "stride", "tail"}
@@ -198,7 +185,7 @@ class DatasetSpec:
             raise SpecError(f"{source}: not JSON ({e})") from None
         try:
             return cls(**_parse(d))
-        except _Bad as e:
+        except Bad as e:
             raise SpecError(f"{source}: {e}") from None
 
 
@@ -210,162 +197,69 @@ class SpecError(ValueError):
 MAX_EXAMPLE_BYTES = 2**31 - 1     # protobuf's limit on a message: no Example is larger
 # How many bytes of records a byte of shard can hold: deflate's largest ratio is 1032:1.
 _EXPANSION = {"none": 1, "gzip": 1032}
-_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
-_REQUIRED = object()
-
-
-class _Bad(Exception):
-    """What is wrong, and where in dataset.json: from_json makes it a SpecError."""
-
-
-def _at(where: str, key: Any) -> str:
-    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
-
-
-def _shown(value: Any) -> str:
-    """A value of dataset.json as it is written there, cut short when long."""
-    text = json.dumps(value)
-    return text if len(text) <= 100 else f"{text[:96]} ..."
-
-
-def _typed(value: Any, kind: type, where: str) -> Any:
-    if not ((type(value) is int) if kind is int else isinstance(value, kind)):  # no bools
-        raise _Bad(f"{where}: {_shown(value)} is not {_KINDS[kind]}")
-    return value
-
-
-def _get(d: Mapping, key: str, kind: type, where: str, default: Any = _REQUIRED) -> Any:
-    """d[key], which must be of `kind`; `default` when it is absent or null (no default:
-    it must be there)."""
-    value = d.get(key)
-    if value is None:
-        if default is _REQUIRED:
-            raise _Bad(f"{_at(where, key)}: missing (or null)")
-        return default
-    return _typed(value, kind, _at(where, key))
-
-
-def _count(d: Mapping, key: str, where: str, default: Any = _REQUIRED, least: int = 0) -> int:
-    value = _get(d, key, int, where, default)
-    if value < least:
-        raise _Bad(f"{_at(where, key)}: {value}, not >= {least}")
-    return value
-
-
 def _parse(d: Any) -> dict:
-    """DatasetSpec's fields from dataset.json's parsed JSON; _Bad when anything is not
+    """DatasetSpec's fields from dataset.json's parsed JSON; Bad when anything is not
     as the job writes it."""
-    version = _typed(d, dict, "the top level").get("format_version")
+    version = typed(d, dict, "the top level").get("format_version")
     if type(version) is not int or version not in READABLE_VERSIONS:
-        raise _Bad(f"unknown format version {version!r}; this reader reads versions "
+        raise Bad(f"unknown format version {version!r}; this reader reads versions "
                    f"{list(READABLE_VERSIONS)}")
-    window = _get(d, "window", dict, "")
-    length = _count(window, "length", "window", least=1)
-    _count(window, "stride", "window", least=1)
-    _get(window, "tail", str, "window")
-    features = tuple(_feature(f, _at("features", i))
-                     for i, f in enumerate(_get(d, "features", list, "")))
+    window = get(d, "window", dict, "")
+    length = count(window, "length", "window", least=1)
+    count(window, "stride", "window", least=1)
+    get(window, "tail", str, "window")
+    features = tuple(_feature(f, at("features", i))
+                     for i, f in enumerate(get(d, "features", list, "")))
     _check_features(features, length)
-    compression = _get(d, "compression", str, "")
+    compression = get(d, "compression", str, "")
     if compression not in COMPRESSIONS:
-        raise _Bad(f"compression: {compression!r} is not one of {list(COMPRESSIONS)}")
-    run_id = _get(d, "run_id", str, "", None)
+        raise Bad(f"compression: {compression!r} is not one of {list(COMPRESSIONS)}")
+    run_id = get(d, "run_id", str, "", None)
     if run_id is not None and not RUN_ID.fullmatch(run_id):
-        raise _Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
-    raw_splits = _get(d, "splits", dict, "")
-    generations = (tuple(_generation(g, _at("generations", i))
-                         for i, g in enumerate(_get(d, "generations", list, "")))
+        raise Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
+    raw_splits = get(d, "splits", dict, "")
+    generations = (tuple(parse_generation(g, at("generations", i))
+                         for i, g in enumerate(get(d, "generations", list, "")))
                    if version >= 4 else None)
-    run_ids = _check_generations(generations, run_id)
-    splits = {name: _split(split, _at("splits", name), name, compression, run_ids)
+    run_ids = check_generations(generations, run_id)
+    splits = {name: _split(split, at("splits", name), name, compression, run_ids)
               for name, split in raw_splits.items()}
     if generations is None:
-        generations = generations_of(splits, run_id, _count(d, "failures", "", 0),
-                                     _get(d, "job_version", str, "", None))
+        generations = generations_of(splits, run_id, count(d, "failures", "", 0),
+                                     get(d, "job_version", str, "", None))
     else:
-        _check_generation_counts(generations, splits)
+        check_generation_counts(generations, splits)
     listed = [name for split in splits.values() for shard in split.shards
               for name in (shard.file, shard.index) if name]
     if len(set(listed)) < len(listed):
         twice = next(name for name in listed if listed.count(name) > 1)
-        raise _Bad(f"splits: {twice!r} is listed twice")
-    files = tuple(_get(d, "files", list, "", []))
+        raise Bad(f"splits: {twice!r} is listed twice")
+    files = tuple(get(d, "files", list, "", []))
     for i, name in enumerate(files):
         if not is_dataset_file(name):
-            raise _Bad(f"{_at('files', i)}: {_shown(name)} is not the plain name of "
+            raise Bad(f"{at('files', i)}: {shown(name)} is not the plain name of "
                        "a shard, an index or a side file")
     if d.get("videos_file") not in (None, VIDEOS_JSONL):
-        raise _Bad(f"videos_file: {_shown(d['videos_file'])} is not {VIDEOS_JSONL!r}")
+        raise Bad(f"videos_file: {shown(d['videos_file'])} is not {VIDEOS_JSONL!r}")
     return dict(window=window, features=features, compression=compression, splits=splits,
-                failures=_count(d, "failures", "", 0), flags=_get(d, "flags", dict, "", {}),
-                encoder=_get(d, "encoder", dict, "", None), format_version=version,
-                run_id=run_id, files=files, job_version=_get(d, "job_version", str, "", None),
-                input_kind=_get(d, "input_kind", str, "", None),
-                frame=_get(d, "frame", dict, "", {}), labels=_get(d, "labels", dict, "", None),
+                failures=count(d, "failures", "", 0), flags=get(d, "flags", dict, "", {}),
+                encoder=get(d, "encoder", dict, "", None), format_version=version,
+                run_id=run_id, files=files, job_version=get(d, "job_version", str, "", None),
+                input_kind=get(d, "input_kind", str, "", None),
+                frame=get(d, "frame", dict, "", {}), labels=get(d, "labels", dict, "", None),
                 generations=generations)
 
 
-def generations_of(splits: Mapping[str, SplitInfo], run_id: Optional[str], failures: int = 0,
-                   job_version: Optional[str] = None) -> tuple[Generation, ...]:
-    """The one generation of a dataset written by one run: all its counts."""
-    return (Generation(run_id, sum(s.videos for s in splits.values()),
-                       sum(s.windows for s in splits.values()),
-                       sum(s.skipped_short for s in splits.values()), failures,
-                       job_version=job_version),)
-
-
-def _generation(d: Any, where: str) -> Generation:
-    _typed(d, dict, where)
-    run_id = _get(d, "run_id", str, where)
-    if not RUN_ID.fullmatch(run_id):
-        raise _Bad(f"{_at(where, 'run_id')}: {run_id!r} is not a run id (12 hex digits)")
-    return Generation(run_id, _count(d, "videos", where), _count(d, "windows", where),
-                      _count(d, "skipped_short", where, 0), _count(d, "failures", where, 0),
-                      _count(d, "skipped_existing", where, 0),
-                      _get(d, "job_version", str, where, None))
-
-
-def _check_generations(generations: Optional[tuple[Generation, ...]], run_id: Optional[str]
-                       ) -> tuple[Optional[str], ...]:
-    """The run ids a shard's name may end with: the generations', each once, the last
-    the run that wrote dataset.json (before version 4: that run's alone)."""
-    if generations is None:
-        return (run_id,)
-    if not generations:
-        raise _Bad("generations: empty; a dataset has at least the run that wrote it")
-    ids = [g.run_id for g in generations]
-    if len(set(ids)) < len(ids):
-        raise _Bad(f"generations: run {next(i for i in ids if ids.count(i) > 1)} is listed "
-                   "twice")
-    if ids[-1] != run_id:
-        raise _Bad(f"generations: the last is run {ids[-1]}, not run {run_id}, the run "
-                   "dataset.json names")
-    return tuple(ids)
-
-
-def _check_generation_counts(generations: tuple[Generation, ...],
-                             splits: Mapping[str, SplitInfo]) -> None:
-    """Each generation's windows are those of the shards named with its run id."""
-    held = dict.fromkeys((g.run_id for g in generations), 0)
-    for split in splits.values():
-        for shard in split.shards:
-            held[run_id_of(shard.file)] = held.get(run_id_of(shard.file), 0) + shard.examples
-    for i, g in enumerate(generations):
-        if held[g.run_id] != g.windows:
-            raise _Bad(f"generations[{i}]: {g.windows} windows, the shards of run "
-                       f"{g.run_id} hold {held[g.run_id]}")
-
-
 def _feature(d: Any, where: str) -> FeatureSpec:
-    _typed(d, dict, where)
-    shape = _get(d, "shape", list, where)
+    typed(d, dict, where)
+    shape = get(d, "shape", list, where)
     for i, dim in enumerate(shape):
-        _count({"dim": dim}, "dim", _at(_at(where, "shape"), i))
+        count({"dim": dim}, "dim", at(at(where, "shape"), i))
     try:
-        return FeatureSpec(_get(d, "name", str, where), tuple(shape),
-                           _get(d, "dtype", str, where), _get(d, "encoding", str, where))
+        return FeatureSpec(get(d, "name", str, where), tuple(shape),
+                           get(d, "dtype", str, where), get(d, "encoding", str, where))
     except ValueError as e:
-        raise _Bad(f"{where}: {e}") from None
+        raise Bad(f"{where}: {e}") from None
 
 
 def _check_features(features: tuple[FeatureSpec, ...], length: int) -> None:
@@ -373,33 +267,33 @@ def _check_features(features: tuple[FeatureSpec, ...], length: int) -> None:
     an example no larger than a protobuf message can be."""
     by_name = {f.name: f for f in features}
     if len(by_name) < len(features):
-        raise _Bad(f"features: {[f.name for f in features]} name one feature twice")
+        raise Bad(f"features: {[f.name for f in features]} name one feature twice")
     window = by_name.get("window")
     if window is None or window.shape[:1] != (length,):
-        raise _Bad(f"features: no 'window' feature of length {length} (window.length)")
+        raise Bad(f"features: no 'window' feature of length {length} (window.length)")
     for expected in window_features(window):
         if by_name.get(expected.name) != expected:
-            raise _Bad(f"features: no {expected.name!r} of shape {list(expected.shape)}, "
+            raise Bad(f"features: no {expected.name!r} of shape {list(expected.shape)}, "
                        f"{expected.dtype}, {expected.encoding}")
     least = sum(f.codec.min_bytes() for f in features)
     if least > MAX_EXAMPLE_BYTES:
         big = max(features, key=lambda f: f.codec.min_bytes())
-        raise _Bad(f"features: an example takes at least {least:,} bytes ({big.name!r}, "
+        raise Bad(f"features: an example takes at least {least:,} bytes ({big.name!r}, "
                    f"{list(big.shape)} {big.dtype}, at least {big.codec.min_bytes():,}), more "
                    f"than a tf.train.Example can hold ({MAX_EXAMPLE_BYTES:,})")
 
 
 def _split(d: Any, where: str, name: str, compression: str,
            run_ids: tuple[Optional[str], ...]) -> SplitInfo:
-    _typed(d, dict, where)
-    shards = tuple(_shard(shard, _at(_at(where, "shards"), i), name, compression, run_ids)
-                   for i, shard in enumerate(_get(d, "shards", list, where)))
-    windows = _count(d, "windows", where)
+    typed(d, dict, where)
+    shards = tuple(_shard(shard, at(at(where, "shards"), i), name, compression, run_ids)
+                   for i, shard in enumerate(get(d, "shards", list, where)))
+    windows = count(d, "windows", where)
     if sum(shard.examples for shard in shards) != windows:
-        raise _Bad(f"{where}: {windows} windows, its shards hold "
+        raise Bad(f"{where}: {windows} windows, its shards hold "
                    f"{sum(shard.examples for shard in shards)}")
-    return SplitInfo(_count(d, "videos", where), windows, _count(d, "skipped_short", where),
-                     shards, _count(d, "bad_frames", where, 0), _count(d, "frames", where, 0))
+    return SplitInfo(count(d, "videos", where), windows, count(d, "skipped_short", where),
+                     shards, count(d, "bad_frames", where, 0), count(d, "frames", where, 0))
 
 
 def _shard(d: Any, where: str, split: str, compression: str,
@@ -407,24 +301,24 @@ def _shard(d: Any, where: str, split: str, compression: str,
     """A shard entry; its file and index plain names of their kind (so `../x` or an
     absolute path is refused), of this split, compression and one of the dataset's runs
     (`run_ids`: its generations')."""
-    _typed(d, dict, where)
-    file = _get(d, "file", str, where)
+    typed(d, dict, where)
+    file = get(d, "file", str, where)
     if not is_shard_name(file, split) or not file.endswith(shard_suffix(compression)):
-        raise _Bad(f"{_at(where, 'file')}: {_shown(file)} is not the plain name of "
+        raise Bad(f"{at(where, 'file')}: {shown(file)} is not the plain name of "
                    f"a shard of split {split!r} ({split}-NNNNN-of-NNNNN-RUNID"
                    f"{shard_suffix(compression)})")
     if run_id_of(file) not in (None, *run_ids):
         runs = (f"run {run_ids[0]}, the run" if len(run_ids) == 1 else
                 f"runs {', '.join(map(str, run_ids))}, the generations")
-        raise _Bad(f"{_at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
+        raise Bad(f"{at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
                    f"not of {runs} dataset.json names")
-    index = _get(d, "index", str, where, None)
+    index = get(d, "index", str, where, None)
     if index is not None and compression != "none":
-        raise _Bad(f"{_at(where, 'index')}: {_shown(index)}, where a gzip shard has none")
+        raise Bad(f"{at(where, 'index')}: {shown(index)}, where a gzip shard has none")
     if index is not None and index != index_name(file):
-        raise _Bad(f"{_at(where, 'index')}: {_shown(index)} is not the plain name of its "
+        raise Bad(f"{at(where, 'index')}: {shown(index)} is not the plain name of its "
                    f"shard's index, {index_name(file)!r}")
-    return Shard(file, _count(d, "examples", where), index)
+    return Shard(file, count(d, "examples", where), index)
 
 
 def load_spec(path: str) -> DatasetSpec:

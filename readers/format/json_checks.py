@@ -1,0 +1,48 @@
+"""Reading dataset.json's values with checks: each check that fails raises `Bad`, one
+line saying what is wrong and where in the file (`generations[1].run_id: ...`), which
+`DatasetSpec.from_json` turns into a SpecError naming the file."""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+REQUIRED = object()
+
+
+class Bad(Exception):
+    """What is wrong, and where in dataset.json: from_json makes it a SpecError."""
+
+
+def at(where: str, key: Any) -> str:
+    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+
+
+def shown(value: Any) -> str:
+    """A value of dataset.json as it is written there, cut short when long."""
+    text = json.dumps(value)
+    return text if len(text) <= 100 else f"{text[:96]} ..."
+
+
+def typed(value: Any, kind: type, where: str) -> Any:
+    if not ((type(value) is int) if kind is int else isinstance(value, kind)):  # no bools
+        raise Bad(f"{where}: {shown(value)} is not {KINDS[kind]}")
+    return value
+
+
+def get(d: Mapping, key: str, kind: type, where: str, default: Any = REQUIRED) -> Any:
+    """d[key], which must be of `kind`; `default` when it is absent or null (no default:
+    it must be there)."""
+    value = d.get(key)
+    if value is None:
+        if default is REQUIRED:
+            raise Bad(f"{at(where, key)}: missing (or null)")
+        return default
+    return typed(value, kind, at(where, key))
+
+
+def count(d: Mapping, key: str, where: str, default: Any = REQUIRED, least: int = 0) -> int:
+    value = get(d, key, int, where, default)
+    if value < least:
+        raise Bad(f"{at(where, key)}: {value}, not >= {least}")
+    return value
