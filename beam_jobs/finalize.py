@@ -4,7 +4,7 @@ cleanup after it, and the lease's release."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
@@ -12,7 +12,7 @@ from beam_jobs import __version__, append, progress, storage
 from beam_jobs.cut import VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import WrittenShard
-from beam_jobs.sidecars import WriteSortedJsonl
+from beam_jobs.sidecars import JsonlFile, WriteSortedJsonl
 from readers import format as data_format
 from readers.format import tfds_info
 
@@ -38,63 +38,80 @@ class DatasetConfig:
     labels: Optional[Mapping[str, Any]] = None
 
 
-class _CountVideos(beam.CombineFn):
-    """VideoCounts -> ({split: {"videos", "windows", "skipped_short", "frames",
-    "bad_frames"}}, the sorted encoder devices that cut them, the longest video's frames)."""
+class Tally(NamedTuple):
+    """What finalize counts of the run: per split {"videos", "windows", "skipped_short",
+    "frames", "bad_frames"} of the videos that gave no failure, the sorted encoder
+    devices that cut them, the longest video's frames, the failed input records or
+    videos, the videos an --append skipped, and the rows of the videos.jsonl it adds to."""
+    counts: dict
+    devices: list
+    longest: int = 0
+    failed: int = 0
+    skipped: int = 0
+    base_rows: int = 0
+
+
+class _Tally(beam.CombineFn):
+    """(kind, value) rows -> a Tally, in one combine: ("video", VideoCount), ("failed",
+    records), ("skipped", 1), ("base_row", 1). One step for every count, where a combine
+    each would cost the job a fixed time each to build and run."""
 
     def create_accumulator(self):
-        return {}, set(), 0
+        return Tally({}, set())
 
-    def add_input(self, accumulator, video: VideoCount):
-        counts, devices, longest = accumulator
-        row = counts.setdefault(video.split, _empty_counts())
-        row["videos" if video.windows else "skipped_short"] += 1
-        row["windows"] += video.windows
-        row["bad_frames"] += video.bad_frames
-        row["frames"] += video.frames
-        if video.encoder_device:
-            devices.add(video.encoder_device)
-        return counts, devices, max(longest, video.frames)
+    def add_input(self, tally: Tally, row) -> Tally:
+        kind, value = row
+        if kind != "video":
+            return tally._replace(**{_TALLIED[kind]: getattr(tally, _TALLIED[kind]) + value})
+        row = tally.counts.setdefault(value.split, _empty_counts())
+        row["videos" if value.windows else "skipped_short"] += 1
+        row["windows"] += value.windows
+        row["bad_frames"] += value.bad_frames
+        row["frames"] += value.frames
+        if value.encoder_device:
+            tally.devices.add(value.encoder_device)
+        return tally._replace(longest=max(tally.longest, value.frames))
 
-    def merge_accumulators(self, accumulators):
-        counts, devices, longest = self.create_accumulator()
-        for more_counts, more_devices, more_longest in accumulators:
-            for split, row in more_counts.items():
-                into = counts.setdefault(split, _empty_counts())
+    def merge_accumulators(self, tallies) -> Tally:
+        merged = self.create_accumulator()
+        for tally in tallies:
+            for split, row in tally.counts.items():
+                into = merged.counts.setdefault(split, _empty_counts())
                 for name, value in row.items():
                     into[name] += value
-            devices |= more_devices
-            longest = max(longest, more_longest)
-        return counts, devices, longest
+            merged.devices.update(tally.devices)
+            merged = merged._replace(longest=max(merged.longest, tally.longest), **{
+                name: getattr(merged, name) + getattr(tally, name)
+                for name in _TALLIED.values()})
+        return merged
 
-    def extract_output(self, accumulator):
-        counts, devices, longest = accumulator
-        return counts, sorted(devices), longest
+    def extract_output(self, tally: Tally) -> Tally:
+        return tally._replace(devices=sorted(tally.devices))
+
+
+_TALLIED = {"failed": "failed", "skipped": "skipped", "base_row": "base_rows"}
 
 
 def _empty_counts() -> dict:
     return {"videos": 0, "windows": 0, "skipped_short": 0, "frames": 0, "bad_frames": 0}
 
 
-def finalize(written: list[WrittenShard], videos: tuple[dict, list[str]], failed: int,
-             sidecars: list[str], skipped: int, base_rows: int, *, run: RunDir,
+def finalize(written: list[WrittenShard], tally: Tally, sidecars: list[str], *, run: RunDir,
              config: DatasetConfig, base: Optional[data_format.DatasetSpec] = None) -> bool:
     """After the sidecar files are written into the run folder (`sidecars`: their names),
     commit the dataset when the failure fraction allows it, it holds a window, and this
     run still holds the directory's lease; whether it committed.
 
-    `videos`: the per split counts of the videos that gave no failure, the encoder
-    devices used and the longest video's frames (`_CountVideos`); `failed`: how many
-    input records or videos failed. Over the threshold, or without a window, the shards
+    `tally`: the run's counts (`Tally`). Over the threshold, or without a window, the shards
     are removed again and the sidecars stay in the run folder, which stays: the
     directory, and any dataset in it, is unchanged.
 
-    `base`: the dataset an --append adds a generation to (`skipped`: the input videos
-    it had; `base_rows`: the rows of its videos.jsonl). The new videos' windows are
+    `base`: the dataset an --append adds a generation to (`tally.skipped`: the input
+    videos it had; `tally.base_rows`: the rows of its videos.jsonl). The new videos' windows are
     committed even when there are none (too short: their ids are then known); with no
     new video at all nothing is committed, and the run folder goes.
     """
-    counts, devices_used, longest = videos
+    counts, devices_used, longest, failed, skipped, base_rows = tally
     good = sum(row["videos"] + row["skipped_short"] for row in counts.values())
     progress.counter("videos_ok").inc(good)
     progress.counter("videos_failed").inc(failed)
@@ -186,6 +203,13 @@ def _failure_key(row: dict) -> tuple:
             row["video_id"] or "")
 
 
+SIDECAR_FILES = (
+    JsonlFile(data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
+    JsonlFile(data_format.FAILURES_JSONL, _failure_key),
+    JsonlFile(data_format.BAD_FRAMES_JSONL,
+              lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
+
+
 class Finalize(beam.PTransform):
     """The written shards -> `finalize`, once, after the last shard and sidecar file is
     written, then the cleanup after a commit and the lease's release, all inside the
@@ -217,29 +241,20 @@ class Finalize(beam.PTransform):
         if known is not None:
             video_rows = (video_rows, known.videos) | "AllVideoRows" >> beam.Flatten()
             bad_frames = (bad_frames, known.bad_frames) | "AllBadFrames" >> beam.Flatten()
-        base_rows = (known.videos if known is not None
-                     else written.pipeline | "NoBase" >> beam.Create([]))
-        sidecars = (
-            video_rows
-            | "VideosJsonl" >> WriteSortedJsonl(
-                run, data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
-            failures | "FailuresJsonl" >> WriteSortedJsonl(
-                run, data_format.FAILURES_JSONL, _failure_key),
-            bad_frames | "BadFramesJsonl" >> WriteSortedJsonl(
-                run, data_format.BAD_FRAMES_JSONL,
-                lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
-        names = sidecars | "Sidecars" >> beam.Flatten() | "GatherSidecars" >> beam.combiners.ToList()
-        counts = self._videos | "CountVideos" >> beam.CombineGlobally(_CountVideos())
-        failed = (failures | "FailedRecords" >> beam.Map(lambda row: row.get("records", 1))
-                  | "CountFailed" >> beam.CombineGlobally(sum))
+        names = (video_rows, failures, bad_frames) | "Sidecars" >> WriteSortedJsonl(
+            run, SIDECAR_FILES)
+        tallied = [self._videos | "TallyVideos" >> beam.Map(lambda v: ("video", v)),
+                   failures | "TallyFailed" >> beam.Map(
+                       lambda row: ("failed", row.get("records", 1))),
+                   self._skipped | "TallySkipped" >> beam.Map(lambda _: ("skipped", 1))]
+        if known is not None:
+            tallied.append(known.videos | "TallyBaseRows" >> beam.Map(lambda _: ("base_row", 1)))
+        tally = tuple(tallied) | "AllTallied" >> beam.Flatten() | "Tally" >> beam.CombineGlobally(
+            _Tally())
         return (written
                 | "GatherShards" >> beam.combiners.ToList()
                 | "Commit" >> beam.Map(
-                    finalize, beam.pvalue.AsSingleton(counts), beam.pvalue.AsSingleton(failed),
-                    beam.pvalue.AsSingleton(names), beam.pvalue.AsSingleton(
-                        self._skipped | "CountSkipped" >> beam.combiners.Count.Globally()),
-                    beam.pvalue.AsSingleton(
-                        base_rows | "CountBaseRows" >> beam.combiners.Count.Globally()),
+                    finalize, beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(names),
                     run=run, config=self._config, base=known and known.spec)
                 | "CleanUp" >> beam.Map(_clean_up, run=run)
                 | "ReleaseLease" >> beam.Map(_release_lease, run=run))

@@ -121,11 +121,13 @@ def main() -> None:
     print(f"{args.videos} videos and {round(args.videos * args.new_fraction)} new, "
           f"{inputs_mib:.0f} MiB", flush=True)
     runs: dict[str, list[dict]] = {"rebuild": [], "append": []}
+    rebuilt = os.path.join(args.work_dir, "append-rebuilt")
+    appended = os.path.join(args.work_dir, "append-appended")
     for r in range(args.repeats):
-        rebuilt = os.path.join(args.work_dir, "append-rebuilt")
+        shutil.rmtree(rebuilt, ignore_errors=True)    # so that the disk holds one rebuild
         runs["rebuild"].append(timed("rebuild", job(pattern, rebuilt, "--overwrite"), rebuilt,
                                      os.path.join(args.work_dir, f"rebuild-{r}.log")))
-        appended = os.path.join(args.work_dir, "append-appended")
+        shutil.rmtree(rebuilt)
         shutil.rmtree(appended, ignore_errors=True)
         shutil.copytree(base, appended, copy_function=os.link)
         runs["append"].append(timed("append", job(pattern, appended, "--append"), appended,
@@ -136,7 +138,7 @@ def main() -> None:
               "inputs_mib": round(inputs_mib, 1), "runs": runs, "median_wall_s": median,
               "append/rebuild": median["append"] / median["rebuild"],
               "same_windows": len(digests) == 1,
-              "mixing": mixing(os.path.join(args.work_dir, "append-appended"))}
+              "mixing": mixing(appended)}
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))

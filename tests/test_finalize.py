@@ -10,6 +10,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.combiners import ToListCombineFn
 
 from beam_jobs import make_shards, output_dir, sidecars
@@ -99,19 +100,31 @@ def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rn
 
 
 def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
+    """Several files in one pass, each sorted by its own key, a bucket at a boundary
+    between two files writing a part of each."""
     rows = [{"video_id": f"v{int(rng.integers(0, 700)):04d}", "source": f"s{i % 3}",
              "frame": int(rng.integers(0, 5))} for i in range(3000)]
+    more = [{"n": int(n)} for n in rng.integers(0, 100, 500)]
     run = output_dir.RunDir(str(tmp_path / "out"), "r", str(tmp_path / "temp"))
     os.makedirs(run.output_dir)
     key = lambda row: (row["video_id"], row["source"], row["frame"])  # noqa: E731
+    files = (sidecars.JsonlFile("rows.jsonl", key),
+             sidecars.JsonlFile("empty.jsonl", key, when_empty=False),
+             sidecars.JsonlFile("more.jsonl", lambda row: -row["n"]),
+             sidecars.JsonlFile("kept.jsonl", key))
     with BeamTestPipeline() as p:
-        _ = p | beam.Create(rows) | sidecars.WriteSortedJsonl(run, "rows.jsonl", key)
-        _ = (p | "Empty" >> beam.Create([]) | "Skipped" >> sidecars.WriteSortedJsonl(
-            run, "empty.jsonl", key, when_empty=False))
+        names = ((p | beam.Create(rows), p | "Empty" >> beam.Create([]),
+                  p | "More" >> beam.Create(more), p | "Kept" >> beam.Create([]))
+                 | sidecars.WriteSortedJsonl(run, files))
+        assert_that(names, equal_to([["rows.jsonl", "more.jsonl", "kept.jsonl"]]))
     written = [json.loads(line) for line in open(run.in_run_folder("rows.jsonl"))]
     assert written == sorted(rows, key=lambda row: (key(row), json.dumps(row, sort_keys=True)))
+    written = [json.loads(line) for line in open(run.in_run_folder("more.jsonl"))]
+    assert written == sorted(more, key=lambda row: -row["n"])
     assert len(os.listdir(tmp_path / "temp" / "sidecars" / "rows.jsonl")) > 50
+    assert os.listdir(tmp_path / "temp" / "sidecars" / "more.jsonl")
     assert not os.path.exists(run.in_run_folder("empty.jsonl"))
+    assert open(run.in_run_folder("kept.jsonl")).read() == ""
 
 
 def _to_list_steps(pipeline: beam.Pipeline) -> set[str]:
@@ -138,6 +151,4 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
                                    output_dir.RunDir(str(tmp_path / "out"), "r", ""))
         # one row per run file, per shard, per sidecar part, per sidecar file: none per video
         assert _to_list_steps(pipeline) == {
-            "WriteShards/GatherRuns", "Finalize/GatherShards", "Finalize/GatherSidecars",
-            "Finalize/VideosJsonl/GatherParts", "Finalize/FailuresJsonl/GatherParts",
-            "Finalize/BadFramesJsonl/GatherParts"}
+            "WriteShards/GatherRuns", "Finalize/GatherShards", "Finalize/Sidecars/GatherParts"}
