@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Optional
 import apache_beam as beam
 
 from beam_jobs import paths
+from beam_jobs.flags import flag_defaults
 from readers import format as data_format
 
 # Flags that decide how the job runs or how windows are cut into shards, not what a
@@ -112,10 +113,11 @@ def problem(spec: data_format.DatasetSpec, output_dir: str, flags: dict,
     if spec.input_kind and input_kind != spec.input_kind:
         return (f"--append: --input holds {input_kind} here, {where} was made from "
                 f"{spec.input_kind}")
+    defaults = flag_defaults()   # a flag newer than the dataset's job: it had the default
     for name in sorted(set(flags) | set(spec.flags)):
         if name in FREE_FLAGS:
             continue
-        mine, theirs = flags.get(name), spec.flags.get(name)
+        mine, theirs = flags.get(name), spec.flags.get(name, defaults.get(name))
         if mine != theirs:
             return (f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in {where}; "
                     "an append must make the windows its first run made (or rebuild "

@@ -385,6 +385,18 @@ def recorded_flags(config: JobConfig) -> dict:
             for name, v in values.items()}
 
 
+def flag_defaults() -> dict:
+    """Every flag's default, as dataset.json records values (`recorded_flags`): what a
+    dataset written before a flag existed was made with."""
+    def recorded(action):
+        value = action.default
+        if isinstance(value, str) and action.type is not None:
+            value = action.type(value)
+        return list(value) if isinstance(value, tuple) else value
+
+    return {a.dest: recorded(a) for a in build_parser()._actions if a.dest != "help"}
+
+
 def refuse(message: str) -> None:
     """End the job with one line on stderr, as argparse does for a bad flag."""
     build_parser().error(message)

@@ -279,3 +279,22 @@ def test_dataset_json_of_generations_is_checked(grown):
         change(bad)
         with pytest.raises(SpecError, match=message):
             readers.format.DatasetSpec.from_json(json.dumps(bad))
+
+
+def test_a_flag_the_datasets_job_did_not_record_counts_as_its_default(grown, tmp_path,
+                                                                     caplog, capsys):
+    """A dataset written before a flag existed was made with its default: an append at
+    the default goes on, one at another value is refused."""
+    root, _ = grown
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "out", copy)
+    meta = read_dataset_json(copy)
+    del meta["flags"]["allow_nonfinite"]
+    (copy / "dataset.json").write_text(json.dumps(meta, indent=2) + "\n")
+    argv = ["--input", str(root / "in" / "*"), "--output_dir", str(copy), *FLAGS, "--append"]
+    caplog.set_level("INFO")
+    make_shards.run(argv)
+    assert "nothing new" in caplog.text
+    with pytest.raises(SystemExit):
+        make_shards.run([*argv, "--allow_nonfinite"])
+    assert "--allow_nonfinite true here, false in" in capsys.readouterr().err

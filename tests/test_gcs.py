@@ -210,3 +210,31 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
     output_dir.abandon(claim.run)
     output_dir.release(claim)
     assert json.loads(gcs.cat("bkt/swap/dataset.json")) == second
+
+
+def test_an_append_on_gcs_writes_only_the_new_generation(gcs, tmp_path):
+    """The old shards and indexes keep their object generation (never rewritten, copied
+    or deleted); the append creates what a build of the new videos creates, no more."""
+    _latents_on_gcs(gcs, "grow_in", videos=6, length=30)
+    argv = ("gs://bkt/grow_in/*.tfrecord", "gs://bkt/grow", "--window", "8", "--num_shards",
+            "2", "--append")
+    run_job(*argv)
+    old = {path: gcs.info(path)["generation"] for path in gcs.ls("bkt/grow", refresh=True)
+           if ".tfrecord" in path}
+    rng = np.random.default_rng(9)
+    _put("gs://bkt/grow_in/part-new.tfrecord", _tfrecord(
+        [latent_example(rng.standard_normal((30, 8)).astype(np.float32), [9])]))
+    gcs_emulator.reset_counts()
+    run_job(*argv)
+    counts = gcs_emulator.counts()
+    assert {path: gcs.info(path)["generation"] for path in old} == old
+    # created: the lease, run.json, shards.json, 2 new shards and their indexes,
+    # failures.jsonl and videos.jsonl, the two TFDS files and dataset.json
+    assert counts.get("create", 0) == 12, counts
+    # copied: the five files moved from the run folder (a rename on GCS); the old shards
+    # are never a copy's source or target
+    assert counts.get("post", 0) == 5, counts
+    meta = json.loads(gcs.cat("bkt/grow/dataset.json"))
+    assert [g["videos"] for g in meta["generations"]] == [6, 1]
+    assert meta["generations"][1]["skipped_existing"] == 6
+    _download(gcs, "bkt/grow", tmp_path / "copy")
