@@ -298,3 +298,20 @@ def test_a_flag_the_datasets_job_did_not_record_counts_as_its_default(grown, tmp
     with pytest.raises(SystemExit):
         make_shards.run([*argv, "--allow_nonfinite"])
     assert "--allow_nonfinite true here, false in" in capsys.readouterr().err
+
+
+def test_an_append_over_the_failure_threshold_leaves_the_dataset_as_it_was(grown, tmp_path):
+    """The threshold is over the videos the append tried: one good new video and one
+    that cannot be read are 50% failed; nothing is committed."""
+    root, _ = grown
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "out", copy)
+    inputs = tmp_path / "in"
+    shutil.copytree(root / "in", inputs)
+    _write(inputs / "d-0.tfrecord", random_videos(np.random.default_rng(2), 1), "d")
+    write_records(str(inputs / "d-1.tfrecord"), [_example_with_id("d-bad")])
+    before = dataset_bytes(copy)
+    with pytest.raises(SystemExit, match="1 of 2 videos failed"):
+        make_shards.run(["--input", str(inputs / "*"), "--output_dir", str(copy), *FLAGS,
+                         "--append"])
+    assert dataset_bytes(copy) == before
