@@ -5,8 +5,8 @@ run id in their names), shuffled among themselves, and never touches the shards 
 them; dataset.json lists the shards of every generation under their split, so every
 reader reads the union with no change. An append therefore costs what its new videos
 cost, plus reading the input's ids: a video whose id the dataset's videos.jsonl lists
-is skipped (`SkipKnown`, or the latent reader before it reads the frames) and counted,
-never decoded.
+is skipped (`SkipKnown`; the latent reader reads of its record only the id,
+`tfrecords.read_records`) and counted, never decoded.
 
 Readers cannot tell generations apart, so they must be one dataset: the flags that
 decide what a window holds (all but `FREE_FLAGS`), the input's kind and the features
@@ -35,14 +35,6 @@ FREE_FLAGS = frozenset({
 APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one
 SKIPPED = "skipped"    # the tagged output of the ids the dataset already has
 SKIPPED_EXISTING = "videos_skipped_existing"   # their counter (the launcher's summary)
-
-
-class AlreadyInDataset(Exception):
-    """A video whose id the dataset has: skipped, its frames not read."""
-
-    def __init__(self, video_id: str):
-        super().__init__(video_id)
-        self.video_id = video_id
 
 
 class SkipKnown(beam.DoFn):

@@ -10,27 +10,76 @@ middle of a file silently drops everything after it. Here, with the frames read 
 - when a length frame itself is broken (or the file ends inside a frame, or a gzip
   stream breaks), the rest of the file cannot be found: it is reported once, with the
   bytes it held and an estimate of the records in them (at the mean record size so far).
+
+A record that `skip` names (`--append`: a video the dataset has) is not read: in an
+uncompressed file its fields are walked a page at a time (`PagedRecord`), which reads
+the tags, lengths and keys, not the values, and the file is sought past it. Its data's
+CRC is then not checked: only the few bytes of its id are used, to skip it.
 """
 from __future__ import annotations
 
 import gzip
 import zlib
-from typing import Iterator, Optional, Union
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Union
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from readers.format.tfrecord import FRAME_OVERHEAD, Lost, read_frame
+from readers.format.tfrecord import (FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES, Lost,
+                                     read_exactly, read_frame, read_length)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_records(path: str, size: Optional[int] = None, typical_record: int = 0
-                 ) -> Iterator[tuple[int, Union[bytes, Lost]]]:
-    """(index, record or Lost) for a TFRecord file, gzip when its name ends in .gz.
+class Skipped(NamedTuple):
+    """A record `skip` named: its video id."""
+    video_id: str
+
+
+class PagedRecord:
+    """A record's bytes in a seekable file, read a page at a time as they are indexed:
+    what `readers.format.wire` needs (`len`, an index, a slice), so that a walk over an
+    Example's fields, which jumps over their values, reads only the pages it lands on."""
+    PAGE = 4096
+
+    def __init__(self, f: BinaryIO, start: int, length: int):
+        self._f, self._start, self._length = f, start, length
+        self._pages: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _page(self, number: int) -> bytes:
+        if number not in self._pages:
+            self._f.seek(self._start + number * self.PAGE)
+            self._pages[number] = read_exactly(
+                self._f, min(self.PAGE, self._length - number * self.PAGE))
+        return self._pages[number]
+
+    def __getitem__(self, at: Union[int, slice]) -> Union[int, bytes]:
+        if isinstance(at, slice):
+            first, last, _ = at.indices(self._length)
+            return b"".join(
+                self._page(n)[max(first - n * self.PAGE, 0):last - n * self.PAGE]
+                for n in range(first // self.PAGE, -(-last // self.PAGE)))
+        if not 0 <= at < self._length:
+            raise IndexError(at)
+        return self._page(at // self.PAGE)[at % self.PAGE]
+
+
+# (index, the record: bytes or a PagedRecord) -> the id of a video to skip, or None
+Skip = Callable[[int, Union[bytes, PagedRecord]], Optional[str]]
+
+
+def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
+                 skip: Optional[Skip] = None
+                 ) -> Iterator[tuple[int, Union[bytes, Lost, Skipped]]]:
+    """(index, record or Lost or Skipped) for a TFRecord file, gzip when its name ends in
+    .gz.
 
     `size` is the file's size in bytes (for counting what lost framing took);
-    `typical_record` the record size to estimate with before any record was read.
+    `typical_record` the record size to estimate with before any record was read;
+    `skip` names the records to skip (unread, in an uncompressed file).
     """
     if size is None:
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
@@ -47,6 +96,13 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0
         index, consumed = 0, 0
         while True:
             before = raw.tell()
+            if skip is not None and f is raw:
+                video_id = _skip_unread(raw, before, size, index, skip)
+                if video_id is not None:
+                    yield index, Skipped(video_id)
+                    index += 1
+                    consumed += raw.tell() - before
+                    continue
             try:
                 record = read_frame(f)
             except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
@@ -58,10 +114,36 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0
                 yield index, _rest_lost(record.reason, size, before, consumed / index
                                         if index else typical_record, typical_record, ratio)
                 return
-            yield index, record
-            index += 1
             consumed += (len(record) + FRAME_OVERHEAD if isinstance(record, bytes)
                          else record.bytes_lost)
+            if skip is not None and isinstance(record, bytes) and (
+                    video_id := _named(skip, index, record)) is not None:
+                record = Skipped(video_id)   # a record of a gzip file, read whole
+            yield index, record
+            index += 1
+
+
+def _named(skip: Skip, index: int, record: Union[bytes, PagedRecord]) -> Optional[str]:
+    """What `skip` says of a record; None (read it) when it cannot tell: a record that
+    is not an Example is read, and fails where it is parsed."""
+    try:
+        return skip(index, record)
+    except (ValueError, IndexError):
+        return None
+
+
+def _skip_unread(raw: BinaryIO, before: int, size: int, index: int, skip: Skip
+                 ) -> Optional[str]:
+    """The id of the record at `before` when `skip` names it, with the file then past
+    it; else None, the file back at `before` (the frame is read as any other)."""
+    length = read_length(raw)
+    if isinstance(length, int) and before + FRAME_OVERHEAD + length <= size:
+        video_id = _named(skip, index, PagedRecord(raw, before + HEADER_BYTES, length))
+        if video_id is not None:
+            raw.seek(before + HEADER_BYTES + length + FOOTER_BYTES)
+            return video_id
+    raw.seek(before)
+    return None
 
 
 def _rest_lost(reason: str, size: int, offset: int, mean_record: float, typical: int,

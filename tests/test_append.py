@@ -12,6 +12,7 @@ import pytest
 
 import readers
 from beam_jobs import make_shards
+from beam_jobs.tfrecords import PagedRecord
 from conftest import (assert_verified, dataset_bytes, latent_example, random_videos,
                       read_dataset_json, read_examples, run_job, start_job, write_manifest,
                       write_records, solid_frames, write_frame_folder)
@@ -315,3 +316,39 @@ def test_an_append_over_the_failure_threshold_leaves_the_dataset_as_it_was(grown
         make_shards.run(["--input", str(inputs / "*"), "--output_dir", str(copy), *FLAGS,
                          "--append"])
     assert dataset_bytes(copy) == before
+def test_a_paged_record_reads_as_its_bytes(tmp_path, rng):
+    data = rng.integers(0, 256, 3 * PagedRecord.PAGE + 17, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(b"head" + data + b"tail")
+    with open(tmp_path / "f", "rb") as f:
+        paged = PagedRecord(f, 4, len(data))
+        assert len(paged) == len(data)
+        for first, last in [(0, 1), (5, 4100), (4095, 4097), (0, len(data)), (9000, 99999)]:
+            assert paged[first:last] == data[first:last]
+        for at in (0, 4095, 4096, len(data) - 1):
+            assert paged[at] == data[at]
+        with pytest.raises(IndexError):
+            paged[len(data)]
+
+
+def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
+    """The records of known ids are sought past: a flipped byte in one's tensor (its CRC
+    now fails) does not make it a failure, where a full read would."""
+    from beam_jobs.sources.latents import LatentFormat
+    from beam_jobs.tfrecords import Skipped, read_records
+
+    videos = random_videos(rng, 3, lengths=(2000, 2001), dim=8)
+    path = tmp_path / "a.tfrecord"
+    _write(path, videos, "a")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 6] ^= 0xFF            # inside the first record's frames
+    path.write_bytes(bytes(data))
+    fmt = LatentFormat(id_feature="vid")
+
+    def skip(index, record):
+        video_id = fmt.video_id_of(record, str(path), index)
+        return video_id if video_id in {"a0", "a2"} else None
+
+    read = list(read_records(str(path), len(data), 0, skip))
+    assert read[0] == (0, Skipped("a0")) and read[2] == (2, Skipped("a2"))
+    assert fmt.parse(read[1][1], str(path), 1).video_id == "a1"
+    assert "fails its CRC" in next(read_records(str(path), len(data)))[1].reason

@@ -11,16 +11,16 @@ import dataclasses
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 import numpy as np
 
 from beam_jobs import ids, paths
-from beam_jobs.append import SKIPPED, AlreadyInDataset
+from beam_jobs.append import SKIPPED
 from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_finite,
                                     failure)
-from beam_jobs.tfrecords import read_records
+from beam_jobs.tfrecords import PagedRecord, Skipped, read_records
 from readers import format as data_format
 from readers.format import tensor_proto, wire
 from readers.format.tfrecord import Lost
@@ -58,10 +58,8 @@ class LatentFormat:
     metadata_length: Optional[int] = None              # fixed by the probe; 0: none
     record_bytes: int = 0                              # a typical record, from the probe
 
-    def parse(self, record: bytes, source: str, index: int,
-              known: frozenset = frozenset()) -> LatentVideo:
-        """Parse one record; raise BadRecord with the reason when it does not fit, and
-        AlreadyInDataset, before the frames are read, when its id is in `known`. The
+    def parse(self, record: bytes, source: str, index: int) -> LatentVideo:
+        """Parse one record; raise BadRecord with the reason when it does not fit. The
         Example and the serialized tensor are read by hand (readers.format), so the job
         never imports TensorFlow; the frames are a read-only view of `record`."""
         try:
@@ -70,8 +68,6 @@ class LatentFormat:
             raise BadRecord(str(e)) from None
         features = _Features(record, lists)
         video_id = self._video_id(features, source, index)
-        if video_id in known:
-            raise AlreadyInDataset(video_id)
         try:
             frames = self._frames(features)
             metadata = self._metadata(features)
@@ -82,6 +78,14 @@ class LatentFormat:
         except BadRecord as e:
             raise BadRecord(str(e), video_id) from None
         return LatentVideo(video_id, frames, metadata, source, index)
+
+    def video_id_of(self, record: Union[bytes, PagedRecord], source: str, index: int) -> str:
+        """The id of record `index` of file `source`, read from the record (bytes, or a
+        PagedRecord: only its id feature's pages are read) when the ids are a feature;
+        ValueError when it has no valid one."""
+        if self.id_feature is None:
+            return self._video_id(None, source, index)
+        return self._video_id(_Features(record, wire.feature_lists(record)), source, index)
 
     def _video_id(self, features, source: str, index: int) -> str:
         if self.id_feature is None:
@@ -233,7 +237,8 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
 class ReadLatentRecords(beam.DoFn):
     """A (path, size) of a TFRecord file -> a `LatentVideo` per record; failures to
     'failures', one row per bad record and one for a lost rest of a file; the ids in
-    `known` (the dataset's, with --append) to SKIPPED, their frames unread. The path comes
+    `known` (the dataset's, with --append) to SKIPPED, their records unread but for the
+    id (`tfrecords.read_records`). The path comes
     as bytes (os.fsencode): Beam's coders take only valid UTF-8 text, and a file's name
     need not be."""
 
@@ -242,15 +247,22 @@ class ReadLatentRecords(beam.DoFn):
 
     def process(self, file: tuple[bytes, int], known: frozenset = frozenset()):
         path, size = os.fsdecode(file[0]), file[1]
-        for index, record in read_records(path, size, self._fmt.record_bytes):
+
+        def skip(index: int, record) -> Optional[str]:
+            video_id = self._fmt.video_id_of(record, path, index)
+            return video_id if video_id in known else None
+
+        for index, record in read_records(path, size, self._fmt.record_bytes,
+                                          skip if known else None):
+            if isinstance(record, Skipped):
+                yield beam.pvalue.TaggedOutput(SKIPPED, record.video_id)
+                continue
             if isinstance(record, Lost):
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(
                     path, index, None, record.reason, record.records))
                 continue
             try:
-                yield self._fmt.parse(record, path, index, known)
-            except AlreadyInDataset as e:
-                yield beam.pvalue.TaggedOutput(SKIPPED, e.video_id)
+                yield self._fmt.parse(record, path, index)
             except BadRecord as e:
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(path, index, e.video_id, str(e)))
 

@@ -67,12 +67,9 @@ def read_exactly(f: BinaryIO, size: int) -> bytes:
     return b"".join(parts)
 
 
-def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
-    """The next record of `f`: its bytes, a Lost, or None at a clean end of file.
-
-    Data whose CRC fails under a sound length header is one lost record, and the next
-    frame can still be read; a broken length header (or a file ending inside a frame)
-    loses the rest of the file (`framing`)."""
+def read_length(f: BinaryIO) -> Union[int, Lost, None]:
+    """The next frame's length, its header read and checked: a Lost that takes the rest
+    of the file when the header is broken, None at a clean end of file."""
     head = read_exactly(f, HEADER_BYTES)
     if not head:
         return None
@@ -81,6 +78,18 @@ def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
     length, = _LENGTH.unpack_from(head)
     if masked_crc(head[:_LENGTH.size]) != _CRC.unpack_from(head, _LENGTH.size)[0]:
         return Lost("a record's length frame is corrupt", 1, 0, True)
+    return length
+
+
+def read_frame(f: BinaryIO) -> Union[bytes, Lost, None]:
+    """The next record of `f`: its bytes, a Lost, or None at a clean end of file.
+
+    Data whose CRC fails under a sound length header is one lost record, and the next
+    frame can still be read; a broken length header (or a file ending inside a frame)
+    loses the rest of the file (`framing`)."""
+    length = read_length(f)
+    if not isinstance(length, int):
+        return length
     data = read_exactly(f, length)
     crc = read_exactly(f, FOOTER_BYTES)
     if len(data) < length or len(crc) < FOOTER_BYTES:
