@@ -86,12 +86,13 @@ def mixing(out: str) -> dict:
     from readers.numpy import WindowSource, batches
     import readers
 
-    source = WindowSource(out, "train")
+    source = WindowSource(out, "train", features=["video_id"])
     everything = source.read_batch(range(len(source)))["video_id"]
     share = float(np.mean([v.startswith(NEW_PREFIX.encode()) for v in everything]))
     steps = len(source) // BATCH
     numpy_ids = [b["video_id"] for b in
-                 (batch for _, batch in zip(range(steps), batches(out, "train", BATCH, seed=0)))]
+                 (batch for _, batch in zip(range(steps), batches(
+                     out, "train", BATCH, seed=0, features=["video_id"])))]
     tf_ids = [b["video_id"].numpy() for b in readers.make_dataset(
         out, "train", BATCH, seed=0, features=["video_id"]).take(steps)]
     result = {"new_share": share, "batch": BATCH, "steps": steps}
@@ -137,8 +138,10 @@ def main() -> None:
     result = {"videos": args.videos, "new_fraction": args.new_fraction,
               "inputs_mib": round(inputs_mib, 1), "runs": runs, "median_wall_s": median,
               "append/rebuild": median["append"] / median["rebuild"],
-              "same_windows": len(digests) == 1,
-              "mixing": mixing(appended)}
+              "same_windows": len(digests) == 1}
+    with open(args.json, "w") as f:       # the timings are kept if the mixing fails
+        json.dump(result, f, indent=2)
+    result["mixing"] = mixing(appended)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
