@@ -352,3 +352,16 @@ def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
     assert read[0] == (0, Skipped("a0")) and read[2] == (2, Skipped("a2"))
     assert fmt.parse(read[1][1], str(path), 1).video_id == "a1"
     assert "fails its CRC" in next(read_records(str(path), len(data)))[1].reason
+
+
+def test_new_videos_too_short_for_a_window_are_committed_and_known(tmp_path, rng):
+    _write(tmp_path / "in" / "a.tfrecord", random_videos(rng, 4), "a")
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", *FLAGS)
+    _write(tmp_path / "in" / "b.tfrecord", random_videos(rng, 2, lengths=(3, 5)), "b")
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", *FLAGS, "--append")
+    meta = read_dataset_json(tmp_path / "out")
+    assert meta["generations"][1]["skipped_short"] == 2
+    assert meta["generations"][1]["windows"] == 0 and meta["generations"][1]["videos"] == 0
+    before = dataset_bytes(tmp_path / "out")
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", *FLAGS, "--append")  # nothing new
+    assert dataset_bytes(tmp_path / "out") == before
