@@ -26,7 +26,7 @@ def _plain(text: str) -> str:
 def _same_files(a, b) -> None:
     """Same shards and failures byte for byte (under the same names but for the run id);
     same dataset_info.json but for the run id in its shards' template; same dataset.json
-    but for the flags and the run id."""
+    but for the flags and the run id (its own and its generation's)."""
     files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
     assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
     for name, path in files[0].items():
@@ -38,6 +38,8 @@ def _same_files(a, b) -> None:
     meta_a, meta_b = plain_dataset_json(a), plain_dataset_json(b)
     for meta in (meta_a, meta_b):
         meta.pop("flags"), meta.pop("run_id")
+        for generation in meta["generations"]:
+            generation.pop("run_id")
     assert meta_a == meta_b
 
 
