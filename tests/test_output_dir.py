@@ -2,6 +2,7 @@
 time writes there, and the leftovers of killed runs go away."""
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -178,11 +179,17 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng):
     deadline = time.monotonic() + 60
     while not (out / "_make_shards" / "lease.json").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    second = subprocess.run(
-        [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
-         "--output_dir", str(out), "--window", "5", "--overwrite"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert first.poll() is None, "the first run ended before the second started"
+    # Held still while the second run starts (seconds), so that how fast either runs
+    # does not matter: it holds the lease, alive, as a busy run would.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        assert first.poll() is None, "the first run ended before it could be held"
+        second = subprocess.run(
+            [sys.executable, "-m", "beam_jobs.make_shards", "--input",
+             str(tmp_path / "in" / "*"), "--output_dir", str(out), "--window", "5",
+             "--overwrite"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     assert second.returncode == 2
     last = second.stderr.strip().splitlines()[-1]
     assert "is being written by run" in last and f"pid {first.pid}" in last
