@@ -53,7 +53,7 @@ class Known(NamedTuple):
     spec: data_format.DatasetSpec
     videos: beam.PCollection        # the rows of its videos.jsonl
     bad_frames: beam.PCollection    # the rows of its bad_frames.jsonl
-    ids: beam.pvalue.AsSideInput    # a frozenset of its video ids
+    ids: beam.pvalue.AsSideInput    # the set of its video ids
 
 
 def read_known(pipeline: beam.Pipeline, output_dir: str,
@@ -68,24 +68,9 @@ def read_known(pipeline: beam.Pipeline, output_dir: str,
 
     videos = rows(data_format.VIDEOS_JSONL)
     ids = (videos | "KnownIds" >> beam.Map(lambda row: row["video_id"])
-           | "IdSet" >> beam.CombineGlobally(_IdSet()))
+           | "IdSet" >> beam.combiners.ToSet())
     return Known(spec, videos, rows(data_format.BAD_FRAMES_JSONL),
                  beam.pvalue.AsSingleton(ids))
-
-
-class _IdSet(beam.CombineFn):
-    def create_accumulator(self):
-        return set()
-
-    def add_input(self, accumulator, video_id):
-        accumulator.add(video_id)
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        return set().union(*accumulators)
-
-    def extract_output(self, accumulator):
-        return frozenset(accumulator)
 
 
 def _shown(value: Any) -> str:
