@@ -44,12 +44,11 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs import paths, progress
 from beam_jobs.cut import KeyedExample
 from beam_jobs.output_dir import RunDir
-from beam_jobs.sorted_runs import LOOKUP_BYTES, Written, read_run, sort_bounded, write_run
+from beam_jobs.sorted_runs import RunSlice, Written, sort_bounded, write_run
 from beam_jobs.sorted_runs import allow_open_files as _allow_open_files
 from readers import format as data_format
-from readers.format.tfrecord import FRAME_OVERHEAD, frame
+from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
 
-_KEY_BYTES = 8
 _COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
 SHUFFLE_MODES = ("spill", "group")
 
@@ -115,20 +114,16 @@ def bucket_of(key: int, num_buckets: int) -> int:
     return key * num_buckets >> 64
 
 
-def _key(record: bytes) -> int:
-    return int.from_bytes(record[:_KEY_BYTES], "big")
-
-
-def _bucket_table(records: list[bytes], num_buckets: int
+def _bucket_table(records: list[tuple[int, bytes]], num_buckets: int
                   ) -> tuple[tuple[int, int, int, int], ...]:
-    """(bucket, first, count, bytes) of sorted records, one row per bucket present."""
+    """(bucket, first, count, frame bytes) of sorted records, a row per bucket present."""
     table: list[list[int]] = []
-    for index, record in enumerate(records):
-        bucket = bucket_of(_key(record), num_buckets)
+    for index, (key, example) in enumerate(records):
+        bucket = bucket_of(key, num_buckets)
         if not table or table[-1][0] != bucket:
             table.append([bucket, index, 0, 0])
         table[-1][2] += 1
-        table[-1][3] += len(record)
+        table[-1][3] += len(example) + FRAME_OVERHEAD
     return tuple(tuple(row) for row in table)
 
 
@@ -143,9 +138,8 @@ class _SpillRuns(beam.DoFn):
         self._buffered = 0
 
     def process(self, element: KeyedExample):
-        record = element.key.to_bytes(_KEY_BYTES, "big") + element.example
-        self._buffers[element.split].append(record)
-        self._buffered += len(record)
+        self._buffers[element.split].append((element.key, element.example))
+        self._buffered += len(element.example)
         if self._buffered >= self._spill_bytes:
             yield from self._spill()
 
@@ -180,7 +174,7 @@ class _WriteBucket(beam.DoFn):
         path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.run")
         written = write_run(path, sort_bounded(records, self._budget, _sort_bytes().update))
         _count_temp(written)
-        yield RunFile(split, path, ((bucket, 0, written.records, written.payload),))
+        yield RunFile(split, path, ((bucket, 0, written.records, written.frame_bytes),))
 
 
 def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
@@ -239,30 +233,47 @@ def plan_shards(run_files: list[RunFile], config: ShardConfig,
     return tasks
 
 
-def _segment_records(segment: Segment, dropped: frozenset, num_buckets: int
-                     ) -> Iterator[bytes]:
-    """The records of ranks [lo, hi) of a bucket, in key order, streamed: from one
-    sorted bucket file (group) by a seek; from several runs (spill) by merging them from
-    the bucket's start, one open file per run. Never a whole bucket in memory."""
+def _segment_frames(segment: Segment, dropped: frozenset, num_buckets: int
+                    ) -> Iterator[bytes]:
+    """The frames of ranks [lo, hi) of a bucket, in (key, example) order, streamed: from
+    one sorted bucket file (group) by its index; from several runs (spill) by merging
+    their keys from the bucket's start, one open file per run. Never a whole bucket in
+    memory, and no frame is parsed: it goes to the shard as the run holds it."""
     has_dropped = any(bucket_of(k, num_buckets) == segment.bucket for k in dropped)
     if len(segment.runs) == 1 and not has_dropped:
         path, first, _ = segment.runs[0]
-        yield from _counted(read_run(path, first + segment.lo, first + segment.hi))
+        yield from _counted(RunSlice(path, first + segment.lo, first + segment.hi))
         return
     _allow_open_files(len(segment.runs) + 64)
-    merged = heapq.merge(*(_counted(read_run(path, first, first + count))
-                           for path, first, count in segment.runs))
-    kept = (record for record in merged if _key(record) not in dropped)
+    runs = [RunSlice(path, first, first + count) for path, first, count in segment.runs]
+    frames = [_counted(run) for run in runs]
+    merged = heapq.merge(*([(key, i) for key in run.keys] for i, run in enumerate(runs)))
+    kept = (frame for key, frame in _in_order(merged, frames) if key not in dropped)
     yield from itertools.islice(kept, segment.lo, segment.hi)
 
 
-def _counted(records: Iterator[bytes]) -> Iterator[bytes]:
-    """Count the temp bytes a shard task reads: each record's frame, and the index."""
+def _in_order(merged: Iterator[tuple[int, int]], frames: list[Iterator[bytes]]
+              ) -> Iterator[tuple[int, bytes]]:
+    """(key, frame) in (key, example) order, from the runs' keys merged as (key, run):
+    each run's next frame in turn. Records of one key from several runs (a 64-bit hash
+    collision; duplicate ids are dropped) are put in order of their examples' bytes, as
+    one sort of them all would."""
+    for key, group in itertools.groupby(merged, key=lambda entry: entry[0]):
+        tied = [next(frames[run]) for _, run in group]
+        if len(tied) > 1:
+            tied.sort(key=lambda frame: frame[HEADER_BYTES:-FOOTER_BYTES])
+        for frame in tied:
+            yield key, frame
+
+
+def _counted(run: RunSlice) -> Iterator[bytes]:
+    """A run slice's frames, counting the temp bytes a shard task reads: its index
+    lookup and its frames."""
     read = progress.counter("temp_bytes_read")
-    read.inc(LOOKUP_BYTES)
-    for record in records:
-        read.inc(len(record) + FRAME_OVERHEAD)
-        yield record
+    read.inc(run.lookup_bytes)
+    for frame in run.frames():
+        read.inc(len(frame))
+        yield frame
 
 
 class _WriteShard(beam.DoFn):
@@ -278,10 +289,9 @@ class _WriteShard(beam.DoFn):
         offsets = [0]
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for segment in task.segments:
-                for record in _segment_records(segment, task.dropped, self._num_buckets):
-                    data = frame(record[_KEY_BYTES:])
-                    f.write(data)
-                    offsets.append(offsets[-1] + len(data))
+                for frame in _segment_frames(segment, task.dropped, self._num_buckets):
+                    f.write(frame)
+                    offsets.append(offsets[-1] + len(frame))
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
@@ -324,7 +334,7 @@ class WriteShuffledShards(beam.PTransform):
             runs = (examples
                     | "KeyByBucket" >> beam.Map(lambda e: (
                         (e.split, bucket_of(e.key, config.num_buckets)),
-                        e.key.to_bytes(_KEY_BYTES, "big") + e.example))
+                        (e.key, e.example)))
                     | "GroupBuckets" >> beam.GroupByKey()
                     | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
         return (

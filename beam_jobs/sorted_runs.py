@@ -1,14 +1,20 @@
-"""Run files: records in sorted order, with an index of their offsets at the end.
+"""Run files: records in sorted order, framed as a shard will hold them, with an index
+of their keys and offsets at the end.
 
 A run is what the shuffle writes to temp storage: a spill of one worker's buffer (spill
-mode) or one whole bucket (group mode), its records already in key order. The layout is
-TFRecord framing (so every record is CRC-checked when read back), then the index:
+mode) or one whole bucket (group mode), its (key, example) records already in order. The
+layout:
 
-    record 0 ... record n-1 | offset of record 0 ... n-1 (uint64 LE) | n (uint64 LE) | MAGIC
+    frame 0 ... frame n-1 | (key, offset) of record 0 ... n-1 (uint64 LE each) | n | MAGIC
 
-so a reader finds records [i, j) with two small reads at the end of the file and then
-reads exactly their bytes: a shard task streams the slice it needs, never loads a bucket,
-and reads no byte it does not write.
+Each frame is the example's TFRecord frame, byte for byte what its shard will hold. So a
+shard task finds a slice from the index alone (two small reads at the end of the file),
+merges runs by the keys there, and copies frames through, reading exactly the slice's
+bytes: it never loads a bucket, and it neither parses, checksums nor frames a record
+again (a frame is checksummed once, from the example in memory). A frame damaged on the
+temp disk therefore reaches its shard with a CRC that fails in every reader and in
+`readers.inspect --verify`, never as wrong data; a frame whose length header disagrees
+with the index fails the task.
 
 `sort_bounded` sorts any number of records in about a given budget of memory: it spills
 sorted chunks to run files on the machine's local disk and merges them as streams.
@@ -21,81 +27,112 @@ import struct
 import tempfile
 from typing import Callable, Iterable, Iterator, NamedTuple
 
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import storage
-from readers.format.tfrecord import Lost, frame, read_frame
+from readers.format.tfrecord import FRAME_OVERHEAD, HEADER_BYTES, Lost, footer, header
+from readers.format.tfrecord import read_exactly, read_frame
 
-MAGIC = b"VWSRUN01"
-_ENTRY = struct.Struct("<Q")
+MAGIC = b"VWSRUN02"
+_ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8")])
 _TRAILER = struct.Struct("<Q8s")
-# What read_run reads to find a slice besides the slice's frames, as the job's
-# temp_bytes_read counter counts it: the trailer and one index entry (the slice's other
-# entries, 8 bytes a record, are left out of that count).
-LOOKUP_BYTES = _TRAILER.size + _ENTRY.size
+# What a slice's lookup reads besides its entries, as the job's temp_bytes_read counter
+# counts it: the trailer and the entry after the slice's last (where its last frame ends).
+LOOKUP_BYTES = _TRAILER.size + _ENTRY.itemsize
+
+Record = tuple[int, bytes]   # (key, example): runs hold them in this order
 
 
 class Written(NamedTuple):
     """What `write_run` wrote."""
     records: int
-    payload: int      # bytes of the records themselves
-    size: int         # bytes of the file: the records' frames, the index and the trailer
+    frame_bytes: int  # bytes of the records' frames: what they take in a shard
+    size: int         # bytes of the file: the frames, the index and the trailer
 
 
-def write_run(path: str, records: Iterable[bytes]) -> Written:
-    """Write sorted `records` as a run file."""
-    offsets, at, payload = [], 0, 0
+def write_run(path: str, records: Iterable[Record]) -> Written:
+    """Write sorted (key, example) `records` as a run file."""
+    keys, offsets, at = [], [], 0
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        for record in records:
-            data = frame(record)
-            f.write(data)
+        for key, example in records:
+            f.write(header(len(example)))   # three writes, no join: a window is not copied
+            f.write(example)
+            f.write(footer(example))
+            keys.append(key)
             offsets.append(at)
-            at += len(data)
-            payload += len(record)
-        f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
-        f.write(_TRAILER.pack(len(offsets), MAGIC))
-    return Written(len(offsets), payload, at + _ENTRY.size * len(offsets) + _TRAILER.size)
+            at += len(example) + FRAME_OVERHEAD
+        index = np.empty(len(keys), _ENTRY)
+        index["key"], index["offset"] = keys, offsets
+        f.write(index.tobytes())
+        f.write(_TRAILER.pack(len(keys), MAGIC))
+    return Written(len(keys), at, at + index.nbytes + _TRAILER.size)
 
 
-def read_run(path: str, start: int, stop: int) -> Iterator[bytes]:
-    """Records [start, stop) of a run file: its trailer, the index entries of the slice,
-    then exactly the slice's bytes (on GCS: a few ranged requests, nothing more read)."""
-    if stop <= start:
-        return
-    size = storage.size(path)
-    count, magic = _TRAILER.unpack(storage.read_range(path, size - _TRAILER.size, size))
-    if magic != MAGIC or stop > count:
-        raise OSError(f"{path} is not a run file of {stop} records or more")
-    index = size - _TRAILER.size - _ENTRY.size * count
-    entries = storage.read_range(path, index + _ENTRY.size * start,
-                                 index + _ENTRY.size * min(stop + 1, count))
-    first, = _ENTRY.unpack_from(entries)
-    end = (_ENTRY.unpack_from(entries, _ENTRY.size * (stop - start))[0] if stop < count
-           else index)
-    with storage.open_range(path, first, end) as f:
-        for _ in range(stop - start):
-            record = read_frame(f)
-            if record is None or isinstance(record, Lost):  # a temp file of this run:
-                raise OSError(f"{path}: {record.reason if record else 'ends early'}")
-            yield record
+class RunSlice:
+    """Records [start, stop) of a run file: their keys and frame lengths, from two small
+    reads of the file's end (on GCS: ranged requests, nothing more read), and then their
+    frames, in order, from one stream of exactly their bytes."""
+
+    def __init__(self, path: str, start: int, stop: int):
+        self.path = path
+        size = storage.size(path)
+        count, magic = _TRAILER.unpack(storage.read_range(path, size - _TRAILER.size, size))
+        if magic != MAGIC or not 0 <= start <= stop <= count:
+            raise OSError(f"{path} is not a run file of {stop} records or more")
+        index = size - _TRAILER.size - _ENTRY.itemsize * count
+        entries = np.frombuffer(storage.read_range(
+            path, index + _ENTRY.itemsize * start,
+            index + _ENTRY.itemsize * min(stop + 1, count)), _ENTRY)
+        self.lookup_bytes = entries.nbytes + _TRAILER.size
+        self.keys: list[int] = entries["key"][:stop - start].tolist()
+        # where each frame starts, and where the last one ends
+        offsets = entries["offset"].tolist()[:stop - start + 1] + (
+            [index] if stop == count else [])
+        self.begin, self.end = offsets[0], offsets[-1]
+        self.lengths: list[int] = np.diff(offsets).tolist()
+
+    def frames(self) -> Iterator[bytes]:
+        """The slice's frames in order, each checked against its index entry."""
+        if not self.lengths:
+            return
+        with storage.open_range(self.path, self.begin, self.end) as f:
+            for length in self.lengths:
+                data = read_exactly(f, length)
+                if (len(data) != length
+                        or data[:HEADER_BYTES] != header(length - FRAME_OVERHEAD)):
+                    raise OSError(f"{self.path}: a frame at odds with the run's index")
+                yield data
 
 
-def sort_bounded(records: Iterable[bytes], budget: int,
-                 sorting: Callable[[int], None] = lambda nbytes: None) -> Iterator[bytes]:
-    """`records` in sorted order, never holding much more than `budget` bytes of them:
-    sorted in memory when they fit; else sorted `budget` at a time, each chunk written as
-    a run file to this machine's local disk (a temp directory, removed when the
-    iterator ends or is closed), and the chunks merged as streams (heapq.merge, one
-    record and one open file per chunk). `sorting(nbytes)` is told each in-memory sort's
-    bytes."""
-    chunk: list[bytes] = []
+def read_run(path: str, start: int, stop: int) -> Iterator[Record]:
+    """Records [start, stop) of a run file as (key, example), each frame's CRCs checked
+    (sort_bounded's merge: the examples go on to be framed again)."""
+    run = RunSlice(path, start, stop)
+    with storage.open_range(path, run.begin, run.end) as f:
+        for key in run.keys:
+            example = read_frame(f)
+            if example is None or isinstance(example, Lost):   # a temp file of this run:
+                raise OSError(f"{path}: {example.reason if example else 'ends early'}")
+            yield key, example
+
+
+def sort_bounded(records: Iterable[Record], budget: int,
+                 sorting: Callable[[int], None] = lambda nbytes: None) -> Iterator[Record]:
+    """(key, example) `records` in sorted order, never holding much more than `budget`
+    bytes of examples: sorted in memory when they fit; else sorted `budget` at a time,
+    each chunk written as a run file to this machine's local disk (a temp directory,
+    removed when the iterator ends or is closed), and the chunks merged as streams
+    (heapq.merge, one record and one open file per chunk). `sorting(nbytes)` is told
+    each in-memory sort's bytes."""
+    chunk: list[Record] = []
     held = 0
     with tempfile.TemporaryDirectory(prefix="sort-") as local:
         spilled: list[tuple[str, int]] = []
         for record in records:
             chunk.append(record)
-            held += len(record)
+            held += len(record[1])
             if held >= budget:
                 sorting(held)
                 chunk.sort()

@@ -113,7 +113,12 @@ def read_back(files: list[str]) -> dict:
 
 def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s: float) -> dict:
     out = os.path.join(work_dir, f"out-{name}")
-    shutil.rmtree(out, ignore_errors=True)   # TFDS reuses a prepared dataset
+    # Every run starts alike: no output of an earlier run (TFDS would reuse a prepared
+    # dataset), none of its pages still waiting to be written to disk (the kernel would
+    # write them back during this run).
+    for earlier in glob.glob(os.path.join(work_dir, "out-*")):
+        shutil.rmtree(earlier)
+    os.sync()
     waited = wait_for_quiet(quiet_wait_s)
     load = os.getloadavg()[0]
     run = run_tree(command(name, pattern, out), os.path.join(work_dir, f"{name}-{tag}.log"))

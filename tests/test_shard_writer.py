@@ -12,10 +12,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_jobs.cut import CutWindows, KeyedExample, VideoCount, WindowConfig
 from beam_jobs.output_dir import RunDir
 from beam_jobs.shard_writer import (RunFile, Segment, ShardConfig, ShardTask,
-                                    WriteShuffledShards, bucket_of, num_shards_for, plan_shards)
-from beam_jobs.sorted_runs import read_run, write_run
+                                    WriteShuffledShards, _segment_frames, bucket_of,
+                                    num_shards_for, plan_shards)
+from beam_jobs.sorted_runs import RunSlice, read_run, write_run
 from beam_jobs.sources.latents import LatentVideo
 from readers import format as data_format
+from readers.format.tfrecord import frame
 
 
 def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
@@ -81,13 +83,39 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
 
 
 def test_run_files_give_any_slice_from_their_index(tmp_path):
-    records = sorted(os.urandom(n % 50 + 1) for n in range(300))
+    rng = np.random.default_rng(3)
+    records = sorted((int(rng.integers(0, 2**63)) * 2, os.urandom(n % 50)) for n in range(300))
     path = str(tmp_path / "r.run")
-    assert write_run(path, records) == (300, sum(map(len, records)), os.path.getsize(path))
+    assert write_run(path, records) == (300, sum(len(e) + 16 for _, e in records),
+                                        os.path.getsize(path))
     for start, stop in ((0, 300), (0, 1), (17, 18), (150, 299), (299, 300), (5, 5)):
         assert list(read_run(path, start, stop)) == records[start:stop]
+        run = RunSlice(path, start, stop)
+        assert run.keys == [key for key, _ in records[start:stop]]
+        assert list(run.frames()) == [frame(e) for _, e in records[start:stop]]
     with pytest.raises(OSError, match="not a run file of 301 records"):
-        list(read_run(path, 0, 301))
+        RunSlice(path, 0, 301)
+
+
+def test_a_run_frame_at_odds_with_its_index_fails_the_task(tmp_path):
+    path = str(tmp_path / "r.run")
+    write_run(path, [(1, b"abc"), (2, b"defg")])
+    with open(path, "r+b") as f:   # the first frame's length header says 4, not 3
+        f.write(frame(b"abcd")[:12])
+    with pytest.raises(OSError, match="at odds with the run's index"):
+        list(RunSlice(path, 0, 2).frames())
+
+
+def test_keys_tied_across_runs_are_ordered_by_their_examples(tmp_path):
+    """A 64-bit key collision between two runs: the shard holds the two examples in
+    byte order, as one sort of all records (and group mode) would."""
+    for name, records in (("a", [(5, b"zz"), (7, b"q")]), ("b", [(5, b"aa"), (6, b"m")])):
+        write_run(str(tmp_path / name), records)
+    segment = Segment(0, ((str(tmp_path / "a"), 0, 2), (str(tmp_path / "b"), 0, 2)), 0, 4)
+    assert list(_segment_frames(segment, frozenset(), 1)) == [
+        frame(e) for e in (b"aa", b"zz", b"m", b"q")]
+    dropped = list(_segment_frames(segment._replace(lo=1, hi=3), frozenset({6}), 1))
+    assert dropped == [frame(b"zz"), frame(b"q")]
 
 
 def test_plan_cuts_ranks_across_buckets_evenly():

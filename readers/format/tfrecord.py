@@ -1,10 +1,10 @@
 """TFRecord framing: a record's length header and masked CRCs around its bytes.
 
 A TFRecord file is a chain of frames: length (8 bytes, little-endian), the masked CRC32C
-of the length (4), the data, the masked CRC32C of the data (4). The job frames shards
-and its temp run files with `frame`; readers.numpy checks frames it reads in pieces with
-`header` and `mask`; `read_frame` reads one frame from a file honestly: a bad record is
-one `Lost` record, a broken length header loses the rest of the file.
+of the length (4), the data, the masked CRC32C of the data (4). The job frames its
+records with `frame` (or `header` and `footer`); readers.numpy checks frames it reads in
+pieces with `header` and `mask`; `read_frame` reads one frame from a file honestly: a bad
+record is one `Lost` record, a broken length header loses the rest of the file.
 """
 from __future__ import annotations
 
@@ -36,9 +36,14 @@ def header(length: int) -> bytes:
     return data + _CRC.pack(masked_crc(data))
 
 
+def footer(record: bytes) -> bytes:
+    """The 4 footer bytes of a record's frame: its data's masked CRC."""
+    return _CRC.pack(masked_crc(record))
+
+
 def frame(record: bytes) -> bytes:
     """A record's TFRecord frame (one join: a window's bytes are copied once, not twice)."""
-    return b"".join((header(len(record)), record, _CRC.pack(masked_crc(record))))
+    return b"".join((header(len(record)), record, footer(record)))
 
 
 class Lost(NamedTuple):
