@@ -155,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "job commits, cleans up and releases the directory on its own "
                          "(for Flex Templates and schedulers; default: wait for it)")
     io.add_argument("--all_cores", action="store_true",
-                    help="run locally on every core: --direct_num_workers <cores>, and "
-                         "--direct_running_mode multi_processing for latents or "
-                         "multi_threading for pixel inputs, unless given")
+                    help="run locally on every core: threads for pixel inputs, processes "
+                         "for latents (one process under 512 MiB of input); "
+                         "--direct_num_workers and --direct_running_mode, if given, win")
     io.add_argument("--progress_interval", type=number(float, 0, 86400),
                     default=10.0, help="seconds between progress lines of each worker; 0 "
                                        "logs a line after every video (default: "

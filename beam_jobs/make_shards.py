@@ -11,6 +11,7 @@ the job runs locally on Beam's FnApiRunner.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import math
@@ -37,8 +38,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,
                                                   PipelineOptions, StandardOptions,
                                                   TestOptions)
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs import append, output_dir, paths, staging, storage
+from beam_jobs import append, forked_workers, output_dir, paths, staging, storage
 from beam_jobs.os_errors import os_error, unless_an_os_error
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
@@ -159,12 +161,15 @@ def _counter(result, name: str) -> int:
 
 
 def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
-        encoder: Any = None) -> beam.runners.runner.PipelineResult:
+        encoder: Any = None, fork_workers: bool = False
+        ) -> beam.runners.runner.PipelineResult:
     """Run the job; SystemExit with a one-line message for bad flags or too many failures.
     `started` (time.monotonic()) is when the command started, for the summary's elapsed
     time (default: now). `encoder`: any Beam RunInference ModelHandler, used as the frame
     encoder instead of an --encoder file (its load_model once per worker, its
-    run_inference on each batch of --encoder_batch_size frames).
+    run_inference on each batch of --encoder_batch_size frames). `fork_workers`: the
+    worker processes of --all_cores are forks of this process (forked_workers), which
+    must not have run a pipeline yet; main() asks for it, other callers get Beam's own.
 
     Until the commit (one move of dataset.json, a step of the pipeline) the directory's
     dataset is the one before, whatever stops this run. On a distributed runner the
@@ -188,6 +193,16 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     if dry_run:
         return _run(config, pipeline_args, runner,
                     output_dir.RunDir(config.output_dir, "dry-run", ""), dry_run, started)
+    # Forked before the lease's thread starts: a fork copies only the calling thread.
+    fork = fork_workers and _forks_workers(config, pipeline_args, runner)
+    with forked_workers.environment() if fork else contextlib.nullcontext() as workers:
+        return _claim_and_run(config, pipeline_args, runner, options, started, workers)
+
+
+def _claim_and_run(config: JobConfig, pipeline_args: list[str], runner: str,
+                   options: PipelineOptions, started: float,
+                   workers: Any) -> beam.runners.runner.PipelineResult:
+    """Claim the output directory, run, and leave it committed or as it was."""
     job = None
     if not is_local_runner(runner):  # the lease names the job; give it a name to name
         job = options.view_as(GoogleCloudOptions).job_name
@@ -209,7 +224,8 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
             raise
         sys.exit(f"{PROG}: error: {error}; nothing was committed")
     try:
-        result = _run(config, pipeline_args, runner, claim.run, dry_run, started, claim.base)
+        result = _run(config, pipeline_args, runner, claim.run, False, started, claim.base,
+                      workers)
     except BaseException as e:
         # A run that stops leaves only what proves itself. A cancelled job's workers may
         # still write: its run folder stays, listing their files for the next run.
@@ -234,7 +250,10 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
 
 def _run(config: JobConfig, pipeline_args: list[str], runner: str,
          run_dir: output_dir.RunDir, dry_run: bool, started: float,
-         base: Optional[data_format.DatasetSpec] = None) -> beam.runners.runner.PipelineResult:
+         base: Optional[data_format.DatasetSpec] = None,
+         workers: Any = None) -> beam.runners.runner.PipelineResult:
+    """Build and run the pipeline. `workers`: forked_workers.environment()'s, used when
+    the source runs in processes."""
     try:
         source = build_source(config)
     except SourceError as e:
@@ -247,9 +266,13 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
         if why:
             refuse(why)
     note_group_memory(config, source, runner)
-    options = _pipeline_options(pipeline_args, config.all_cores, source.running_mode)
+    all_cores = config.all_cores and _worth_workers(source, pipeline_args)
+    fork = all_cores and workers is not None and source.running_mode == "multi_processing"
+    options = _pipeline_options(pipeline_args, all_cores,
+                                "in_memory" if fork else source.running_mode)
     staging.stage_requirements(options, config.encoder)
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if fork else None,
+                             options=options)
     build_pipeline(pipeline, config, source, run_dir,
                    options.view_as(DirectOptions).direct_num_workers, base)
     result = pipeline.run()
@@ -299,6 +322,33 @@ def _why_not_committed(result, config: JobConfig, run_dir: output_dir.RunDir) ->
             f"(the longest has {longest.committed.max} frames)")
 
 
+# --all_cores in processes: with less input than this, one process is faster. Every stage
+# then makes round trips to each worker, about 1.5 s a run on the 2-core machine, more
+# than two processes save below about 0.5 GB of latents (docs/benchmarks.md).
+ALL_CORES_MIN_BYTES = 512 * 2**20
+
+
+def _worth_workers(source: Source, pipeline_args: list[str]) -> bool:
+    """Whether --all_cores runs workers: threads always; processes for inputs of
+    ALL_CORES_MIN_BYTES or more, or when --direct_num_workers says how many."""
+    if (source.running_mode != "multi_processing" or source.stored_bytes >= ALL_CORES_MIN_BYTES
+            or "--direct_num_workers" in " ".join(pipeline_args)):
+        return True
+    _LOG.info("--all_cores: %.0f MiB of input runs in one process, faster than worker "
+              "processes below %d MiB", source.stored_bytes / 2**20,
+              ALL_CORES_MIN_BYTES // 2**20)
+    return False
+
+
+def _forks_workers(config: JobConfig, pipeline_args: list[str], runner: str) -> bool:
+    """Whether --all_cores's worker processes, if its source runs in processes, are to
+    be forks of this one (forked_workers): on FnApiRunner, unless the flags name a
+    running mode."""
+    return (config.all_cores and runner.rsplit(".", 1)[-1].lower() == "fnapirunner"
+            and "--direct_running_mode" not in " ".join(pipeline_args)
+            and forked_workers.can_fork())
+
+
 def _pipeline_options(pipeline_args: list[str], all_cores: bool,
                       running_mode: str) -> PipelineOptions:
     """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
@@ -336,7 +386,7 @@ def main() -> None:
     for name in ("apache_beam.runners.common", _JOB_SERVICE):
         logging.getLogger(name).addFilter(unless_an_os_error)
     try:
-        run(sys.argv[1:], started=_STARTED)
+        run(sys.argv[1:], started=_STARTED, fork_workers=True)
     except KeyboardInterrupt as e:  # one line, no traceback; 130 as a shell reports it
         print(f"{PROG}: interrupted: {e or 'nothing was committed'}", file=sys.stderr,
               flush=True)

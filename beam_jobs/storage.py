@@ -53,6 +53,11 @@ def gcs_client():
     return storage.Client()
 
 
+# A forked process (--all_cores's workers) makes its own client: sharing the parent's
+# pooled connections would interleave two processes' requests on one socket.
+os.register_at_fork(after_in_child=gcs_client.cache_clear)
+
+
 def gcs_blob(path: str):
     bucket, _, name = path[len("gs://"):].partition("/")
     return gcs_client().bucket(bucket).blob(name)

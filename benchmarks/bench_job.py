@@ -19,9 +19,12 @@ frames every 50 (the job's default --tail align_end):
   tfds       `python benchmarks/tfds_windows.py`: a tfds.core.GeneratorBasedBuilder that
              yields the same windows, download_and_prepare with TFDS's defaults
 
-Each run's figures (benchmarks/process_tree.py): wall time, the peak RSS of its whole
-process tree (sampled every 0.2 s; shared pages count once per process), CPU seconds,
-and the CPU seconds other processes of the machine used meanwhile (noise). After each
+Before each run, every earlier output is removed and the page cache synced, so that no
+run pays for writing back another's pages. Each run's figures
+(benchmarks/process_tree.py): wall time, the peak RSS of its whole process tree (sampled
+every 0.2 s; shared pages count once per process, as a forked worker's do) and of its
+largest process, CPU seconds, and the CPU seconds other processes of the machine used
+meanwhile (noise). After each
 run its output is read back with readers.format (numpy): the windows, a digest of their
 (video id, start) pairs, which every contender must share, and the shuffle quality: the
 fraction of adjacent records, in each output file's order, that come from one video
@@ -141,7 +144,8 @@ def bench_scale(work_dir: str, videos: int, files: int, repeats: int, names: lis
         for name in names:
             run = run_contender(name, pattern, work_dir, f"{videos}-{r + 1}", quiet_wait_s)
             runs[name].append(run)
-            print(f"run {r + 1} {name:9s} {run['wall_s']:6.1f} s, peak {run['peak_mb']:6.0f} MB, "
+            print(f"run {r + 1} {name:9s} {run['wall_s']:6.1f} s, peak {run['peak_mb']:6.0f} MB "
+                  f"(one process {run['peak_process_mb']:4.0f}), "
                   f"cpu {run['cpu_s']:5.1f} s, others' cpu {run['others_cpu_s']:5.1f} s, "
                   f"load {run['load_1min']:.1f}; {run['windows']} windows in {run['files']} "
                   f"files, same video adjacent {run['same_video_adjacent']:.3f}", flush=True)
@@ -153,7 +157,8 @@ def summarize(scale: dict) -> dict:
     windows."""
     runs = scale["runs"]
     med = {name: {key: statistics.median(r[key] for r in rs)
-                  for key in ("wall_s", "peak_mb", "cpu_s", "same_video_adjacent")}
+                  for key in ("wall_s", "peak_mb", "peak_process_mb", "cpu_s",
+                              "same_video_adjacent")}
            for name, rs in runs.items()}
     ratios = {key: med[slow]["wall_s"] / med[fast]["wall_s"]
               for key, (fast, slow) in RATIOS.items() if fast in med and slow in med}
@@ -169,14 +174,16 @@ def markdown(results: dict) -> str:
         job_wall = summary["median"].get("job", {}).get("wall_s")
         lines += [f"{scale['videos']:,} videos, {scale['input_mib']:,.0f} MiB in "
                   f"{scale['files']} files:", "",
-                  "| contender | wall s (median) | runs | vs the job | peak MB | "
-                  "same video adjacent |", "|---|---|---|---|---|---|"]
+                  "| contender | wall s (median) | runs | vs the job | peak MB: all "
+                  "processes, largest one | same video adjacent |",
+                  "|---|---|---|---|---|---|"]
         for name, med in summary["median"].items():
             low, high = (f(r["wall_s"] for r in runs[name]) for f in (min, max))
             walls = f"{low:.1f}-{high:.1f}" if high > low else f"{low:.1f}"
             versus = f"{job_wall / med['wall_s']:.2f}x" if job_wall else "-"
             lines.append(f"| {LABELS[name]} | {med['wall_s']:.1f} | {walls} | {versus} | "
-                         f"{med['peak_mb']:,.0f} | {med['same_video_adjacent']:.3f} |")
+                         f"{med['peak_mb']:,.0f}, {med['peak_process_mb']:,.0f} | "
+                         f"{med['same_video_adjacent']:.3f} |")
         ratios = ", ".join(f"{key} **{value:.2f}x**" for key, value in summary["ratios"].items())
         same = "the same windows" if summary["same_windows"] else "DIFFERENT WINDOWS"
         every = [r for rs in runs.values() for r in rs]

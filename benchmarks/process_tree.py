@@ -79,11 +79,13 @@ def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
             for p in members:
                 try:
                     times = p.cpu_times()
-                    rss += p.memory_info().rss
+                    own = p.memory_info().rss
                 except psutil.Error:
                     continue
+                rss += own
                 row = cpu.setdefault(p.pid, {"role": _role(p, job.pid)})
                 row["cpu_s"] = round(times.user + times.system, 2)
+                row["peak_mb"] = max(row.get("peak_mb", 0.0), round(own / MB, 1))
             peak = max(peak, rss)
             main_cpu = cpu.get(job.pid, {}).get("cpu_s", 0.0)
             timeline.append((round(time.perf_counter() - start, 2), main_cpu,
@@ -100,6 +102,7 @@ def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
     procs = sorted((r for r in cpu.values() if "cpu_s" in r),
                    key=lambda r: (r["role"] != "main", -r["cpu_s"]))
     tree_cpu = sum(r["cpu_s"] for r in procs)
-    return {"wall_s": wall, "peak_mb": round(peak / MB, 1), "procs": procs,
+    return {"wall_s": wall, "peak_mb": round(peak / MB, 1),
+            "peak_process_mb": max((r["peak_mb"] for r in procs), default=0.0), "procs": procs,
             "cpu_s": round(tree_cpu, 1), "others_cpu_s": round(max(0.0, busy - tree_cpu), 1),
             "timeline": timeline, "output": output}

@@ -118,18 +118,30 @@ def test_the_first_readme_command_is_quiet(tmp_path):
     assert "records of 1 shard are sound" in inspect.stdout
 
 
-def test_all_cores_workers_show_progress(tmp_path, latents):
-    """Worker processes of --all_cores write their own progress lines."""
+def _all_cores_run(tmp_path, latents, *flags) -> tuple[int, set[str], str]:
+    """(the command's pid, the pids its progress lines name, its stderr)."""
     job = subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", "--input", *latents,
                             "--output_dir", str(tmp_path / "out"), "--window", "5",
-                            "--all_cores", "--progress_interval", "0.001"],
+                            "--all_cores", "--progress_interval", "0.001", *flags],
                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     _, stderr = job.communicate()
     assert job.returncode == 0, stderr[-3000:]
-    workers = {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
-               if line.startswith("INFO beam_jobs.progress: worker")}
-    assert workers and str(job.pid) not in workers   # lines from the worker processes
     assert not [line for line in stderr.splitlines() if any(n in line for n in NOISE)]
+    return job.pid, {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
+                     if line.startswith("INFO beam_jobs.progress: worker")}, stderr
+
+
+def test_all_cores_workers_show_progress(tmp_path, latents):
+    """Worker processes of --all_cores write their own progress lines."""
+    pid, workers, _ = _all_cores_run(tmp_path, latents, "--direct_num_workers", "2")
+    assert workers and str(pid) not in workers   # lines from the worker processes
+
+
+def test_all_cores_on_a_small_input_runs_one_process(tmp_path, latents):
+    pid, workers, stderr = _all_cores_run(tmp_path, latents)
+    assert workers == {str(pid)}
+    assert "MiB of input runs in one process, faster than worker processes below 512 MiB" \
+        in stderr
 
 
 # --- dataset.json alone is enough to parse every kind of dataset ------------------------

@@ -4,6 +4,8 @@ TensorFlow's own gs:// cannot reach an emulator, so the reader is tested on a lo
 """
 import json
 import os
+import subprocess
+import sys
 
 import fsspec
 import keras
@@ -12,8 +14,9 @@ import pytest
 
 import gcs_emulator
 from beam_jobs import lease, make_shards, storage
-from conftest import (assert_verified, latent_example, plain_names, read_dataset_json,
-                      read_examples, run_job, solid_frames, write_frame_folder)
+from conftest import (assert_verified, latent_example, plain_name, plain_names,
+                      read_dataset_json, read_examples, run_job, solid_frames,
+                      write_frame_folder)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,28 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
         np.testing.assert_array_equal(column, theirs[name], err_msg=name)
     # dataset.json, each shard's index, then a ranged read per record, none twice
     assert gcs_emulator.counts()["read"] == 1 + 2 + len(everything)
+
+
+def test_the_command_forks_all_cores_workers_that_write_to_gcs(gcs, tmp_path, rng):
+    """--all_cores's workers are forks of a launcher that has already talked to GCS (the
+    input's listing, the lease): each makes its own client, and the shards are those one
+    process writes."""
+    for i in range(4):
+        frames = rng.standard_normal((40 + 10 * i, 3)).astype(np.float32)
+        _put(f"gs://bkt/forked-in/part-{i}.tfrecord", _tfrecord([latent_example(frames, [i, 0])]))
+    flags = ["--input", "gs://bkt/forked-in/*.tfrecord", "--window", "10", "--stride", "5",
+             "--num_shards", "2"]
+    run_job(flags[1], "gs://bkt/one", *flags[2:])
+    done = subprocess.run([sys.executable, "-m", "beam_jobs.make_shards", *flags,
+                           "--output_dir", "gs://bkt/forked", "--all_cores"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards = {}
+    for name in ("one", "forked"):
+        _download(gcs, f"bkt/{name}", tmp_path / name)
+        shards[name] = {plain_name(f): (tmp_path / name / f).read_bytes()
+                        for f in os.listdir(tmp_path / name) if f.endswith(".tfrecord")}
+    assert len(shards["one"]) == 2 and shards["one"] == shards["forked"]
 
 
 def test_manifest_frames_and_encoder_from_gcs(gcs, tmp_path):

@@ -73,9 +73,17 @@ def test_fnapi_and_direct_runner_give_identical_bytes(tmp_path, latents):
 
 
 def test_all_cores_runs_worker_processes_with_the_same_output(tmp_path, latents):
+    """The command forks its workers (forked_workers); run() in a process that has run
+    pipelines starts Beam's own: the same bytes either way."""
+    workers = ["--all_cores", "--direct_num_workers", "2"]   # workers, however small
     run_job(latents, tmp_path / "one", *FLAGS)
-    run_job(latents, tmp_path / "all", *FLAGS, "--all_cores")
+    run_job(latents, tmp_path / "all", *FLAGS, *workers)
     _same_shards(tmp_path / "one", tmp_path / "all")
+    command = subprocess.run(_job(latents, tmp_path / "forked", *workers),
+                             capture_output=True, text=True)
+    assert command.returncode == 0, command.stderr[-3000:]
+    assert_verified(tmp_path / "forked")
+    _same_shards(tmp_path / "one", tmp_path / "forked")
 
 
 def _job(input_glob, output_dir, *extra):
