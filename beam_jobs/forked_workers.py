@@ -17,9 +17,11 @@ sees what it would see of its own subprocess.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -49,12 +51,9 @@ def environment() -> Iterator[object]:
     `threading`. A Python thread besides this one is refused (RuntimeError)."""
     if not can_fork():
         raise RuntimeError("forked workers need a process running no other thread")
-    import importlib
     import logging
 
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
-
-    importlib.import_module(_HARNESS)   # here, once, and not in every worker
 
     folder = tempfile.mkdtemp(prefix="make_shards-workers-")
     address = os.path.join(folder, "zygote")
@@ -71,8 +70,11 @@ def environment() -> Iterator[object]:
     runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
     runner_log.addFilter(_not_the_running_mode_warning)
     try:
-        yield SubprocessSDKEnvironment.from_command_string(   # run by a shell: exec
-            f"exec {sys.executable} {os.path.abspath(__file__)} {address}")
+        # Run by a shell, hence exec; -I -S: the standard library alone, not this
+        # file's folder (whose modules' names could shadow it) nor site-packages.
+        yield SubprocessSDKEnvironment.from_command_string(" ".join(
+            ["exec", *map(shlex.quote, [sys.executable, "-I", "-S",
+                                         os.path.abspath(__file__), address])]))
     finally:
         runner_log.removeFilter(_not_the_running_mode_warning)
         os.close(alive)
@@ -93,15 +95,18 @@ def _serve(listener: socket.socket, gone: int, folder: str) -> None:
         # Ctrl-C reaches the whole process group: the launcher stops the run, and its
         # workers end with it (their connection to it closes), as quietly as it does.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        harness = None
         while True:
             ready, _, _ = select.select([listener, gone], [], [])
             if gone in ready:
                 break
             connection, _ = listener.accept()
+            # imported here, once, not in every worker (nor if none is asked for)
+            harness = harness or importlib.import_module(_HARNESS)
             if os.fork() == 0:
                 listener.close()
                 os.close(gone)
-                _work(connection)
+                _work(connection, harness)
             connection.close()
     except BaseException:   # nothing may escape a fork into the launcher's code
         status = 1
@@ -109,7 +114,7 @@ def _serve(listener: socket.socket, gone: int, folder: str) -> None:
     os._exit(status)
 
 
-def _work(connection: socket.socket) -> None:
+def _work(connection: socket.socket, harness) -> None:
     """A worker: the relay's environment, then Beam's SDK harness as a new interpreter
     would run it; its status goes back to the relay."""
     status = 1
@@ -118,11 +123,10 @@ def _work(connection: socket.socket) -> None:
         environ = json.loads(_read_all(connection))
         os.environ.clear()
         os.environ.update(environ)
-        import importlib
         import logging
 
         logging.getLogger().handlers.clear()   # its records go to the runner, as Beam's do
-        importlib.import_module(_HARNESS).main([])
+        harness.main([])
         status = 0
     finally:
         try:
@@ -141,7 +145,7 @@ def _read_all(connection: socket.socket) -> bytes:
 def _relay(address: str) -> int:
     """The command the runner starts per worker: hand this environment to the zygote,
     wait for the worker's status, and exit with it (1 if it ended without one)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the worker, then this
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C: this ends with its worker
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(address)
         connection.sendall(json.dumps(dict(os.environ)).encode("utf-8"))
