@@ -36,11 +36,11 @@ except ModuleNotFoundError as e:  # `pip install .` is the reader alone
     raise ModuleNotFoundError(_MISSING, name="apache_beam") from None
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,
-                                                  PipelineOptions, StandardOptions,
-                                                  TestOptions)
+                                                  PipelineOptions, TestOptions)
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_jobs import append, forked_workers, output_dir, paths, staging, storage
+from beam_jobs import (append, forked_workers, local_workers, output_dir, paths, staging,
+                       storage)
 from beam_jobs.os_errors import os_error, unless_an_os_error
 from beam_jobs.cut import CutWindows, ProgressConfig, WindowConfig
 from beam_jobs.duplicates import FindDuplicates
@@ -190,25 +190,44 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     # A dry run (Dataflow's --dry_run=True) only builds the job: it must not touch the
     # output directory, which may be gs:// on a machine without credentials or network.
     dry_run = options.view_as(TestOptions).dry_run
+    try:
+        source = build_source(config)
+    except SourceError as e:
+        refuse(str(e))
+    job = _Job(config, pipeline_args, runner, source,
+               config.all_cores and local_workers.worth_workers(source, pipeline_args), started)
     if dry_run:
-        return _run(config, pipeline_args, runner,
-                    output_dir.RunDir(config.output_dir, "dry-run", ""), dry_run, started)
+        return _run(job, output_dir.RunDir(config.output_dir, "dry-run", ""), dry_run)
     # Forked before the lease's thread starts: a fork copies only the calling thread.
-    fork = fork_workers and _forks_workers(config, pipeline_args, runner)
+    fork = (fork_workers and job.all_cores and source.running_mode == "multi_processing"
+            and local_workers.can_fork(pipeline_args, runner))
     with forked_workers.environment() if fork else contextlib.nullcontext() as workers:
-        return _claim_and_run(config, pipeline_args, runner, options, started, workers)
+        return _claim_and_run(job, options, workers)
 
 
-def _claim_and_run(config: JobConfig, pipeline_args: list[str], runner: str,
-                   options: PipelineOptions, started: float,
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What run() settled before the output directory is touched."""
+    config: JobConfig
+    pipeline_args: list[str]
+    runner: str              # flags.runner_name
+    source: Source
+    all_cores: bool          # --all_cores, and worth its workers (local_workers)
+    started: float
+
+
+def _claim_and_run(job: _Job, options: PipelineOptions,
                    workers: Any) -> beam.runners.runner.PipelineResult:
-    """Claim the output directory, run, and leave it committed or as it was."""
-    job = None
+    """Claim the output directory, run, and leave it committed or as it was. `workers`:
+    forked_workers.environment()'s, or None."""
+    config, pipeline_args, runner = job.config, job.pipeline_args, job.runner
+    job_name = None
     if not is_local_runner(runner):  # the lease names the job; give it a name to name
-        job = options.view_as(GoogleCloudOptions).job_name
-        if not job:
-            job = time.strftime("make-shards-%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-            pipeline_args = [*pipeline_args, f"--job_name={job}"]
+        job_name = options.view_as(GoogleCloudOptions).job_name
+        if not job_name:
+            job_name = time.strftime("make-shards-%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+            job = dataclasses.replace(job, pipeline_args=[*pipeline_args,
+                                                          f"--job_name={job_name}"])
     # Spilling to a remote output would write an object per spill: spill to local disk.
     local_temp = (output_dir.local_temp_base(options.view_as(GoogleCloudOptions).temp_location)
                   if config.shuffle == "spill" and paths.has_scheme(config.output_dir)
@@ -216,7 +235,7 @@ def _claim_and_run(config: JobConfig, pipeline_args: list[str], runner: str,
     try:
         claim = output_dir.prepare(config.output_dir, config.overwrite,
                                    [p for p, _ in config.input_files], config.input, local_temp,
-                                   job, config.append)
+                                   job_name, config.append)
     except output_dir.OutputDirError as e:
         refuse(str(e))
     except OSError as e:
@@ -224,12 +243,11 @@ def _claim_and_run(config: JobConfig, pipeline_args: list[str], runner: str,
             raise
         sys.exit(f"{PROG}: error: {error}; nothing was committed")
     try:
-        result = _run(config, pipeline_args, runner, claim.run, False, started, claim.base,
-                      workers)
+        result = _run(job, claim.run, False, claim.base, workers)
     except BaseException as e:
         # A run that stops leaves only what proves itself. A cancelled job's workers may
         # still write: its run folder stays, listing their files for the next run.
-        if job is None:
+        if job_name is None:
             output_dir.abandon(claim.run)
         output_dir.release(claim)
         interrupted = isinstance(e, KeyboardInterrupt) or _INTERRUPTED.is_set()
@@ -248,16 +266,12 @@ def _claim_and_run(config: JobConfig, pipeline_args: list[str], runner: str,
     return result
 
 
-def _run(config: JobConfig, pipeline_args: list[str], runner: str,
-         run_dir: output_dir.RunDir, dry_run: bool, started: float,
+def _run(job: _Job, run_dir: output_dir.RunDir, dry_run: bool,
          base: Optional[data_format.DatasetSpec] = None,
          workers: Any = None) -> beam.runners.runner.PipelineResult:
-    """Build and run the pipeline. `workers`: forked_workers.environment()'s, used when
-    the source runs in processes."""
-    try:
-        source = build_source(config)
-    except SourceError as e:
-        refuse(str(e))
+    """Build and run the pipeline. `workers`: forked_workers.environment()'s, the
+    environment of --all_cores's worker processes, or None."""
+    config, pipeline_args, runner, source = job.config, job.pipeline_args, job.runner, job.source
     if base is not None:
         why = append.problem(base, config.output_dir, recorded_flags(config),
                              config.input_kind, source.features,
@@ -266,10 +280,9 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
         if why:
             refuse(why)
     note_group_memory(config, source, runner)
-    all_cores = config.all_cores and _worth_workers(source, pipeline_args)
-    fork = all_cores and workers is not None and source.running_mode == "multi_processing"
-    options = _pipeline_options(pipeline_args, all_cores,
-                                "in_memory" if fork else source.running_mode)
+    fork = workers is not None
+    options = local_workers.pipeline_options(pipeline_args, job.all_cores,
+                                             "in_memory" if fork else source.running_mode)
     staging.stage_requirements(options, config.encoder)
     pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if fork else None,
                              options=options)
@@ -299,7 +312,7 @@ def _run(config: JobConfig, pipeline_args: list[str], runner: str,
     if not _counter(result, COMMITTED):
         sys.exit(f"{PROG}: error: {_why_not_committed(result, config, run_dir)}. No "
                  "dataset.json was written; a dataset already there is unchanged.")
-    _log_summary(config.output_dir, time.monotonic() - started)
+    _log_summary(config.output_dir, time.monotonic() - job.started)
     if config.append:
         _LOG.info("skipped %d input videos already in the dataset (--append)", skipped)
     return result
@@ -320,49 +333,6 @@ def _why_not_committed(result, config: JobConfig, run_dir: output_dir.RunDir) ->
         "distributions"]
     return (f"no window to commit: every video is shorter than --window {config.window} "
             f"(the longest has {longest.committed.max} frames)")
-
-
-# --all_cores in processes: with less input than this, one process is faster. Every stage
-# then makes round trips to each worker, about 1.5 s a run on the 2-core machine, more
-# than two processes save below about 0.5 GB of latents (docs/benchmarks.md).
-ALL_CORES_MIN_BYTES = 512 * 2**20
-
-
-def _worth_workers(source: Source, pipeline_args: list[str]) -> bool:
-    """Whether --all_cores runs workers: threads always; processes for inputs of
-    ALL_CORES_MIN_BYTES or more, or when --direct_num_workers says how many."""
-    if (source.running_mode != "multi_processing" or source.stored_bytes >= ALL_CORES_MIN_BYTES
-            or "--direct_num_workers" in " ".join(pipeline_args)):
-        return True
-    _LOG.info("--all_cores: %.0f MiB of input runs in one process, faster than worker "
-              "processes below %d MiB", source.stored_bytes / 2**20,
-              ALL_CORES_MIN_BYTES // 2**20)
-    return False
-
-
-def _forks_workers(config: JobConfig, pipeline_args: list[str], runner: str) -> bool:
-    """Whether --all_cores's worker processes, if its source runs in processes, are to
-    be forks of this one (forked_workers): on FnApiRunner, unless the flags name a
-    running mode."""
-    return (config.all_cores and runner.rsplit(".", 1)[-1].lower() == "fnapirunner"
-            and "--direct_running_mode" not in " ".join(pipeline_args)
-            and forked_workers.can_fork())
-
-
-def _pipeline_options(pipeline_args: list[str], all_cores: bool,
-                      running_mode: str) -> PipelineOptions:
-    """Beam's options; FnApiRunner when no runner is named; with --all_cores one worker
-    per core in `running_mode` (the source's: processes or threads), unless the flags
-    say otherwise."""
-    options = PipelineOptions(pipeline_args)
-    standard, direct = options.view_as(StandardOptions), options.view_as(DirectOptions)
-    if standard.runner is None:
-        standard.runner = "FnApiRunner"
-    if all_cores and "--direct_num_workers" not in " ".join(pipeline_args):
-        direct.direct_num_workers = os.cpu_count() or 1
-    if all_cores and "--direct_running_mode" not in " ".join(pipeline_args):
-        direct.direct_running_mode = running_mode
-    return options
 
 
 def _log_summary(directory: str, elapsed: float) -> None:

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from beam_jobs import flags, lease, make_shards
+from beam_jobs import flags, lease, local_workers
 from readers import dataset, format as data_format, inspect as inspect_cli, malloc, preview
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,7 +141,7 @@ def test_the_constants_the_readme_quotes(readme):
 
 def test_the_constants_the_docs_quote():
     dataflow = _words(_read("docs", "dataflow.md"))
-    assert f"latent inputs under {make_shards.ALL_CORES_MIN_BYTES >> 20} MiB run in one " \
+    assert f"latent inputs under {local_workers.ALL_CORES_MIN_BYTES >> 20} MiB run in one " \
            "process" in dataflow
     guarantees = _words(_read("docs", "guarantees.md"))
     assert f"renewed every {lease.HEARTBEAT_SECONDS:g} s" in guarantees
