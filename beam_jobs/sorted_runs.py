@@ -38,9 +38,6 @@ from readers.format.tfrecord import read_exactly, read_frame
 MAGIC = b"VWSRUN02"
 _ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8")])
 _TRAILER = struct.Struct("<Q8s")
-# What a slice's lookup reads besides its entries, as the job's temp_bytes_read counter
-# counts it: the trailer and the entry after the slice's last (where its last frame ends).
-LOOKUP_BYTES = _TRAILER.size + _ENTRY.itemsize
 
 Record = tuple[int, bytes]   # (key, example): runs hold them in this order
 
