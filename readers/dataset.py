@@ -11,27 +11,15 @@ import os
 from typing import Any, Optional, Sequence
 
 import tensorflow as tf
-# The two classes tf.data.TFRecordDataset(files, num_parallel_reads=N) is built from. Used
-# directly because the public ways cost a trainer's host CPU every epoch (measured in
-# benchmarks/bench_reader.py's README section): TFRecordDataset(file) wraps one file in
-# a flat_map whose function is instantiated again for every shard at every epoch's start
-# (about 1 ms a shard), and Dataset.interleave passes every record through one shared
-# queue, where this interleave gives each open shard its own thread and buffer. Both are
-# internal names of the pinned tensorflow (setup.py); the tests run through them.
-from tensorflow.python.data.ops.readers import ParallelInterleaveDataset, _TFRecordDataset
-# And the class behind Dataset.map, for its use_inter_op_parallelism=False: the parse then
-# runs in the thread that asks for the batch, not handed to the inter-op pool, whose
-# threads spin while they wait for work (2% of the CPU per window, measured side by side).
-from tensorflow.python.data.ops.map_op import _MapDataset
 
-from readers import format as data_format, malloc
+from readers import format as data_format, malloc, tf_internals
 from readers.selection import Selection, require_positive
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
 # already shuffled globally at write time; this buffer only varies the order per epoch,
 # and a large one costs: page faults on its memory, and a first batch only once it is full
-# (measured: 256 MB cut throughput by a fifth against 16 MB).
+# (docs/benchmarks.md, "Reader throughput").
 SHUFFLE_BUFFER_BYTES = 16 << 20
 MAX_SHUFFLE_BUFFER = 1024
 MAX_CYCLE_LENGTH = 8
@@ -85,6 +73,16 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
       structure: a nested tuple of feature names, e.g. `(("window", "mask"), "labels")`:
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
+
+    Returns:
+      A `tf.data.Dataset` of batches, prefetched.
+
+    Raises:
+      ValueError: no dataset.json (not a finished dataset), an unknown format version,
+        split or feature name, a split without shards, or fewer windows than a batch
+        (with drop_remainder=True and no repeat), or fewer shards than input pipelines.
+        A corrupt or short shard is an error naming it when the batch that reads it is
+        made.
     """
     require_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer,
                      cycle_length=cycle_length)
@@ -121,11 +119,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         example_bytes = _example_bytes(spec.features)
         group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-        ds = ParallelInterleaveDataset(
+        ds = tf_internals.interleave(
             ds, lambda *shard: read(*shard).batch(group),
-            cycle_length=cycle_length or min(MAX_CYCLE_LENGTH, len(files)),
-            block_length=1, sloppy=not deterministic, buffer_output_elements=None,
-            prefetch_input_elements=PREFETCH_SHARDS).unbatch()
+            cycle_length or min(MAX_CYCLE_LENGTH, len(files)), deterministic,
+            PREFETCH_SHARDS).unbatch()
         buffer = shuffle_buffer or max(batch_size, min(
             MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
@@ -151,11 +148,11 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                       deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
     # Nothing here is left to tune but the prefetch depth, which grows as it is drained
     # without tf.data's autotuning too. With autotuning, whole epochs of latent windows
-    # ran at half speed from time to time (benchmarks/bench_reader.py; README).
+    # ran at half speed from time to time (benchmarks/bench_reader.py).
     options = tf.data.Options()
     options.autotune.enabled = False
-    return _MapDataset(ds, parse, use_inter_op_parallelism=False).prefetch(
-        tf.data.AUTOTUNE).with_options(options)
+    return tf_internals.map_in_caller(ds, parse).prefetch(tf.data.AUTOTUNE).with_options(
+        options)
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,
@@ -170,8 +167,7 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compres
     (a stat; glob characters in the path escaped). On gs:// that op lists the whole
     directory, so there a shard gone before it is opened is TensorFlow's NotFound naming
     it (the 1-byte read below), and one gone while it is read is told by `lost`, which
-    says so. Both cost about 140 us a shard opened (measured with 4 KB shards: 180 us
-    a shard without them, 320 with), where reading a 200 MB shard takes 0.1 s or more.
+    says so. Both cost a stat and a tiny read a shard opened, nothing beside reading it.
 
     TensorFlow's own error for a flipped byte says only "corrupted record at 1173132".
     Here a read error ends the shard (`ignore_errors`), stand-in records follow, and
@@ -194,7 +190,7 @@ def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compres
     # before it is opened never ended: a 1-byte read first (one small request on gs://)
     # lets that error through, TensorFlow's NotFound naming the file.
     opened = tf.data.FixedLengthRecordDataset(file, 1, buffer_size=1).take(1).skip(1)
-    records = _TFRecordDataset(file, compression, 0 if local else REMOTE_READ_BUFFER)
+    records = tf_internals.tfrecord_file(file, compression, 0 if local else REMOTE_READ_BUFFER)
     return opened.concatenate(records.ignore_errors()).concatenate(
         tf.data.Dataset.from_tensors(lost).repeat()).take(expected)
 

@@ -221,62 +221,6 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
     return problems
 
 
-def _numeric(values: np.ndarray) -> bool:
-    return values.dtype.kind in "fiu"
-
-
-def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optional[int],
-          seed: int) -> str:
-    """Mean, std, min, max per numeric feature over `sample` windows (None: all), with
-    the NaN and Inf values counted (and left out of the others), a label histogram, and
-    the fraction of masked frames."""
-    from readers.dataset import make_dataset
-
-    ds = make_dataset(path, split, batch_size=64, seed=seed, drop_remainder=False)
-    totals: dict[str, list] = collections.defaultdict(
-        lambda: [0, 0.0, 0.0, np.inf, -np.inf, 0, 0])
-    labels, seen = [], 0
-    for batch in ds:
-        for name, tensor in batch.items():
-            values = tensor.numpy()
-            if not _numeric(values) or name == "start":
-                continue
-            values = values[:None if sample is None else sample - seen].astype(np.float64)
-            t = totals[name]
-            t[5] += int(np.isnan(values).sum())
-            t[6] += int(np.isinf(values).sum())
-            values = values[np.isfinite(values)]
-            if values.size:
-                t[0] += values.size
-                t[1] += values.sum()
-                t[2] += np.square(values).sum()
-                t[3], t[4] = min(t[3], values.min()), max(t[4], values.max())
-            if name == "labels":
-                labels.append(values.reshape(-1))
-        seen += len(next(iter(batch.values())))
-        if sample is not None and seen >= sample:
-            break
-    lines = [f"statistics of {min(seen, sample or seen)} {split} windows (NaN and Inf "
-             "counted apart):",
-             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s} "
-             f"{'NaN':>8s} {'Inf':>8s}"]
-    for name, (n, total, squares, low, high, nans, infs) in totals.items():
-        mean = total / n if n else float("nan")
-        std = np.sqrt(max(0.0, squares / n - mean ** 2)) if n else float("nan")
-        lines.append(f"  {name:10s} {mean:12.5g} {std:12.5g} {low:12.5g} {high:12.5g} "
-                     f"{nans:8d} {infs:8d}")
-    if "mask" in totals and totals["mask"][0]:
-        n, total = totals["mask"][:2]
-        lines.append(f"masked frames: {1 - total / n:.2%}")
-    if labels and sum(map(len, labels)):
-        counts, edges = np.histogram(np.concatenate(labels), bins=10)
-        lines.append("label histogram:")
-        for count, low, high in zip(counts, edges, edges[1:]):
-            bar = "#" * round(40 * count / max(1, counts.max()))
-            lines.append(f"  [{low:10.4g}, {high:10.4g})  {count:8d}  {bar}")
-    return "\n".join(lines)
-
-
 def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int, seed: int,
             decoder: Optional[str]):
     """A contact sheet (pixels, or latents through `decoder`) or heatmaps of `count`
@@ -377,6 +321,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "
                        f"{'preview' if args.preview else 'describe'}\n")
     if args.stats:
+        from readers.stats import stats
+
         print(stats(args.path, dataset, split, None if args.all else args.sample, args.seed))
     if args.preview:
         image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)

@@ -4,9 +4,9 @@ Each batch the tf.data reader hands out is a fresh block of a few MB (64 latent 
 of [100, 200] float32: 5 MB). glibc's malloc serves blocks that large with mmap, or returns
 them to the kernel on free once its heap's free top passes a threshold (by default twice
 the largest block freed so far); the next batch then gets new zeroed pages from the
-kernel, one page fault per 4 KB touched. Measured side by side (README, "Reader
-throughput"): 5 to 6 faults per window, a quarter of the tf.data reader's CPU time. With
-blocks below 32 MB taken from the heap and up to 256 MB of free heap kept, 0.1 to 0.6.
+kernel, one page fault per 4 KB touched: a large share of the tf.data reader's CPU time,
+and almost none of it with blocks below 32 MB taken from the heap and up to 256 MB of
+free heap kept (measured side by side: docs/benchmarks.md, "Reader throughput").
 
 This is a process-wide setting of the C allocator, so it is applied once, only on glibc,
 and never over the user's own choice: not when MALLOC_MMAP_THRESHOLD_,

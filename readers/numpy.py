@@ -38,7 +38,20 @@ from readers.shards import Shards
 
 
 class WindowSource:
-    """The windows of one split, by index: `len(source)`, `source[i]` -> {name: array}."""
+    """The windows of one split, by index: `len(source)`, `source[i]` -> {name: array}.
+
+    Args:
+      path: the output directory of beam_jobs.make_shards: local, gs:// (with the
+        `[gcs]` extra) or any fsspec path.
+      split: which split.
+      features: names of the features to read (default: all of dataset.json's).
+      float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: as stored).
+      keep_float16: float16 and bfloat16 latents stay as stored (default: float32).
+
+    Raises:
+      ValueError: no dataset.json, an unknown format version, split or feature, gzip
+        shards (they have no index), or a dataset.json the shards do not match.
+    """
 
     def __init__(self, path: str, split: str = "train",
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
@@ -94,14 +107,31 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
             features: Optional[Sequence[str]] = None, float_pixels: bool = False,
             keep_float16: bool = False, threads: Optional[int] = None, prefetch: int = 4
             ) -> Iterator[dict[str, Any]]:
-    """Batches of one epoch as dicts of numpy arrays ([batch_size, ...]; `video_id` a
-    numpy bytes (`S`) array), in an order that is a pure function of (seed, epoch): step k
+    """Batches of one epoch, in an order that is a pure function of (seed, epoch): step k
     of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
-    that stopped after k steps would have gone on. `shard_index`/`num_shards` give this
-    host its slice. Batches are read and parsed ahead by a pool of `threads`, `prefetch`
-    batches at a time. By default one thread for latents (parsing holds Python's lock:
-    more threads only contend for it) and one per core for PNG and JPEG frames (Pillow
-    decodes without the lock)."""
+    that stopped after k steps would have gone on.
+
+    Args:
+      path, split, features, float_pixels, keep_float16: as `WindowSource`'s.
+      batch_size: windows a batch.
+      shuffle: a new permutation each epoch (False: the split's order).
+      seed, epoch: which permutation.
+      shard_index, num_shards: this host's slice of the epoch; every host gets the same
+        number of steps (the few windows left over are left out).
+      drop_remainder: leave out a last partial batch.
+      start_step: the first step to give (a resume).
+      threads: a pool that reads and parses batches ahead (default: one for latents,
+        whose parsing holds Python's lock; one per core for PNG and JPEG frames, which
+        Pillow decodes without it).
+      prefetch: batches read ahead.
+
+    Returns:
+      An iterator of dicts of numpy arrays ([batch_size, ...]; `video_id` a numpy bytes
+      (`S`) array).
+
+    Raises:
+      ValueError: as `WindowSource`, or fewer windows on this host than a batch.
+    """
     require_positive(batch_size=batch_size)
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16)

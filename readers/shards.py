@@ -9,10 +9,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-import struct
 from typing import Iterable, Optional, Sequence
 
-import google_crc32c
 import numpy as np
 
 from readers.format import index, tfrecord
@@ -169,15 +167,9 @@ class Shards:
 
     def check(self, shard: int, local: int, start: int, frame: bytearray,
               data: list[np.ndarray], header: bytes) -> None:
-        """A frame's length and CRCs: `frame` starts with its header, which must be
-        `header` (it hangs on the size alone), and ends with its footer, the CRC of its
-        example, which `data` holds in pieces."""
-        crc = 0
-        for piece in data:
-            crc = google_crc32c.extend(crc, piece)
-        footer = len(frame) - tfrecord.FOOTER_BYTES
-        if (frame[:tfrecord.HEADER_BYTES] != header
-                or tfrecord.mask(crc) != struct.unpack_from("<I", frame, footer)[0]):
+        """A frame's length and CRCs (tfrecord.frame_is_sound): `frame` starts with
+        `header` and ends with the CRC of its example, which `data` holds in pieces."""
+        if not tfrecord.frame_is_sound(frame, data, header):
             raise OSError(f"shard {self.name(shard)} is corrupt at record {local} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
 

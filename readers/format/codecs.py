@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import numpy as np
 
+from readers.format.feature import Feature
 from readers.format.wire import field, header, list_values, read_varint, signed, varint
 
 if TYPE_CHECKING:
     import tensorflow as tf
-
-    from readers.format.spec import FeatureSpec
 
 Buffer = Union[bytes, bytearray]
 
@@ -51,12 +50,12 @@ def _one_field(record: Buffer, start: int, end: int) -> Optional[int]:
     return None
 
 
-def _unit(stored: np.ndarray) -> np.ndarray:
+def to_unit(stored: np.ndarray) -> np.ndarray:
     """uint8 pixels as float32 in [0, 1] (`float_pixels`)."""
     return stored.astype(np.float32) / np.float32(255.0)
 
 
-def _tf_unit(values: tf.Tensor) -> tf.Tensor:
+def tf_to_unit(values: tf.Tensor) -> tf.Tensor:
     import tensorflow as tf
 
     return tf.cast(values, tf.float32) / 255.0
@@ -73,11 +72,11 @@ class Codec:
     column_dtype: np.dtype     # of a batch's column of values as stored (readers.numpy)
     dtypes: ClassVar[tuple[str, ...]]   # what a feature of this encoding may hold
 
-    def __init__(self, feature: FeatureSpec):
+    def __init__(self, feature: Feature):
         self.feature = feature
 
     @classmethod
-    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+    def problem(cls, feature: Feature) -> Optional[str]:
         """What makes `feature`'s dtype or shape one this encoding cannot hold, or None:
         dataset.json is checked so before a reader trusts it (a `complex64` float list,
         a bytes feature of shape [4])."""
@@ -250,7 +249,7 @@ class BytesCodec(Codec):
     column_dtype = np.dtype(object)
 
     @classmethod
-    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+    def problem(cls, feature: Feature) -> Optional[str]:
         if feature.shape:
             return f"a {cls.encoding} feature is one string, shape [], not {list(feature.shape)}"
         return super().problem(feature)
@@ -296,7 +295,7 @@ class RawCodec(_ArrayCodec):
     dtypes = ("float16", "bfloat16", "float32", "float64", "uint8", "int8", "uint16",
               "int16", "int32", "int64")
 
-    def __init__(self, feature: FeatureSpec):
+    def __init__(self, feature: Feature):
         super().__init__(feature)
         self.stored_dtype = self.column_dtype = np.dtype(
             "<u2" if feature.dtype == "bfloat16" else np.dtype(feature.dtype).newbyteorder("<"))
@@ -329,7 +328,7 @@ class RawCodec(_ArrayCodec):
         if dtype == "float16" and not keep_float16:
             return stored.astype(np.float32)
         if float_pixels and dtype == "uint8":
-            return _unit(stored)
+            return to_unit(stored)
         return stored
 
     def parse_feature(self) -> tf.io.FixedLenFeature:
@@ -347,5 +346,5 @@ class RawCodec(_ArrayCodec):
         if dtype in ("float16", "bfloat16") and not keep_float16:
             return tf.cast(values, tf.float32)
         if float_pixels and dtype == "uint8":
-            return _tf_unit(values)
+            return tf_to_unit(values)
         return values

@@ -5,13 +5,12 @@ each generation's count is what its shards hold."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from readers.format.json_checks import Bad, at, count, get, typed
 from readers.format.names import RUN_ID, run_id_of
+from readers.format.splits import SplitInfo
 
-if TYPE_CHECKING:
-    from readers.format.spec import SplitInfo
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from readers.format.codecs import Buffer, Codec, _tf_unit, _unit
+from readers.format.codecs import Buffer, Codec, tf_to_unit, to_unit
+from readers.format.feature import Feature
 from readers.format.wire import field, list_values
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from readers.format.spec import FeatureSpec
 
 
 class _ImageCodec(Codec):
@@ -26,7 +26,7 @@ class _ImageCodec(Codec):
     column_dtype = np.dtype(np.uint8)
 
     @classmethod
-    def problem(cls, feature: FeatureSpec) -> Optional[str]:
+    def problem(cls, feature: Feature) -> Optional[str]:
         shape = feature.shape
         if len(shape) != 4 or shape[-1] not in (1, 3):
             return (f"a {cls.encoding} feature is frames [L, H, W, C] with C 1 or 3, not "
@@ -68,7 +68,7 @@ class _ImageCodec(Codec):
 
     def finish(self, stored: np.ndarray, *, float_pixels: bool,
                keep_float16: bool) -> np.ndarray:
-        return _unit(stored) if float_pixels else stored
+        return to_unit(stored) if float_pixels else stored
 
     def parse_feature(self) -> tf.io.FixedLenFeature:
         import tensorflow as tf
@@ -88,7 +88,7 @@ class _ImageCodec(Codec):
             tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
             parallel_iterations=32)
         values = tf.reshape(frames, [-1, *self.feature.shape])
-        return _tf_unit(values) if float_pixels else values
+        return tf_to_unit(values) if float_pixels else values
 
     def _tf_decoder(self):
         raise NotImplementedError
@@ -115,5 +115,5 @@ class JpegCodec(_ImageCodec):
         import tensorflow as tf
 
         # libjpeg's accurate integer DCT: the values Pillow gives (readers.numpy), where
-        # TensorFlow's default fast DCT differs by up to 9 levels (measured).
+        # TensorFlow's default fast DCT differs by a few levels.
         return functools.partial(tf.io.decode_jpeg, dct_method="INTEGER_ACCURATE")

@@ -23,6 +23,7 @@ from readers.format.json_checks import Bad, at, count, get, shown, typed
 from readers.format.names import (
     COMPRESSIONS, DATASET_JSON, RUN_ID, VIDEOS_JSONL, index_name, is_dataset_file,
     is_shard_name, run_id_of, shard_suffix, tf_compression_type)
+from readers.format.splits import Shard, SplitInfo
 from readers.format.tfrecord import FRAME_OVERHEAD
 
 FORMAT_VERSION = 4
@@ -86,23 +87,6 @@ def window_features(window: FeatureSpec, metadata_length: int = 0,
         features.append(FeatureSpec("metadata", (metadata_length,), "float32", "float"))
     return features + [FeatureSpec("video_id", (), "string", "bytes"),
                        FeatureSpec("start", (), "int64", "int64")]
-
-
-@dataclasses.dataclass(frozen=True)
-class Shard:
-    file: str
-    examples: int
-    index: Optional[str] = None   # its offset index (uncompressed shards only)
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitInfo:
-    videos: int
-    windows: int
-    skipped_short: int
-    shards: tuple[Shard, ...]
-    bad_frames: int = 0
-    frames: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,7 +306,18 @@ def _shard(d: Any, where: str, split: str, compression: str,
 
 
 def load_spec(path: str) -> DatasetSpec:
-    """`path/dataset.json` (a local path, or any scheme fsspec knows: gs:// too)."""
+    """A dataset's dataset.json, checked before anything trusts it.
+
+    Args:
+      path: the output directory: a local path, or any scheme fsspec knows (gs:// too).
+
+    Returns:
+      Its `DatasetSpec`.
+
+    Raises:
+      FileNotFoundError: no dataset.json: not a finished dataset.
+      SpecError: a dataset.json this reader cannot trust, with which value is wrong.
+    """
     json_path = os.path.join(path, DATASET_JSON)
     try:
         if "://" in path and not path.startswith("file://"):

@@ -9,7 +9,7 @@ record is one `Lost` record, a broken length header loses the rest of the file.
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO, NamedTuple, Union
+from typing import BinaryIO, NamedTuple, Sequence, Union
 
 import google_crc32c
 
@@ -44,6 +44,20 @@ def footer(record: bytes) -> bytes:
 def frame(record: bytes) -> bytes:
     """A record's TFRecord frame (one join: a window's bytes are copied once, not twice)."""
     return b"".join((header(len(record)), record, footer(record)))
+
+
+def frame_is_sound(frame: Union[bytes, bytearray], data: Sequence, expected_header: bytes
+                   ) -> bool:
+    """Whether a frame in memory is that of its data: `frame` starts with
+    `expected_header` (the header of the length it should have: it hangs on the length
+    alone) and ends with the masked CRC of its data, which `data` holds in pieces
+    (bytes-like, or numpy arrays of bytes: readers.numpy scatters a record's values into
+    a batch's rows before it checks them)."""
+    crc = 0
+    for piece in data:
+        crc = google_crc32c.extend(crc, piece)
+    return (frame[:HEADER_BYTES] == expected_header
+            and mask(crc) == _CRC.unpack_from(frame, len(frame) - FOOTER_BYTES)[0])
 
 
 class Lost(NamedTuple):

@@ -6,20 +6,20 @@ feature's list sits, so that readers.numpy reads fixed-width values straight int
 batch (`Layout`); `list_values` reads a list message, packed or not.
 
 Why by hand: building the message through the protobuf API copies arrays value by value
-(8 ms for 20k floats against microseconds), a Beam worker then never imports TensorFlow
-(about 7 CPU-seconds and 300 MB per worker process), and a PyTorch or JAX trainer reads
-the shards without TensorFlow at all.
+(here a window's array is one buffer), a Beam worker then never imports TensorFlow (its
+seconds of start-up and hundreds of MB per worker process), and a PyTorch or JAX trainer
+reads the shards without TensorFlow at all.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+import math
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from readers.format.spec import FeatureSpec
+from readers.format.feature import Feature
 
 
 _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))   # most tags and lengths: no loop
@@ -49,7 +49,7 @@ def field(number: int, payload: bytes) -> bytes:
     return header(number, len(payload)) + payload
 
 
-def encode_example(features: list[FeatureSpec], values: Mapping[str, Any]) -> bytes:
+def encode_example(features: Sequence[Feature], values: Mapping[str, Any]) -> bytes:
     """Serialize one window as a tf.train.Example; `values` holds one value per feature.
     The bytes are those TensorFlow's `SerializeToString(deterministic=True)` gives (map
     entries sorted by key). Each codec hands its Feature as parts (`Codec.encode_parts`:
@@ -128,37 +128,57 @@ def message_fields(buf: bytes, pos: int, end: int, what: str = "a tf.train.Examp
         pos = after
 
 
+class ListSpan(NamedTuple):
+    """Where a feature's list message lies in a record: bytes [first, last), of `kind`
+    "bytes", "float" or "int64" ("" for a Feature that holds no list)."""
+    kind: str
+    first: int
+    last: int
+
+
+class DirectSpan(NamedTuple):
+    """A feature whose values are bytes [first, last) of an example, an array as stored."""
+    name: str
+    first: int
+    last: int
+
+
+class FixedSpan(NamedTuple):
+    """Bytes [first, last) of the rest of an example, the same in every example of a
+    layout: tags, lengths and keys."""
+    first: int
+    last: int
+    data: bytes
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where the features sit in the examples of one size and structure, so that a reader
     can put each fixed-width feature's values straight where they go (readers.numpy reads
     them into their rows of a batch) and read the rest, a few hundred bytes, on its own.
 
-    `direct`: (name, first, last) of each such feature, in order: its values are bytes
-    [first, last) of the example, the array as stored (a packed FloatList of float32, or
-    a raw array's bytes). Cut out, they leave the *rest* of the example, `rest_size`
-    bytes, which holds the other features' lists (`lists`: name -> (kind, first, last) in
-    the rest) and the bytes every example of this layout shares (`fixed`: (first, last,
-    bytes) spans of the rest: tags, lengths and keys, all that a walk's decisions depend
-    on). A record whose rest has those bytes has this layout.
+    `direct`: each feature stored as a plain array in one packed field (a FloatList of
+    float32, or a raw array's bytes), in order of where it lies. Cut out, they leave the
+    *rest* of the example, `rest_size` bytes, which holds the other features' lists
+    (`lists`: where each lies in the rest) and the bytes every example of this layout
+    shares (`fixed`: all that a walk's decisions depend on). A record whose rest has those
+    bytes has this layout.
     """
     size: int
-    direct: tuple[tuple[str, int, int], ...]
-    lists: dict[str, tuple[str, int, int]]
-    fixed: tuple[tuple[int, int, bytes], ...]
+    direct: tuple[DirectSpan, ...]
+    lists: dict[str, ListSpan]
+    fixed: tuple[FixedSpan, ...]
 
     @property
     def rest_size(self) -> int:
-        return self.size - sum(last - first for _, first, last in self.direct)
+        return self.size - sum(span.last - span.first for span in self.direct)
 
     def fits(self, rest: Union[bytes, bytearray], start: int = 0) -> bool:
         """Whether the rest at rest[start:] is that of an example of this layout."""
-        for a, b, same in self.fixed:
-            if rest[start + a:start + b] != same:
-                return False
-        return True
+        return all(rest[start + span.first:start + span.last] == span.data
+                   for span in self.fixed)
 
-    def values(self, features: list[FeatureSpec], rest: Union[bytes, bytearray],
+    def values(self, features: Sequence[Feature], rest: Union[bytes, bytearray],
                start: int = 0) -> dict[str, Any]:
         """The values of `features` (none of them direct) from a rest that `fits`, as
         stored (`Codec.from_wire`)."""
@@ -169,48 +189,58 @@ class Layout:
         return out
 
 
-def layout(features: list[FeatureSpec], record: Union[bytes, bytearray], start: int = 0,
+def layout(features: Sequence[Feature], record: Union[bytes, bytearray], start: int = 0,
            end: Optional[int] = None) -> Layout:
     """The layout of the example record[start:end]: `features` that are stored as plain
     arrays in one packed field are direct. It reads any valid encoding of such an Example
     (packed or not); ValueError on a record that does not fit."""
     end = len(record) if end is None else end
     entries = feature_lists(record, start, end)
-    direct = []
     for f in features:
         if f.name not in entries:
             raise ValueError(f"feature {f.name!r} is missing")
-        kind, first, last = entries[f.name]
-        dtype = f.codec.stored_dtype
-        if (dtype is None or kind != f.codec.list_kind or last - first < 2
-                or record[start + first] != 0x0A):
-            continue
-        length, at = read_varint(record, start + first + 1)
-        count = 1
-        for dim in f.shape:
-            count *= dim
-        if length == count * dtype.itemsize > 0 and at + length == start + last:
-            direct.append((f.name, at - start, last))
-    direct.sort(key=lambda d: d[1])
-    cuts = [(first, last) for _, first, last in direct]
-
-    def in_rest(pos: int) -> int:
-        return pos - sum(last - first for first, last in cuts if last <= pos)
-
-    rest = b"".join(bytes(record[start + a:start + b]) for a, b in
-                    zip([0] + [last for _, last in cuts], [first for first, _ in cuts]
-                        + [end - start]))
-    names = {name for name, _, _ in direct}
-    lists = {name: (kind, in_rest(first), in_rest(last))
-             for name, (kind, first, last) in entries.items() if name not in names}
-    spans = sorted((first, last) for _, first, last in lists.values())
-    fixed = tuple((a, b, rest[a:b]) for a, b in zip(
-        [0] + [last for _, last in spans], [first for first, _ in spans] + [len(rest)])
-        if b > a)
+    direct = sorted((span for f in features
+                     if (span := _direct_span(f, entries[f.name], record, start))),
+                    key=lambda span: span.first)
+    rest = b"".join(bytes(record[start + a:start + b])
+                    for a, b in _gaps([(s.first, s.last) for s in direct], end - start))
+    lists = {name: ListSpan(entry.kind, _in_rest(entry.first, direct),
+                            _in_rest(entry.last, direct))
+             for name, entry in entries.items()
+             if name not in {span.name for span in direct}}
+    fixed = tuple(FixedSpan(a, b, rest[a:b]) for a, b in _gaps(
+        sorted((span.first, span.last) for span in lists.values()), len(rest)))
     return Layout(end - start, tuple(direct), lists, fixed)
 
 
-def example_values(features: list[FeatureSpec], record: Union[bytes, bytearray]
+def _direct_span(feature: Feature, entry: ListSpan, record: Union[bytes, bytearray],
+                 start: int) -> Optional[DirectSpan]:
+    """Where `feature`'s values lie as one plain array in the record (relative to
+    `start`), when they do: its codec stores them so, and its list is one packed field
+    of exactly their bytes."""
+    dtype = feature.codec.stored_dtype
+    if (dtype is None or entry.kind != feature.codec.list_kind
+            or entry.last - entry.first < 2 or record[start + entry.first] != 0x0A):
+        return None
+    length, at = read_varint(record, start + entry.first + 1)
+    if (length == math.prod(feature.shape) * dtype.itemsize > 0
+            and at + length == start + entry.last):
+        return DirectSpan(feature.name, at - start, entry.last)
+    return None
+
+
+def _gaps(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The non-empty ranges of [0, size) between sorted, disjoint `spans`."""
+    edges = [0, *(x for span in spans for x in span), size]
+    return [(a, b) for a, b in zip(edges[0::2], edges[1::2]) if b > a]
+
+
+def _in_rest(position: int, direct: list[DirectSpan]) -> int:
+    """A position of the example as a position of its rest (the direct spans cut out)."""
+    return position - sum(span.last - span.first for span in direct if span.last <= position)
+
+
+def example_values(features: Sequence[Feature], record: Union[bytes, bytearray]
                    ) -> dict[str, Any]:
     """The values of `features` in one example record, as stored (`Codec.from_wire`):
     how `readers.inspect --verify` parses a record without TensorFlow. ValueError when a
@@ -226,17 +256,16 @@ def example_values(features: list[FeatureSpec], record: Union[bytes, bytearray]
 
 
 def feature_lists(record: Union[bytes, bytearray], start: int = 0, end: Optional[int] = None
-                  ) -> dict[str, tuple[str, int, int]]:
-    """name -> (kind, first, last) of each feature of the example record[start:end]: its
-    list message is record[start + first:start + last], of kind "bytes", "float" or
-    "int64" ("" for a Feature that holds no list); `list_values` reads it. ValueError on a
-    record that is not an Example."""
+                  ) -> dict[str, ListSpan]:
+    """name -> where the list of each feature of the example record[start:end] lies: its
+    list message is record[start + first:start + last] (`list_values` reads it).
+    ValueError on a record that is not an Example."""
     end = len(record) if end is None else end
     try:
         walked = _walk(record, start, end)
     except IndexError:
         raise ValueError("not a tf.train.Example: a field runs past the record's end") from None
-    return {key.decode("utf-8", "replace"): entry for key, entry in walked.items()}
+    return {key.decode("utf-8", "replace"): ListSpan(*entry) for key, entry in walked.items()}
 
 
 def _walk(record: Union[bytes, bytearray], start: int,

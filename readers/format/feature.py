@@ -1,0 +1,38 @@
+"""A feature as the code that encodes and reads it sees one: its name, shape, dtype and
+encoding, and its encoding's codec. Protocols, so that the codecs and the wire format
+take any such feature and import no spec (spec.FeatureSpec is the one dataset.json
+makes, and codecs.Codec the codec it binds)."""
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+import numpy as np
+
+
+class FeatureCodec(Protocol):
+    """What the wire format asks of a feature's codec."""
+    list_kind: str                    # "bytes", "float" or "int64"
+    stored_dtype: Optional[np.dtype]  # of values stored as one plain array, else None
+
+    def encode_parts(self, value: Any) -> list: ...
+
+    def from_wire(self, kind: str, record: Any, start: int, end: int) -> Any: ...
+
+
+class Feature(Protocol):
+    """A feature of a window example."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def encoding(self) -> str: ...
+
+    @property
+    def codec(self) -> FeatureCodec: ...

@@ -1,0 +1,22 @@
+"""A split of dataset.json: its counts and its shards."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    file: str
+    examples: int
+    index: Optional[str] = None   # its offset index (uncompressed shards only)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    videos: int
+    windows: int
+    skipped_short: int
+    shards: tuple[Shard, ...]
+    bad_frames: int = 0
+    frames: int = 0
