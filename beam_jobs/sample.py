@@ -1,4 +1,5 @@
-"""Write a small sample input: latent sequences in the first user story's format.
+"""Write a small sample input: latent sequences as serialized-tensor records
+(docs/format.md).
 
     python -m beam_jobs.sample sample/ [--videos 24] [--files 3]
 

@@ -4,7 +4,7 @@
         [--videos 384] [--scales 1,4] [--files 16] [--repeats 3] [--work_dir DIR]
     python benchmarks/bench_job.py --table_from bench_job.json   # the markdown table again
 
-For each scale s, writes s * --videos latent videos in the first user story's format
+For each scale s, writes s * --videos latent videos as serialized-tensor records
 (beam_jobs.sample: 700-899 x 200 float32 frames, about 0.6 MiB a video; 384 videos are
 about 240 MiB) over --files files, then runs the contenders in turns (loop, job,
 all_cores, tfds, loop, ...), --repeats times each, every one a whole subprocess, so that

@@ -1,4 +1,5 @@
-"""Reader throughput, side by side: the first user story's reader, ours, a no-parse floor,
+"""Reader throughput, side by side: the reader of the latent GPT
+user story (serialized-tensor records), ours, a no-parse floor,
 and the numpy reader alone and in PyTorch DataLoader workers.
 
     python benchmarks/bench_reader.py --json bench_reader.json \\

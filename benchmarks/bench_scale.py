@@ -3,8 +3,8 @@
     python benchmarks/bench_scale.py --json bench_scale.json [--sizes 24,96,384]
         [--buckets_mb 32,128,256] [--work_dir DIR]
 
-1. Measured, both modes, at each of --sizes latent videos (832 x 200 float32, the first
-   user story's; windows of 100 every 50: 16 windows, 1.3 MB of output a video). The job
+1. Measured, both modes, at each of --sizes latent videos (832 x 200 float32
+   serialized-tensor records; windows of 100 every 50: 16 windows, 1.3 MB of output a video). The job
    runs in this process on FnApiRunner, its input local, its output on a GCS emulator
    served from this process (tests/gcs_emulator.py counts every request). The shuffle is
    scaled down 32 times (buckets of 4 MB, spill buffers of 1 MB, shards of 6.25 MB, ranged
@@ -27,12 +27,12 @@
    index object beside each shard. Creates are one per object; uploads ceil(size / 16 MB)
    per object (Beam uploads in 16 MB chunks); deletes one batch request per 100 temp
    objects (the deletion lists the prefix, one list request per 1,000 objects, and
-   deletes in batches of 100, as FACTS.md measured); reads and metadata gets per temp
+   deletes in batches of 100, as measured in docs/dataflow.md); reads and metadata gets per temp
    object fitted to part 1's group-mode runs (least squares). Bytes: group mode writes
    the windows twice (the bucket files, then the shards) and reads them back once,
    besides reading the input. Costs at the list prices below; Dataflow Shuffle carries
    the windows once.
-4. Measured: plan_shards on synthetic rows (one run file per bucket, as group mode
+4. Measured: plan_shards on synthetic rows (one sorted file per bucket, as group mode
    gives) for the bucket count of each size, 10,000 dropped keys, timed once.
 """
 from __future__ import annotations
@@ -185,9 +185,9 @@ import psutil
 sys.path.insert(0, {tests!r})
 import gcs_emulator
 gcs_emulator.anonymous_beam()
-from beam_jobs import shard_writer
-from beam_jobs.output_dir import RunDir
-from beam_jobs.shard_writer import Segment, ShardTask
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.shuffle import write as shard_writer
+from beam_jobs.shuffle.plan import FileSpan, Segment, ShardTask
 process = psutil.Process()
 base = process.memory_info().rss
 peak = [base]
@@ -196,7 +196,8 @@ def sample():
     while not stop.wait(0.02):
         peak[0] = max(peak[0], process.memory_info().rss)
 threading.Thread(target=sample, daemon=True).start()
-task = ShardTask("train", 0, 1, tuple(Segment(*s) for s in json.loads({segments!r})))
+task = ShardTask("train", 0, 1, tuple(Segment(b, tuple(FileSpan(*f) for f in files), lo, hi)
+                                     for b, files, lo, hi in json.loads({segments!r})))
 start = time.perf_counter()
 (written,) = shard_writer._WriteShard(RunDir({out!r}, "0" * 12, ""), "none", {buckets}).process(task)
 stop.set()
@@ -208,8 +209,8 @@ print(json.dumps({{"examples": written.examples, "peak_mb": (peak[0] - base) / 2
 
 def measure_shard_task(buckets_mb: list[int], record_bytes: int = 80_000) -> list[dict]:
     """One 200 MB shard task over buckets of each size, in a fresh process."""
-    from beam_jobs.shard_writer import bucket_of
-    from beam_jobs.sorted_runs import write_run
+    from beam_jobs.shuffle.plan import bucket_of
+    from beam_jobs.shuffle.sorted_files import write_sorted
 
     rows = []
     rng = np.random.default_rng(0)
@@ -226,16 +227,16 @@ def measure_shard_task(buckets_mb: list[int], record_bytes: int = 80_000) -> lis
                 assert bucket_of(keys[0], num_buckets) == b == bucket_of(keys[-1], num_buckets)
                 records = [(k, payload) for k in keys]
                 halves = [records] if mode == "group" else [records[0::2], records[1::2]]
-                runs = []
+                files = []
                 for h, part in enumerate(halves):
-                    path = f"gs://bkt/scale-{mode}-{bucket_mb}/b{b}-{h}.run"
-                    write_run(path, part)
-                    runs.append((path, 0, len(part)))
+                    path = f"gs://bkt/scale-{mode}-{bucket_mb}/b{b}-{h}.sorted"
+                    write_sorted(path, part)
+                    files.append((path, 0, len(part)))
                 # a shard starting half-way into the first bucket, as most shards do
                 lo = per_bucket // 2 if b == 0 else 0
                 hi = min(per_bucket, lo + shard_records - taken)
                 if hi > lo:
-                    segments.append((b, runs, lo, hi))
+                    segments.append((b, files, lo, hi))
                     taken += hi - lo
             code = _SHARD_TASK.format(tests=os.path.join(REPO, "tests"),
                                       segments=json.dumps(segments),
@@ -260,21 +261,21 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def measure_plan(buckets: int, window_bytes: int, dropped: int = 10_000) -> float:
     """Seconds plan_shards takes for `buckets` group-mode buckets of the default size."""
-    from beam_jobs.shard_writer import RunFile, ShardConfig, plan_shards
+    from beam_jobs.shuffle.plan import BucketSpan, SortedFile, plan_shards
 
     per_bucket = DEFAULTS["bucket"] / 1.1
-    runs = [RunFile("train", f"gs://bkt/run/buckets/train-{b:07d}.run",
-                    ((b, 0, int(per_bucket // window_bytes), int(per_bucket)),))
-            for b in range(buckets)]
+    files = [SortedFile("train", f"gs://bkt/run/buckets/train-{b:07d}.sorted",
+                        (BucketSpan(b, 0, int(per_bucket // window_bytes), int(per_bucket)),))
+             for b in range(buckets)]
     keys = frozenset((i * 0x9E3779B97F4A7C15) % 2**64 for i in range(dropped))
     start = time.perf_counter()
-    plan_shards(runs, ShardConfig(("train",), num_buckets=buckets), {"train": keys})
+    plan_shards(files, ("train",), buckets, None, DEFAULTS["shard"], {"train": keys})
     return time.perf_counter() - start
 
 
 def project(job_rows: list[dict], task_rows: list[dict]) -> dict:
     """Objects, requests, bytes and costs of `--shuffle group` at the defaults."""
-    from beam_jobs.shard_writer import num_shards_for
+    from beam_jobs.shuffle.plan import num_shards_for
 
     group = [r for r in job_rows if r["mode"] == "group"]
     per_object = {}
@@ -353,7 +354,7 @@ def main() -> None:
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_scale-")
-    from beam_jobs import storage
+    from beam_jobs.core import storage
 
     storage.RANGE_CHUNK = RANGE_CHUNK_SCALED
     _count_index_uploads()

@@ -2,7 +2,7 @@
 
     python benchmarks/latent_windows.py 'latents/*.tfrecord' OUTPUT_DIR
 
-runs the plain loop: read each latent TFRecord file of the first user story's format
+runs the plain loop: read each latent TFRecord file of serialized-tensor records
 (one video a record: `frames`, a tf.io.serialize_tensor of float32 [T, D], and `recipe`,
 4 floats), parse it, cut windows of WINDOW frames every STRIDE (as the job's default
 --tail align_end), encode each window with the project's own Example encoder
@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from beam_jobs.windows import window_starts
+from beam_jobs.cut.windows import window_starts
 from readers import format as data_format
 from readers.format.tfrecord import Lost, frame, read_frame
 

@@ -174,7 +174,7 @@ def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
     benchmarks that read: the emulator's storage is not meant for concurrent writes)."""
     global _latency_s
     import fsspec
-    from beam_jobs import storage
+    from beam_jobs.core import storage
 
     _install()
     logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)

@@ -12,10 +12,11 @@ import pytest
 
 import readers
 from beam_jobs import make_shards
-from beam_jobs.tfrecords import PagedRecord
-from conftest import (assert_verified, dataset_bytes, latent_example, random_videos,
-                      read_dataset_json, read_examples, run_job, start_job, write_manifest,
-                      write_records, solid_frames, write_frame_folder)
+from beam_jobs.job.errors import Failed, Refused
+from beam_jobs.sources.tfrecords import PagedRecord
+from helpers import (job_line, assert_verified, dataset_bytes, latent_example, random_videos,
+                     read_dataset_json, read_examples, run_job, start_job, write_manifest,
+                     write_records, solid_frames, write_frame_folder)
 from readers.format import SpecError, tfds_info
 from readers.numpy import WindowSource
 
@@ -155,11 +156,8 @@ def test_an_append_with_other_window_flags_is_refused_in_one_line(grown, change,
     before = dataset_bytes(out)
     flags = FLAGS + change if change[0] not in FLAGS else \
         [*FLAGS[:FLAGS.index(change[0])], *change, *FLAGS[FLAGS.index(change[0]) + 2:]]
-    with pytest.raises(SystemExit) as exit_info:
-        make_shards.run(["--input", str(root / "in" / "*"), "--output_dir", str(out),
-                         *flags, "--append"])
-    assert exit_info.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = job_line(capsys, "--input", root / "in" / "*", "--output_dir", out, *flags,
+                    "--append")
     assert last.startswith("python -m beam_jobs.make_shards: error: ") and named in last
     assert dataset_bytes(out) == before and not os.path.exists(out / "_make_shards")
 
@@ -169,10 +167,8 @@ def test_inputs_of_another_shape_are_refused_naming_the_feature(grown, tmp_path,
     _write(tmp_path / "wide" / "w.tfrecord",
            random_videos(np.random.default_rng(1), 3, dim=5), "w")
     before = dataset_bytes(root / "out")
-    with pytest.raises(SystemExit):
-        make_shards.run(["--input", str(tmp_path / "wide" / "*"), "--output_dir",
-                         str(root / "out"), *FLAGS, "--append"])
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = job_line(capsys, "--input", tmp_path / "wide" / "*", "--output_dir", root / "out",
+                    *FLAGS, "--append")
     assert "--append: the inputs' 'window' is float32 [8, 5]" in last, last
     assert "[8, 3]" in last and dataset_bytes(root / "out") == before
 
@@ -296,9 +292,8 @@ def test_a_flag_the_datasets_job_did_not_record_counts_as_its_default(grown, tmp
     caplog.set_level("INFO")
     make_shards.run(argv)
     assert "nothing new" in caplog.text
-    with pytest.raises(SystemExit):
+    with pytest.raises(Refused, match="--allow_nonfinite true here, false in"):
         make_shards.run([*argv, "--allow_nonfinite"])
-    assert "--allow_nonfinite true here, false in" in capsys.readouterr().err
 
 
 def test_an_append_over_the_failure_threshold_leaves_the_dataset_as_it_was(grown, tmp_path):
@@ -312,7 +307,7 @@ def test_an_append_over_the_failure_threshold_leaves_the_dataset_as_it_was(grown
     _write(inputs / "d-0.tfrecord", random_videos(np.random.default_rng(2), 1), "d")
     write_records(str(inputs / "d-1.tfrecord"), [_example_with_id("d-bad")])
     before = dataset_bytes(copy)
-    with pytest.raises(SystemExit, match="1 of 2 videos failed"):
+    with pytest.raises(Failed, match="1 of 2 videos failed"):
         make_shards.run(["--input", str(inputs / "*"), "--output_dir", str(copy), *FLAGS,
                          "--append"])
     assert dataset_bytes(copy) == before
@@ -334,7 +329,7 @@ def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
     """The records of known ids are sought past: a flipped byte in one's tensor (its CRC
     now fails) does not make it a failure, where a full read would."""
     from beam_jobs.sources.latents import LatentFormat
-    from beam_jobs.tfrecords import Skipped, read_records
+    from beam_jobs.sources.tfrecords import Skipped, read_records
 
     videos = random_videos(rng, 3, lengths=(2000, 2001), dim=8)
     path = tmp_path / "a.tfrecord"

@@ -12,9 +12,11 @@ import pytest
 import tensorflow as tf
 
 import readers
-from beam_jobs import flags, make_shards
-from conftest import (random_videos, read_dataset_json, read_examples, run_job, run_jobs,
-                      solid_frames, write_frame_folder, write_manifest, write_videos)
+from beam_jobs import make_shards
+from beam_jobs.core.configs import JobConfig
+from beam_jobs.job import flags
+from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job, run_jobs,
+                     solid_frames, write_frame_folder, write_manifest, write_videos)
 
 NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
          "semi_persistent_directory", "Traceback")
@@ -27,13 +29,6 @@ def latents(tmp_path_factory):
     return sorted(str(directory / n) for n in os.listdir(directory))
 
 
-def _last_error_line(capsys, *argv) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        make_shards.run(list(argv))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("extra, message", [
     (["--stirde", "50"], "--stirde: unknown flag (did you mean --stride?)"),
     (["--runer", "DirectRunner"], "--runer: unknown flag (did you mean --runner?)"),
@@ -44,8 +39,8 @@ def _last_error_line(capsys, *argv) -> str:
     (["--runner", "Bogus"], "--runner: 'Bogus' is not a Beam runner"),
 ])
 def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, message):
-    line = _last_error_line(capsys, "--input", latents[0], "--output_dir",
-                            str(tmp_path / "out"), "--window", "5", *extra)
+    line = job_line(capsys, "--input", latents[0], "--output_dir", tmp_path / "out",
+                    "--window", "5", *extra)
     assert message in line
     assert not (tmp_path / "out").exists()
 
@@ -233,11 +228,16 @@ def test_dataset_json_says_what_the_data_is(datasets):
                    "source_fps": None}
 
 
-def test_the_flag_table_names_real_flags_and_the_config_holds_them_in_help_order():
-    dests = [a.dest for a in flags.build_parser()._actions if a.dest != "help"]
-    assert set(flags.FLAG_KINDS) <= set(dests)
-    fields = [f.name for f in dataclasses.fields(flags.JobConfig)]
-    assert fields[:len(dests)] == dests
+def test_each_help_group_builds_its_config_and_the_flag_table_names_real_flags():
+    """A --help group's flags are its config's fields, in order: dataset.json records a
+    run's flags by walking the configs."""
+    groups = {g.title: [a.dest for a in g._group_actions]
+              for g in flags.build_parser()._action_groups if g.title in flags.GROUP_CONFIGS}
+    assert list(groups) == list(flags.GROUP_CONFIGS)
+    for title, config in flags.GROUP_CONFIGS.items():
+        assert flags.flag_names(config) == groups[title], title
+    assert set(flags.FLAG_KINDS) <= {d for dests in groups.values() for d in dests}
+    assert [f.name for f in dataclasses.fields(JobConfig)][:-1] == list(JobConfig.GROUPS)
 
 
 def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):
@@ -252,14 +252,9 @@ def test_the_reader_refuses_a_split_smaller_than_a_batch(datasets):
     ("--max_frame_bytes", "0"), ("--encoder_input_scale", "nan"), ("--seed", "-3"),
     ("--max_timestamp_gap", "0"), ("--max_timestamp_gap", "inf"),
 ])
-def test_numbers_out_of_range_are_refused_before_tensorflow(tmp_path, flag, value):
-    code = ("import sys\nfrom beam_jobs import make_shards\n"
-            f"try:\n    make_shards.run(['--input', 'x.jsonl', '--output_dir', 'o', "
-            f"'--window', '4', {flag!r}, {value!r}])\nexcept SystemExit as e:\n"
-            "    print(e.code, 'tensorflow' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=tmp_path)
-    assert result.stdout.split() == ["2", "False"], result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert flag in last and "Traceback" not in result.stderr
-    assert "_positive" not in last and "invalid" not in last
+def test_numbers_out_of_range_are_refused_in_one_line(tmp_path, capsys, flag, value):
+    """(That refusals come before TensorFlow is imported: test_failures.py.)"""
+    line = job_line(capsys, "--input", tmp_path / "x.jsonl", "--output_dir", tmp_path / "o",
+                    "--window", "4", flag, value)
+    assert flag in line
+    assert "_positive" not in line and "invalid" not in line

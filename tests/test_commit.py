@@ -11,10 +11,12 @@ import time
 
 import pytest
 
-from beam_jobs import lease, make_shards, output_dir
-from conftest import (assert_verified, dataset_bytes, latent_example, plain_names,
-                      random_videos, read_dataset_json, run_job, start_job, write_records,
-                      write_videos)
+from beam_jobs import make_shards, outdir
+from beam_jobs.job.errors import Failed, Refused
+from beam_jobs.outdir import lease
+from helpers import (job_line, assert_verified, dataset_bytes, latent_example, plain_names,
+                     random_videos, read_dataset_json, run_job, start_job, write_records,
+                     write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]
@@ -46,12 +48,9 @@ def test_a_refused_run_leaves_the_olddataset_bytes(old, capsys):
     out, before, big = old
     for extra in (["--window", "0"],                 # a bad flag: refused before any work
                   ["--sequence_feature", "nope"]):   # an input that cannot be probed
-        with pytest.raises(SystemExit) as exit_info:
-            make_shards.run(["--input", big, "--output_dir", str(out), "--overwrite", *FLAGS,
-                             *extra])
-        assert exit_info.value.code == 2
-        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-            "python -m beam_jobs.make_shards: error:")
+        line = job_line(capsys, "--input", big, "--output_dir", out, "--overwrite", *FLAGS,
+                        *extra)
+        assert line.startswith("python -m beam_jobs.make_shards: error:")
         _assert_unchanged(out, before)
         assert not os.path.exists(out / "_make_shards" / "lease.json")
 
@@ -60,10 +59,9 @@ def test_a_run_over_the_failure_threshold_leaves_the_olddataset_bytes(old, tmp_p
     out, before, big = old
     good = [latent_example(f, r) for f, r in random_videos(rng, 4)]
     write_records(str(tmp_path / "bad" / "a.tfrecord"), good + [b"not an example"] * 4)
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(Failed, match="videos failed"):
         make_shards.run(["--input", str(tmp_path / "bad" / "*"), "--output_dir", str(out),
                          "--overwrite", *FLAGS])
-    assert "videos failed" in str(exit_info.value.code)
     _assert_unchanged(out, before)
     # the rerun commits, and clears the failed run's folder and the old dataset
     run_job(big, out, *FLAGS, "--overwrite")
@@ -114,7 +112,7 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     # committed dataset is untouched
     os.rmdir(out / index / "in the way")
     os.rmdir(out / index)
-    with pytest.raises(SystemExit):
+    with pytest.raises(Refused, match="already holds a dataset"):
         make_shards.run(["--input", big, "--output_dir", str(out), *FLAGS])
     assert dataset_bytes(out) == {**committed, "dataset.json": dataset_bytes(out)["dataset.json"]}
     assert read_dataset_json(out) == meta
@@ -129,7 +127,7 @@ def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
     # temp data left; and a folder with nothing but temp data
     half = runs / "0123456789ab"
     (half / "tmp" / "spill").mkdir(parents=True)
-    (half / "tmp" / "spill" / "train-0.run").write_bytes(b"spilled")
+    (half / "tmp" / "spill" / "train-0.sorted").write_bytes(b"spilled")
     extra = "train-00000-of-00003-0123456789ab.tfrecord"
     (half / "shards.json").write_text(json.dumps([extra]))
     (out / extra).write_bytes(b"half written")
@@ -142,7 +140,7 @@ def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
 
 def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     out = str(tmp_path / "out")
-    claim = output_dir.prepare(out, False, job="make-shards-20261201-1")
+    claim = outdir.prepare(out, False, job="make-shards-20261201-1")
     path = os.path.join(out, "_make_shards", "lease.json")
     with open(path) as f:
         held = json.load(f)
@@ -152,16 +150,16 @@ def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     held["pid"], held["started"] = 2 ** 22 + 1, time.time() - 10 ** 6
     with open(path, "w") as f:
         json.dump(held, f)
-    with pytest.raises(output_dir.OutputDirError) as refused:
-        output_dir.prepare(out, False)
+    with pytest.raises(outdir.OutputDirError) as refused:
+        outdir.prepare(out, False)
     message = str(refused.value)
     assert "job make-shards-20261201-1" in message and f"delete {path}" in message
     assert "\n" not in message
     os.remove(path)   # what the message says to do, once the job is gone
-    second = output_dir.prepare(out, False)
+    second = outdir.prepare(out, False)
     assert lease.holder(path).run_id == second.run.run_id
-    output_dir.abandon(second.run)
-    output_dir.release(second)
+    outdir.abandon(second.run)
+    outdir.release(second)
 
 
 def test_detach_submits_a_job_that_commits_cleans_up_and_releases_on_its_own(tmp_path, rng,
@@ -169,10 +167,7 @@ def test_detach_submits_a_job_that_commits_cleans_up_and_releases_on_its_own(tmp
     write_videos(str(tmp_path / "in"), random_videos(rng, 2), files=1)
     argv = ["--input", str(tmp_path / "in" / "*"), "--output_dir", "gs://test-bucket/out",
             "--window", "5", "--detach"]
-    with pytest.raises(SystemExit) as exit_info:   # a local run is this process
-        make_shards.run(argv)
-    assert exit_info.value.code == 2
-    assert "--detach" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--detach" in job_line(capsys, *argv)   # a local run is this process
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:

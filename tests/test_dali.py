@@ -4,14 +4,13 @@ datasets once, equal to readers.numpy's; png windows are refused, not read wrong
 when `nvidia.dali` is installed (a 424 MB wheel, so not in CI), in a fresh interpreter:
 DALI is not meant to share a process with TensorFlow."""
 import importlib.util
-import os
 import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
-                      write_frame_folder, write_manifest, write_videos)
+from helpers import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
+                     write_frame_folder, write_manifest, write_videos)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("nvidia") is None or not importlib.util.find_spec("nvidia.dali"):

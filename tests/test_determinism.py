@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from conftest import (plain_dataset_json, plain_name, random_videos, read_dataset_json,
-                      run_job, write_videos)
+from helpers import (plain_dataset_json, plain_name, random_videos, read_dataset_json,
+                     run_job, write_videos)
 
 FLAGS = ["--window", "10", "--stride", "3", "--splits", "train=0.7,test=0.3",
          "--num_shards", "3", "--seed", "7"]
@@ -70,9 +70,8 @@ def test_spill_and_group_shuffles_give_identical_bytes(tmp_path, latents):
 
 
 def test_auto_picks_spill_for_local_runners_and_group_for_the_others():
-    from beam_jobs.make_shards import shuffle_mode
-
-    from beam_jobs.flags import runner_name
+    from beam_jobs.job.flags import runner_name
+    from beam_jobs.job.runners import shuffle_mode
 
     def mode(*runner):
         return shuffle_mode("auto", runner_name(["--runner", *runner] if runner else []))

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import (read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
-                      write_manifest)
+from helpers import (read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
+                     write_manifest)
 
 
 @pytest.fixture(scope="module")

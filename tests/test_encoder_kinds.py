@@ -3,7 +3,6 @@ it), PyTorch where torch is; one small model (a convolution and a pooling) built
 from the same weights gives the same latents, and each kind gives exactly what its own
 library gives when called directly."""
 import os
-import subprocess
 import sys
 
 import keras
@@ -12,8 +11,8 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input
-from conftest import (read_dataset_json, read_examples, run_job, staged_files, write_frame_folder,
-                      write_manifest)
+from helpers import (job_line, read_dataset_json, read_examples, run_job, staged_files, write_frame_folder,
+                     write_manifest)
 
 H, W, C, OUT = 24, 32, 3, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -166,38 +165,29 @@ def test_a_beam_model_handler_is_an_encoder(tmp_path, models, frames):
     np.testing.assert_allclose(_latents(tmp_path / "beam_onnx"), direct, atol=1e-6)
 
 
-def _cli(*args, prelude: str = ""):
-    code = (f"{prelude}\nimport sys\nfrom beam_jobs import make_shards\n"
-            f"make_shards.run({list(args)!r})")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
-
-
-def test_a_missing_library_or_device_is_named_before_any_work(tmp_path, models, frames):
+def test_a_missing_library_or_device_is_named_before_any_work(tmp_path, models, frames,
+                                                            capsys, monkeypatch):
     manifest, _ = frames
+
+    def refused(name: str, model, *extra) -> str:
+        return job_line(capsys, "--input", manifest, "--output_dir", tmp_path / name,
+                        "--window", "3", "--encoder", model, *extra)
+
     (tmp_path / "model.onnx").write_bytes(b"x")
-    result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o1"), "--window", "3",
-                  "--encoder", str(tmp_path / "model.onnx"),
-                  prelude="import sys; sys.modules['onnxruntime'] = None")
-    last = result.stderr.strip().splitlines()[-1]
-    assert result.returncode == 2 and "install with pip install -e '.[onnx]'" in last, last
-    result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o2"), "--window", "3",
-                  "--encoder", str(tmp_path / "enc.pt2"),
-                  prelude="import sys; sys.modules['torch'] = None")
-    assert "install with pip install -e '.[torch]'" in result.stderr.strip().splitlines()[-1]
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "onnxruntime", None)     # as if not installed
+        assert "install with pip install -e '.[onnx]'" in refused("o1", tmp_path / "model.onnx")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "torch", None)
+        assert "install with pip install -e '.[torch]'" in refused("o2", tmp_path / "enc.pt2")
     (tmp_path / "saved").mkdir()      # a SavedModel directory, like a .keras file, needs [tf]
     for model in (models["keras"][0], str(tmp_path / "saved")):
-        result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o4"), "--window",
-                      "3", "--encoder", model,
-                      prelude="import sys; sys.modules['tensorflow'] = None")
-        last = result.stderr.strip().splitlines()[-1]
-        assert result.returncode == 2 and "needs tensorflow" in last, last
-        assert "install with pip install -e '.[tf]'" in last, last
-    result = _cli("--input", manifest, "--output_dir", str(tmp_path / "o3"), "--window", "3",
-                  "--encoder", models["keras"][0], "--encoder_device", "cuda")
-    last = result.stderr.strip().splitlines()[-1]
-    assert result.returncode == 2 and "--encoder_device cuda" in last, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, "tensorflow", None)
+            last = refused("o4", model)
+        assert "needs tensorflow" in last and "install with pip install -e '.[tf]'" in last
+    assert "--encoder_device cuda" in refused("o3", models["keras"][0], "--encoder_device",
+                                              "cuda")
     assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3", "o4"))
 
 

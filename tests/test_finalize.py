@@ -1,5 +1,6 @@
-"""The job's end without per-video lists: windows stream out of the cut, a video that
-fails half-way leaves none of them, and the sidecar files come out sorted from parts."""
+"""The job's end: the decision to commit (pure), no per-video lists (windows stream out of
+the cut, a video that fails half-way leaves none of them), and the sidecar files sorted
+from parts."""
 import json
 import os
 
@@ -13,11 +14,18 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.combiners import ToListCombineFn
 
-from beam_jobs import make_shards, output_dir, sidecars
-from beam_jobs.flags import parse_args
+import pytest
+
+from beam_jobs import make_shards
+from beam_jobs.commit import sidecars
+from beam_jobs.commit.decide import (COMMIT, NO_WINDOW, NOTHING_NEW, TOO_MANY_FAILURES,
+                                     Counts, decide)
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.job.flags import parse_args
+from beam_jobs.job.launch import Launch
 from beam_jobs.sources import build_source
-from conftest import (assert_verified, latent_example, read_dataset_json, read_examples,
-                      solid_frames, write_frame_folder, write_manifest, write_records)
+from helpers import (assert_verified, latent_example, read_dataset_json, read_examples,
+                     solid_frames, write_frame_folder, write_manifest, write_records)
 
 
 def _jsonl(path) -> list[dict]:
@@ -105,7 +113,7 @@ def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
     rows = [{"video_id": f"v{int(rng.integers(0, 700)):04d}", "source": f"s{i % 3}",
              "frame": int(rng.integers(0, 5))} for i in range(3000)]
     more = [{"n": int(n)} for n in rng.integers(0, 100, 500)]
-    run = output_dir.RunDir(str(tmp_path / "out"), "r", str(tmp_path / "temp"))
+    run = RunDir(str(tmp_path / "out"), "r", str(tmp_path / "temp"))
     os.makedirs(run.output_dir)
     key = lambda row: (row["video_id"], row["source"], row["frame"])  # noqa: E731
     files = (sidecars.JsonlFile("rows.jsonl", key),
@@ -147,8 +155,34 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
         config, _ = parse_args(["--input", str(tmp_path / "in" / "*"), "--output_dir",
                                 str(tmp_path / "out"), "--window", "4", "--shuffle", shuffle])
         pipeline = beam.Pipeline()
-        make_shards.build_pipeline(pipeline, config, build_source(config),
-                                   output_dir.RunDir(str(tmp_path / "out"), "r", ""))
-        # one row per run file, per shard, per sidecar part, per sidecar file: none per video
-        assert _to_list_steps(pipeline) == {
-            "WriteShards/GatherRuns", "Finalize/GatherShards", "Finalize/Sidecars/GatherParts"}
+        launch = Launch.settle(config, [], "FnApiRunner", build_source(config))
+        make_shards.build_pipeline(pipeline, launch, RunDir(str(tmp_path / "out"), "r", ""))
+        # one row per sorted file, per shard, per sidecar part, per sidecar file: none per video
+        assert _to_list_steps(pipeline) == {"WriteShards/GatherSortedFiles",
+                                            "Finalize/GatherShards",
+                                            "Finalize/Sidecars/GatherParts"}
+
+
+@pytest.mark.parametrize("counts, threshold, appending, outcome, reason", [
+    (Counts(good=10, failed=0, windows=40, longest=9), 0.05, False, COMMIT, ""),
+    (Counts(good=19, failed=1, windows=40, longest=9), 0.05, False, COMMIT, ""),
+    (Counts(good=18, failed=2, windows=40, longest=9), 0.05, False, TOO_MANY_FAILURES,
+     "2 of 20 videos failed (10.0%), more than --max_failure_fraction 0.05"),
+    (Counts(good=0, failed=0, windows=0, longest=0), 0.05, True, NOTHING_NEW,
+     "every input video is in the dataset already"),
+    (Counts(good=2, failed=0, windows=0, longest=3), 0.05, True, COMMIT, ""),
+    (Counts(good=2, failed=0, windows=0, longest=3), 0.05, False, NO_WINDOW,
+     "no window to commit: every video is shorter than --window 8 (the longest has 3 "
+     "frames)"),
+    (Counts(good=0, failed=3, windows=0, longest=0), 1.0, False, NO_WINDOW,
+     "no window to commit: no video was read (3 failed)"),
+    (Counts(good=0, failed=3, windows=0, longest=0), 0.5, True, TOO_MANY_FAILURES,
+     "3 of 3 videos failed (100.0%), more than --max_failure_fraction 0.5"),
+])
+def test_the_decision_to_commit(counts, threshold, appending, outcome, reason):
+    """Pure: from the counts, the threshold, the window and whether the run appends, the
+    outcome and the one line that says why there is no commit. An append commits new
+    videos too short for a window (their ids are then known)."""
+    decision = decide(counts, threshold, 8, appending)
+    assert (decision.outcome, decision.reason) == (outcome, reason)
+    assert decision.commits == (outcome == COMMIT)

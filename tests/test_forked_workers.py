@@ -1,4 +1,4 @@
-"""--all_cores's workers are forks of the launcher (beam_jobs.forked_workers), on Beam's
+"""--all_cores's workers are forks of the launcher (beam_jobs.runtime.forked_workers), on Beam's
 real FnApiRunner: they run the pipeline's work, report its failures, and leave nothing
 behind, even when the launcher is killed.
 
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from beam_jobs import forked_workers
+from beam_jobs.runtime import forked_workers
 
 _FOLDERS = os.path.join(tempfile.gettempdir(), "make_shards-workers-*")
 _PIPELINE = """
@@ -26,7 +26,7 @@ import json, os, sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from beam_jobs import forked_workers
+from beam_jobs.runtime import forked_workers
 
 sys.forked_workers_test = "inherited"   # a mark only a fork of this process has
 LAUNCHER = os.getpid()
@@ -72,7 +72,7 @@ def test_a_failure_in_a_worker_fails_the_pipeline_with_its_message():
 def test_a_killed_launcher_takes_its_zygote_and_socket_along():
     script = textwrap.dedent("""
         import time
-        from beam_jobs import forked_workers
+        from beam_jobs.runtime import forked_workers
         with forked_workers.environment() as environment:
             print(environment.command_string.split()[-1], flush=True)
             time.sleep(600)

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import gcs_emulator
-from beam_jobs import lease, make_shards, storage
-from conftest import (assert_verified, latent_example, plain_name, plain_names,
-                      read_dataset_json, read_examples, run_job, solid_frames,
-                      write_frame_folder)
+from beam_jobs.outdir import lease
+from beam_jobs.core import storage
+from helpers import (job_line, assert_verified, latent_example, plain_name, plain_names,
+                     read_dataset_json, read_examples, run_job, solid_frames,
+                     write_frame_folder)
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +137,7 @@ def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
     argv = ["--input", "gs://bkt/safe/in/*.tfrecord", "--window", "5"]
 
     def refused(out, *extra) -> str:
-        with pytest.raises(SystemExit):
-            make_shards.run([*argv, "--output_dir", out, *extra])
-        return capsys.readouterr().err.strip().splitlines()[-1]
+        return job_line(capsys, *argv, "--output_dir", out, *extra)
 
     gcs.pipe("bkt/safe/foreign/notes.txt", b"mine")
     assert "did not write (notes.txt)" in refused("gs://bkt/safe/foreign")
@@ -179,7 +178,7 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
             "--temp_location", str(temp))
     counts = gcs_emulator.counts()
     # created on GCS: the lease, run.json, shards.json, 2 shards and their 2 indexes,
-    # failures.jsonl, videos.jsonl, the two TFDS files and dataset.json; no spill run
+    # failures.jsonl, videos.jsonl, the two TFDS files and dataset.json; no spilled sorted file
     assert counts.get("create", 0) == 12, counts
     assert not os.listdir(temp)   # the local spill files are gone
     names = plain_names(gcs.ls("bkt/spill_out", refresh=True))
@@ -224,16 +223,16 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
     assert gcs_emulator.counts().get("delete", 0) <= 1     # single deletes: the lease
     _download(gcs, "bkt/swap", tmp_path / "copy")
 
-    from beam_jobs import output_dir
-    claim = output_dir.prepare("gs://bkt/swap", True, job="make-shards-test")
+    from beam_jobs import outdir
+    claim = outdir.prepare("gs://bkt/swap", True, job="make-shards-test")
     held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
     assert held["job"] == "make-shards-test" and held["expires"] is None
-    with pytest.raises(output_dir.OutputDirError, match="job make-shards-test"):
-        output_dir.prepare("gs://bkt/swap", True)
-    claim.run.release_lease()   # what the pipeline's last step does, by its generation
+    with pytest.raises(outdir.OutputDirError, match="job make-shards-test"):
+        outdir.prepare("gs://bkt/swap", True)
+    outdir.release_lease(claim.run)   # what the pipeline's last step does, by its generation
     assert not gcs.exists("bkt/swap/_make_shards/lease.json")
-    output_dir.abandon(claim.run)
-    output_dir.release(claim)
+    outdir.abandon(claim.run)
+    outdir.release(claim)
     assert json.loads(gcs.cat("bkt/swap/dataset.json")) == second
 
 

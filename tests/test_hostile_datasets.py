@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import random_videos, read_dataset_json, read_examples, run_job, write_videos
+from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
 from readers import inspect
 from readers.format import SpecError
 from readers.numpy import WindowSource, batches

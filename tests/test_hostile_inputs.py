@@ -11,23 +11,10 @@ import pytest
 from PIL import Image
 
 import readers
-from conftest import (failed_run_file, latent_example, read_dataset_json, read_examples, run_job,
-                      solid_frames, write_frame_folder, write_manifest, write_records,
-                      write_video)
-
-
-def _failures(out) -> dict:
-    with open(os.path.join(out, "failures.jsonl")) as f:
-        return {(r["video_id"] or f"row {r['record_index']}"): r for r in map(json.loads, f)}
-
-
-def _refusal(*argv) -> str:
-    """The last stderr line of a refused command line (exit 2)."""
-    result = subprocess.run([sys.executable, "-m", "beam_jobs.make_shards", *argv],
-                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    return result.stderr.strip().splitlines()[-1]
+from beam_jobs.job.errors import Failed
+from helpers import (failures_by_video, job_line, failed_run_file, latent_example, read_dataset_json, read_examples, run_job,
+                     solid_frames, write_frame_folder, write_manifest, write_records,
+                     write_video)
 
 
 # --- TFRecord files that break -------------------------------------------------------
@@ -52,7 +39,7 @@ def test_a_bad_record_is_skipped_alone_and_the_rest_is_read(tmp_path):
     open(path, "wb").write(bytes(data))
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--stride", "4",
             "--max_failure_fraction", "0.2")
-    (row,) = _failures(tmp_path / "out").values()
+    (row,) = failures_by_video(tmp_path / "out").values()
     assert row["record_index"] == 3 and row["records"] == 1 and "CRC" in row["reason"]
     ids = {e["video_id"] for e in read_examples(tmp_path / "out")}
     assert ids == {f"a.tfrecord:{i}" for i in range(8) if i != 3}
@@ -64,10 +51,9 @@ def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path
     data = bytearray(open(path, "rb").read())
     data[_record_offsets(path)[5] + 2] ^= 0xFF        # record 5's length frame
     open(path, "wb").write(bytes(data))
-    with pytest.raises(SystemExit) as exit_info:  # 15 of 20 lost: far over 5%
+    with pytest.raises(Failed, match="15 of 20 videos failed"):  # 15 of 20 lost: far over 5%
         run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4")
-    assert "15 of 20 videos failed" in str(exit_info.value.code)
-    (row,) = _failures(os.path.dirname(failed_run_file(tmp_path / "out"))).values()
+    (row,) = failures_by_video(os.path.dirname(failed_run_file(tmp_path / "out"))).values()
     assert row["record_index"] == 5 and row["records"] == 15
     assert "length frame is corrupt" in row["reason"] and "about 15 records" in row["reason"]
 
@@ -77,7 +63,7 @@ def test_a_plain_file_named_gz_is_a_failure_not_a_crash(tmp_path):
                   [latent_example(_frames(i), [i, 0]) for i in range(20)])
     write_records(str(tmp_path / "in" / "b.tfrecord.gz"), [latent_example(_frames(0), [0, 0])])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4")
-    (row,) = _failures(tmp_path / "out").values()
+    (row,) = failures_by_video(tmp_path / "out").values()
     assert row["source"].endswith("b.tfrecord.gz") and "not a gzip file" in row["reason"]
     assert row["records"] == 1
 
@@ -103,7 +89,7 @@ def test_bad_labels_are_failure_rows(tmp_path, frames_dir):
     write_manifest(tmp_path / "m.jsonl", rows)
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--max_failure_fraction", "1")
-    failures = _failures(tmp_path / "out")
+    failures = failures_by_video(tmp_path / "out")
     assert set(failures) == {"strings", "missing", "ragged", "headers", "nan"}
     assert "not numbers" in failures["strings"]["reason"]
     assert "does not exist" in failures["missing"]["reason"]
@@ -123,24 +109,24 @@ def test_manifest_rows_that_are_not_text_or_json_are_failure_rows(tmp_path, fram
     (tmp_path / "m.jsonl").write_bytes(b"\n".join([good, bad_bytes, b"{not json", b"[1, 2]"]))
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--max_failure_fraction", "1")
-    failures = _failures(tmp_path / "out")
+    failures = failures_by_video(tmp_path / "out")
     assert "not UTF-8" in failures["row 1"]["reason"]
     assert "not a JSON object" in failures["row 2"]["reason"]
     assert "JSON list, not an object" in failures["row 3"]["reason"]
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"ok"}
 
 
-def test_files_that_are_not_manifests_are_refused_in_one_line(tmp_path):
+def test_files_that_are_not_manifests_are_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "binary.jsonl").write_bytes(b"\x00\x01\x02 not text")
-    assert "binary file, not a manifest" in _refusal(
+    assert "binary file, not a manifest" in job_line(capsys, 
         "--input", str(tmp_path / "binary.jsonl"), "--output_dir", str(tmp_path / "o1"),
         "--window", "3")
     (tmp_path / "prose.jsonl").write_text("these are\nnot json lines\n")
-    assert "is not a JSON-lines manifest" in _refusal(
+    assert "is not a JSON-lines manifest" in job_line(capsys, 
         "--input", str(tmp_path / "prose.jsonl"), "--output_dir", str(tmp_path / "o2"),
         "--window", "3")
     (tmp_path / "cols.csv").write_text("id,path\na,b\n")
-    line = _refusal("--input", str(tmp_path / "cols.csv"), "--output_dir",
+    line = job_line(capsys, "--input", str(tmp_path / "cols.csv"), "--output_dir",
                     str(tmp_path / "o3"), "--window", "3")
     assert "needs the columns video_id, and frames or video" in line and "['id', 'path']" in line
     assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
@@ -159,7 +145,7 @@ def test_frame_paths_that_are_not_frames_are_masked_with_a_reason(tmp_path):
     run_job(str(tmp_path / "m.csv"), tmp_path / "out", "--window", "5",
             "--max_frame_bytes", str(max(map(os.path.getsize, paths)) + 100),
             "--max_failure_fraction", "0.5")
-    assert "not a regular file" in _failures(tmp_path / "out")["clip"]["reason"]
+    assert "not a regular file" in failures_by_video(tmp_path / "out")["clip"]["reason"]
     (e,) = read_examples(tmp_path / "out")
     assert e["mask"].tolist() == [1, 0, 0, 0, 1]
     rows = [json.loads(l) for l in open(tmp_path / "out" / "bad_frames.jsonl")]
@@ -201,7 +187,7 @@ def test_a_video_cut_short_fails_instead_of_losing_frames(tmp_path):
     cut.write_bytes(data[:int(len(data) * 0.8)])
     run_job(str(tmp_path / "clips" / "*.mp4"), tmp_path / "out", "--window", "10",
             "--frame_encoding", "raw", "--max_failure_fraction", "0.5")
-    failures = _failures(tmp_path / "out")
+    failures = failures_by_video(tmp_path / "out")
     assert list(failures) == ["cut"] and "of the 40 frames" in failures["cut"]["reason"]
     assert "cut short" in failures["cut"]["reason"]
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"whole"}
@@ -240,7 +226,7 @@ def test_the_schema_comes_from_every_row_not_the_first(tmp_path, frames_dir):
            "metadata": [i, 1]} for i in range(3))])
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--max_failure_fraction", "0.5")
-    assert "no labels (other rows" in _failures(tmp_path / "out")["first"]["reason"]
+    assert "no labels (other rows" in failures_by_video(tmp_path / "out")["first"]["reason"]
     names = [f["name"] for f in read_dataset_json(tmp_path / "out")["features"]]
     assert "labels" in names and "metadata" in names
 
@@ -249,7 +235,7 @@ def test_the_schema_comes_from_every_row_not_the_first(tmp_path, frames_dir):
                                                    for i in range(1, 8)])
     run_job(str(tmp_path / "lat" / "*"), tmp_path / "lat_out", "--window", "4",
             "--max_failure_fraction", "0.2")
-    (row,) = _failures(tmp_path / "lat_out").values()
+    (row,) = failures_by_video(tmp_path / "lat_out").values()
     assert row["record_index"] == 0 and "no metadata feature 'recipe'" in row["reason"]
     assert all(e["metadata"].shape == (4,) for e in read_examples(tmp_path / "lat_out"))
 
@@ -263,7 +249,7 @@ def test_nonfinite_values_fail_unless_allowed_and_stats_count_them(tmp_path):
                    latent_example(_frames(2), [2, np.nan])])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",
             "--max_failure_fraction", "1")
-    failures = _failures(tmp_path / "out")
+    failures = failures_by_video(tmp_path / "out")
     assert "latents hold 2 NaN or Inf" in failures["a.tfrecord:1"]["reason"]
     assert "metadata hold 1 NaN or Inf" in failures["a.tfrecord:2"]["reason"]
     run_job(str(tmp_path / "in" / "*"), tmp_path / "kept", "--window", "4",

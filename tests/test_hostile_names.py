@@ -9,11 +9,11 @@ import unicodedata
 
 import numpy as np
 
-from beam_jobs import ids, keys
-from conftest import (latent_example, read_dataset_json, read_examples, run_job,
-                      solid_frames, write_frame_folder, write_manifest, write_records,
-                      write_video)
-from test_hostile_inputs import _failures, _refusal
+from beam_jobs.core import ids
+from beam_jobs.cut import keys
+from helpers import (failures_by_video, job_line, latent_example, read_dataset_json, read_examples, run_job,
+                     solid_frames, write_frame_folder, write_manifest, write_records,
+                     write_video)
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
 
@@ -160,7 +160,7 @@ def test_manifest_ids_are_never_stripped_and_are_nfc(tmp_path):
     run_job(str(tmp_path / "m.jsonl"), out, "--window", "3", "--splits",
             "train=0.5,validation=0.5", "--max_failure_fraction", "0.7")
     _check_written(out)
-    failures = _failures(out)
+    failures = failures_by_video(out)
     assert set(failures) == {" padded ", NFC}
     assert "has spaces around it" in failures[" padded "]["reason"]
     assert "appears 2 times" in failures[NFC]["reason"]
@@ -175,19 +175,19 @@ def test_manifest_ids_are_never_stripped_and_are_nfc(tmp_path):
     assert stored == {"plain", nfc_naive}
 
 
-def test_a_glob_that_mixes_input_kinds_is_refused_naming_the_odd_file(tmp_path):
+def test_a_glob_that_mixes_input_kinds_is_refused_naming_the_odd_file(tmp_path, capsys):
     """One `.m4a` among videos was read, with them, as TFRecords of latents."""
     (tmp_path / "clips").mkdir()
     for name in ("one.mp4", "two.mkv", "sound.m4a"):
         (tmp_path / "clips" / name).write_bytes(b"never read")
-    line = _refusal("--input", str(tmp_path / "clips" / "*"), "--output_dir",
+    line = job_line(capsys, "--input", str(tmp_path / "clips" / "*"), "--output_dir",
                     str(tmp_path / "o1"), "--window", "3")
     assert f"'{tmp_path}/clips/sound.m4a' would be read as latent TFRecords" in line
     assert "mixes kinds of input" in line
     (tmp_path / "lat").mkdir()
     for name in ("a.tfrecord", "b.tfrecord", "stray.mp4", "m.jsonl"):
         (tmp_path / "lat" / name).write_bytes(b"never read")
-    line = _refusal("--input", str(tmp_path / "lat" / "*"), "--output_dir",
+    line = job_line(capsys, "--input", str(tmp_path / "lat" / "*"), "--output_dir",
                     str(tmp_path / "o2"), "--window", "3")
     assert f"'{tmp_path}/lat/m.jsonl' is a manifest" in line
     assert not any((tmp_path / o).exists() for o in ("o1", "o2"))
@@ -203,11 +203,11 @@ def test_a_glob_that_matches_only_manifests_reads_them_as_manifests(tmp_path):
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"a", "b"}
 
 
-def test_an_output_dir_named_in_bytes_that_are_not_utf8_is_refused(tmp_path):
+def test_an_output_dir_named_in_bytes_that_are_not_utf8_is_refused(tmp_path, capsys):
     write_records(str(tmp_path / "in" / "a.tfrecord"),
                   [latent_example(np.zeros((8, 2), np.float32))])
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/out\xe9")
-    line = _refusal("--input", str(tmp_path / "in" / "*"), "--output_dir", out,
+    line = job_line(capsys, "--input", str(tmp_path / "in" / "*"), "--output_dir", out,
                     "--window", "3")
     assert "out\\xe9' is not UTF-8 text" in line
     assert not os.path.exists(out)

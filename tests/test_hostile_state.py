@@ -16,9 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from beam_jobs import lease, make_shards
-from conftest import (assert_verified, random_videos, read_dataset_json, run_job,
-                      write_videos)
+from beam_jobs.outdir import lease
+from helpers import (job_line, assert_verified, random_videos, read_dataset_json, run_job,
+                     write_videos)
 
 PROG = "python -m beam_jobs.make_shards: error:"
 FLAGS = ["--window", "5", "--stride", "3"]
@@ -55,19 +55,6 @@ def _tree(directory) -> dict:
     return files
 
 
-def _refused(capsys, argv, code=2) -> str:
-    """Run the job in-process, expecting one line and exit `code`; return that line."""
-    with pytest.raises(SystemExit) as exit_info:
-        make_shards.run(argv)
-    if code == 2:
-        assert exit_info.value.code == 2
-        line = capsys.readouterr().err.strip().splitlines()[-1]
-    else:
-        line = exit_info.value.code
-    assert line.startswith(PROG) and "\n" not in line, line
-    return line
-
-
 def _job(input_glob, out, *extra) -> list[str]:
     return ["--input", input_glob, "--output_dir", str(out), *FLAGS, *extra]
 
@@ -97,7 +84,7 @@ def test_a_lease_this_job_cannot_read_is_refused_in_one_line(old, inputs, capsys
     path.write_bytes(content)
     before = _tree(old)
     for extra in ([], ["--overwrite"]):
-        line = _refused(capsys, _job(inputs["small"], old, *extra))
+        line = job_line(capsys, *_job(inputs["small"], old, *extra))
         assert f"{path} is not a lease this job can read (" in line
         assert line.endswith(f"if no run is writing {old}, delete it")
         assert _tree(old) == before
@@ -121,7 +108,7 @@ def test_a_lease_is_seen_whole_or_not_at_all(tmp_path):
     # A lease whose write fails (here at the first byte) never appears: before, the file
     # was created empty, then written, so another run could read it empty.
     path = tmp_path / "_make_shards" / "lease.json"
-    child = _in_child(f"from beam_jobs import lease\n"
+    child = _in_child(f"from beam_jobs.outdir import lease\n"
                       f"lease.Lease({str(path)!r}, '0123456789ab').acquire()", 0)
     assert "OSError: [Errno 27] File too large" in child.stderr, child.stderr[-2000:]
     assert os.listdir(path.parent) == []
@@ -150,7 +137,7 @@ def test_a_dataset_json_this_job_cannot_read_is_refused_in_one_line(old, inputs,
     (old / "dataset.json").write_text(json.dumps(meta))
     before = _tree(old)
     for extra in ([], ["--overwrite"]):
-        line = _refused(capsys, _job(inputs["small"], old, *extra))
+        line = job_line(capsys, *_job(inputs["small"], old, *extra))
         assert f"{old / 'dataset.json'} is not a dataset.json this job can read (" in line
         assert line.endswith("remove it or choose another --output_dir")
         assert _tree(old) == before
@@ -196,11 +183,11 @@ def _job_command(input_glob, out, *extra) -> list[str]:
 
 def test_a_file_size_limit_is_one_line_and_leaves_the_old_dataset(old, inputs):
     # Always available: the lease, run.json and shards.json fit under the limit, the
-    # first spill run of the new windows does not.
+    # first spilled sorted file of the new windows does not.
     before = _tree(old)
     child = _in_child("import sys; from beam_jobs import make_shards\n"
                       f"sys.argv[1:] = {_job(inputs['big'], old, '--overwrite')!r}\n"
-                      "make_shards.main()", 32 * 1024)
+                      "sys.exit(make_shards.main())", 32 * 1024)
     _assert_one_line_and_unchanged(child, old, before, "File too large")
 
 
@@ -249,7 +236,7 @@ def test_a_read_only_file_system_is_one_line(tiny_disk, inputs):
 
 def test_an_output_dir_under_a_file_is_one_line(tmp_path, inputs, capsys):
     (tmp_path / "file").write_text("x")
-    line = _refused(capsys, _job(inputs["small"], tmp_path / "file" / "out"), code=1)
+    line = job_line(capsys, *_job(inputs["small"], tmp_path / "file" / "out"), status=1)
     assert line.startswith(f"{PROG} {tmp_path / 'file' / 'out'}: Not a directory"), line
     assert (tmp_path / "file").read_text() == "x"
 
@@ -261,9 +248,10 @@ def test_a_commit_that_cannot_write_dataset_json_changes_nothing(old, tmp_path):
     before = _tree(old)
     code = f"""
 import dataclasses, json
-from beam_jobs import finalize, output_dir
+from beam_jobs.commit import finalize
+from beam_jobs.core.run_dir import RunDir
 from readers import format as data_format
-run = output_dir.RunDir({str(old)!r}, "0123456789ab", "")
+run = RunDir({str(old)!r}, "0123456789ab", "")
 dataset = data_format.DatasetSpec.from_json(open({str(old / 'dataset.json')!r}).read())
 dataset = dataclasses.replace(dataset, run_id=run.run_id, flags={{"pad": "x" * 100000}})
 finalize.commit(run, dataset, ["failures.jsonl", "videos.jsonl"])
@@ -283,13 +271,13 @@ finalize.commit(run, dataset, ["failures.jsonl", "videos.jsonl"])
 def test_a_run_without_a_window_fails_in_one_line_and_commits_nothing(old, inputs, tmp_path,
                                                                      capsys):
     before = _tree(old)
-    line = _refused(capsys, _job(inputs["small"], old, "--overwrite", "--window", "2000"),
-                    code=1)
+    line = job_line(capsys, *_job(inputs["small"], old, "--overwrite", "--window", "2000"),
+                    status=1)
     assert (f"no window to commit: every video is shorter than --window 2000 (the longest "
             f"has {inputs['longest']} frames)") in line
     assert {n: b for n, b in _tree(old).items() if not n.startswith("_make_shards")} == before
     assert_verified(old)
-    _refused(capsys, _job(inputs["small"], tmp_path / "new", "--window", "2000"), code=1)
+    job_line(capsys, *_job(inputs["small"], tmp_path / "new", "--window", "2000"), status=1)
     assert not (tmp_path / "new" / "dataset.json").exists()
 
 
@@ -297,7 +285,7 @@ def test_a_run_whose_every_video_failed_commits_nothing(tmp_path, capsys):
     # three videos of one id: each fails as a duplicate
     write_videos(str(tmp_path / "bad"), random_videos(np.random.default_rng(2), 3), files=1,
                  video_id="same")
-    line = _refused(capsys, _job(str(tmp_path / "bad" / "*"), tmp_path / "out",
-                                 "--id_feature", "vid", "--max_failure_fraction", "1"), code=1)
-    assert "no window to commit: no video was read (3 failed; see " in line
+    line = job_line(capsys, *_job(str(tmp_path / "bad" / "*"), tmp_path / "out",
+                                 "--id_feature", "vid", "--max_failure_fraction", "1"), status=1)
+    assert "no window to commit: no video was read (3 failed); see " in line
     assert not (tmp_path / "out" / "dataset.json").exists()

@@ -2,16 +2,14 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import (latent_example, random_videos, read_dataset_json, run_job, solid_frames,
-                      write_frame_folder, write_manifest, write_records, write_videos)
+from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job, solid_frames,
+                     write_frame_folder, write_manifest, write_records, write_videos)
 from readers import inspect, preview
 
 
@@ -43,24 +41,18 @@ def pixel_dataset(tmp_path_factory):
     return str(directory / "out")
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "readers.inspect", *args],
-                          capture_output=True, text=True)
-
-
-def test_summary_shows_splits_features_and_failure_reasons(latent_dataset):
-    result = _cli(latent_dataset)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+def test_summary_shows_splits_features_and_failure_reasons(latent_dataset, capsys):
+    code, out, err = inspect_run(capsys, latent_dataset)
+    assert code == 0, err
     assert "windows: length 8, stride 4, tail align_end" in out
     assert "window     [8, 6]" in out and "float32" in out
     assert out.count("\ntrain ") == 1 and "\nval " in out
     assert "failures: 1, most common reasons:" in out and "cannot be read" in out
 
 
-def test_verify_passes_a_sound_dataset(latent_dataset):
-    result = _cli(latent_dataset, "--verify")
-    assert result.returncode == 0 and "verify: all" in result.stdout and "are sound" in result.stdout
+def test_verify_passes_a_sound_dataset(latent_dataset, capsys):
+    code, out, _ = inspect_run(capsys, latent_dataset, "--verify")
+    assert code == 0 and "verify: all" in out and "are sound" in out
 
 
 def _broken_copy(source, tmp_path, how):
@@ -86,20 +78,20 @@ def _broken_copy(source, tmp_path, how):
 @pytest.mark.parametrize("how, needle", [("flipped byte", "corrupt"), ("truncated", "corrupt"),
                                          ("missing shard", "missing"),
                                          ("extra record", "dataset.json says")])
-def test_verify_finds_broken_shards(latent_dataset, tmp_path, how, needle):
+def test_verify_finds_broken_shards(latent_dataset, tmp_path, capsys, how, needle):
     copy, shard = _broken_copy(latent_dataset, tmp_path, how)
     problems = inspect.verify(copy, inspect.data_format.DatasetSpec.from_json(
         open(os.path.join(copy, "dataset.json")).read()))
     assert problems and any(shard in p and needle in p for p in problems), problems
-    result = _cli(copy, "--verify")
-    assert result.returncode == 1 and needle in result.stderr
+    code, _, err = inspect_run(capsys, copy, "--verify")
+    assert code == 1 and needle in err
 
 
-def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path):
+def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path, capsys):
     first, again, other = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"
     for path, seed in ((first, "0"), (again, "0"), (other, "7")):
-        assert _cli(pixel_dataset, "--preview", "6", "--out", str(path), "--seed",
-                    seed).returncode == 0
+        assert inspect_run(capsys, pixel_dataset, "--preview", "6", "--out", path, "--seed",
+                           seed)[0] == 0
     image = np.asarray(Image.open(first))
     assert image.shape[0] > 6 * 72 and image.shape[1] > 5 * 40
     assert first.read_bytes() == again.read_bytes()
@@ -109,7 +101,7 @@ def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path)
     assert red.any() and blue.any()   # the masked frame's cross, the label curves
 
 
-def test_preview_changes_when_the_data_changes(tmp_path):
+def test_preview_changes_when_the_data_changes(tmp_path, capsys):
     images = []
     for level in (0, 9):
         folder = tmp_path / f"v{level}"
@@ -117,22 +109,23 @@ def test_preview_changes_when_the_data_changes(tmp_path):
         write_manifest(tmp_path / f"m{level}.jsonl", [{"video_id": "v", "frames": f"v{level}"}])
         run_job(str(tmp_path / f"m{level}.jsonl"), tmp_path / f"out{level}", "--window", "3",
                 "--frame_encoding", "png")
-        _cli(str(tmp_path / f"out{level}"), "--preview", "2", "--out", str(tmp_path / f"{level}.png"))
+        assert inspect_run(capsys, tmp_path / f"out{level}", "--preview", "2", "--out",
+                           tmp_path / f"{level}.png")[0] == 0
         images.append(np.asarray(Image.open(tmp_path / f"{level}.png")))
     assert images[0].shape == images[1].shape and not np.array_equal(images[0], images[1])
 
 
-def test_latent_preview_heatmaps_and_decoder(latent_dataset, tmp_path):
+def test_latent_preview_heatmaps_and_decoder(latent_dataset, tmp_path, capsys):
     heat = tmp_path / "heat.png"
-    assert _cli(latent_dataset, "--preview", "4", "--out", str(heat)).returncode == 0
+    assert inspect_run(capsys, latent_dataset, "--preview", "4", "--out", heat)[0] == 0
     assert Image.open(heat).size[1] >= 4 * 96
     decoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8 * 8 * 3,
                                 activation="sigmoid"), keras.layers.Reshape((8, 8, 3))])
     decoder.save(tmp_path / "dec.keras")
     sheet = tmp_path / "sheet.png"
-    result = _cli(latent_dataset, "--preview", "2", "--out", str(sheet), "--decoder",
-                  str(tmp_path / "dec.keras"))
-    assert result.returncode == 0, result.stderr[-500:]
+    code, _, err = inspect_run(capsys, latent_dataset, "--preview", "2", "--out", sheet,
+                               "--decoder", tmp_path / "dec.keras")
+    assert code == 0, err[-500:]
     assert Image.open(sheet).size[1] == 2 * (preview.THUMB_HEIGHT + preview.TEXT_HEIGHT
                                              + preview.MARGIN) + preview.MARGIN
 
@@ -149,20 +142,21 @@ def test_heatmaps_keep_every_dim_and_show_their_scale():
         assert bar[0, 2] > 150 > bar[0, 0] and bar[-1, 0] > 150 > bar[-1, 2]
 
 
-def test_inspect_flags_say_what_they_need(latent_dataset, tmp_path):
-    result = _cli(latent_dataset, "--out", str(tmp_path / "x.png"))
-    assert result.returncode == 2 and "--out" in result.stderr and "--preview" in result.stderr
-    result = _cli(latent_dataset, "--preview", "40", "--out", str(tmp_path / "many.png"))
-    assert result.returncode == 0 and "drawing 32 windows" in result.stderr
-    help_text = _cli("--help").stdout
+def test_inspect_flags_say_what_they_need(latent_dataset, tmp_path, capsys):
+    code, _, err = inspect_run(capsys, latent_dataset, "--out", tmp_path / "x.png")
+    assert code == 2 and "--out" in err and "--preview" in err
+    code, _, err = inspect_run(capsys, latent_dataset, "--preview", "40", "--out",
+                               tmp_path / "many.png")
+    assert code == 0 and "drawing 32 windows" in err
+    help_text = inspect_run(capsys, "--help")[1]
     assert "(default: 1000)" in help_text and "(default: 0)" in help_text
     assert "(default: preview.png)" in help_text and "which windows --preview draws" in help_text
 
 
-def test_stats(pixel_dataset):
-    result = _cli(pixel_dataset, "--stats", "--all")
-    assert result.returncode == 0, result.stderr[-500:]
-    out = result.stdout.split("statistics of")[1]
+def test_stats(pixel_dataset, capsys):
+    code, out, err = inspect_run(capsys, pixel_dataset, "--stats", "--all")
+    assert code == 0, err[-500:]
+    out = out.split("statistics of")[1]
     assert out.startswith(" 6 train windows")
     mask_mean = float(out.split("\n  mask")[1].split()[0])
     assert abs(mask_mean - 29 / 30) < 1e-4               # one missing frame of 30
@@ -171,21 +165,20 @@ def test_stats(pixel_dataset):
     assert labels_max == 27.0
 
 
-def test_a_directory_without_dataset_json_is_refused(tmp_path):
-    result = _cli(str(tmp_path))
-    assert result.returncode == 2 and "not a finished dataset" in result.stderr
+def test_a_directory_without_dataset_json_is_refused(tmp_path, capsys):
+    code, _, err = inspect_run(capsys, tmp_path)
+    assert code == 2 and "not a finished dataset" in err
 
 
-def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path):
+def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path, capsys):
     write_records(str(tmp_path / "in" / "a.tfrecord"), [latent_example(np.full((12, 2), 0, np.float32), [0, 0])])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",
             "--splits", "train=0.999,empty=0.001")
 
     def inspect(*args):
-        result = subprocess.run([sys.executable, "-m", "readers.inspect", *args],
-                                capture_output=True, text=True)
-        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-        return result.stderr.strip().splitlines()[-1]
+        code, _, err = inspect_run(capsys, *args)
+        assert code == 2 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
 
     out = str(tmp_path / "out")
     assert "split 'empty' has no windows" in inspect(out, "--split", "empty", "--stats")

@@ -3,7 +3,7 @@ import collections
 
 import pytest
 
-from beam_jobs.keys import assign_split, parse_splits, window_key
+from beam_jobs.cut.keys import assign_split, parse_splits, window_key
 
 
 def test_parse_splits():

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from beam_jobs import dependencies
 from beam_jobs.sample import write_latent_sample
-from conftest import random_videos, run_jobs, solid_frames, write_frame_folder, write_manifest, \
+from helpers import random_videos, run_jobs, solid_frames, write_frame_folder, write_manifest, \
     write_videos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

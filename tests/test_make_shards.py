@@ -5,9 +5,9 @@ import collections
 import numpy as np
 import pytest
 
-from beam_jobs.windows import window_starts
-from conftest import (latent_example, plain_name, random_videos, read_dataset_json,
-                      read_examples, run_job, write_records, write_videos)
+from beam_jobs.cut.windows import window_starts
+from helpers import (latent_example, plain_name, random_videos, read_dataset_json,
+                     read_examples, run_job, write_records, write_videos)
 
 
 def _videos_by_id(paths, videos):

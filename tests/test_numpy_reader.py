@@ -16,8 +16,8 @@ import readers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from conftest import (assert_verified, index_offsets, random_videos, read_dataset_json, run_jobs,
-                      write_frame_folder, write_index, write_manifest, write_videos)
+from helpers import (assert_verified, index_offsets, random_videos, read_dataset_json, run_jobs,
+                     write_frame_folder, write_index, write_manifest, write_videos)
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from beam_jobs import make_shards
-from conftest import (assert_verified, plain_names, random_videos, read_dataset_json, run_job,
-                      write_videos)
+from helpers import (job_line, assert_verified, plain_names, random_videos, read_dataset_json, run_job,
+                     write_videos)
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +24,7 @@ def small_input(tmp_path_factory):
 
 def _refused(capsys, *argv) -> str:
     """Run the job in-process, expecting a one-line refusal; return that line."""
-    with pytest.raises(SystemExit) as exit_info:
-        make_shards.run(list(argv))
-    assert exit_info.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = job_line(capsys, *argv)
     assert last.startswith("python -m beam_jobs.make_shards: error:")
     return last
 

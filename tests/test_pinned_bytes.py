@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import plain_name, run_job, write_frame_folder, write_manifest, write_videos
+from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
 
 PINNED = {
     "latents_two_splits": {

@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import (failed_run_file, read_dataset_json, read_examples, run_job, solid_frames,
-                      write_frame_folder, write_manifest, write_video)
+from beam_jobs.job.errors import Failed
+from helpers import (failed_run_file, read_dataset_json, read_examples, run_job, solid_frames,
+                     write_frame_folder, write_manifest, write_video)
 
 
 def _by_video(examples):
@@ -114,7 +115,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     assert "No such file" in rows[1]["reason"]
     assert all(r["source"] == str(tmp_path / "m.jsonl") for r in rows)
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(Failed):
         run_job(str(tmp_path / "m.jsonl"), tmp_path / "fail", "--window", "7",
                 "--on_bad_frame", "fail")
     (row,) = [json.loads(l) for l in open(failed_run_file(tmp_path / "fail"))]

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from conftest import (index_offsets, latent_example, random_videos, read_dataset_json,
-                      read_examples, run_job, write_records, write_videos)
+from helpers import (index_offsets, latent_example, random_videos, read_dataset_json,
+                     read_examples, run_job, write_records, write_videos)
 
 
 @pytest.fixture(scope="module")

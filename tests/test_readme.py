@@ -9,7 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from beam_jobs import flags, lease, local_workers
+from beam_jobs.job import flags
+from beam_jobs.outdir import lease
+from beam_jobs.runtime import local_workers
 from readers import dataset, format as data_format, inspect as inspect_cli, malloc, preview
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,7 +158,7 @@ def test_the_constants_the_docs_quote():
                  data_format.VIDEOS_JSONL, data_format.DATASET_JSON):
         assert name in fmt, name
     for encoding in data_format.ENCODINGS:
-        assert f"- `{encoding}`" in fmt or f"`png`, `jpeg`" in fmt, encoding
+        assert f"- `{encoding}`" in fmt or "`png`, `jpeg`" in fmt, encoding
     assert "INTEGER_ACCURATE" in fmt
     flags_doc = _words(_read("docs", "flags.md"))
     assert f"at most {data_format.MAX_SHARDS:,}" in flags_doc
@@ -168,7 +170,7 @@ def test_the_index_format_the_docs_describe(tmp_path, rng):
     lists it."""
     import struct
 
-    from conftest import random_videos, read_dataset_json, run_job, write_videos
+    from helpers import random_videos, read_dataset_json, run_job, write_videos
 
     write_videos(str(tmp_path / "in"), random_videos(rng, 4), files=1)
     run_job(str(tmp_path / "in" / "*"), str(tmp_path / "out"), "--window", "5")

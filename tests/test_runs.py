@@ -10,9 +10,9 @@ import time
 import pytest
 
 from beam_jobs import make_shards
-from conftest import (assert_verified, plain_dataset_json, plain_name, plain_names,
-                      random_videos, read_dataset_json, run_job, solid_frames, staged_files,
-                      write_frame_folder, write_manifest, write_videos)
+from helpers import (job_line, assert_verified, plain_dataset_json, plain_name, plain_names,
+                     random_videos, run_job, solid_frames, staged_files,
+                     write_frame_folder, write_manifest, write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,11 +33,11 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
     names = {t.unique_name for t in pipeline.components.transforms.values()}
     assert {"CutWindows", "WriteShards", "Finalize"} <= names
     # on Dataflow, auto picks the group shuffle: no per-bundle spill files
-    assert "WriteShards/GroupBuckets" in names and "WriteShards/SpillRuns" not in names
+    assert "WriteShards/GroupBuckets" in names and "WriteShards/Spill" not in names
     staged = staged_files(pipeline)
     with tarfile.open(staged["workflow.tar.gz"]) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
-    assert {"beam_jobs/make_shards.py", "beam_jobs/shard_writer.py", "readers/format/__init__.py",
+    assert {"beam_jobs/make_shards.py", "beam_jobs/shuffle/write.py", "readers/format/__init__.py",
             "readers/format/wire.py", "beam_jobs/encoders/onnx_models.py",
             "readers/dataset.py", "beam_jobs/dependencies.py", "setup.py"} <= members
     # a worker installs that sdist without extras (the light reader's install_requires):
@@ -104,7 +104,7 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
 
     def reached() -> bool:
         if kill_when == "spilled":
-            return any(f.endswith(".run") for _, _, files in os.walk(runs) for f in files)
+            return any(f.endswith(".sorted") for _, _, files in os.walk(runs) for f in files)
         return out.exists() and any(n.endswith(".tfrecord") for n in os.listdir(out))
 
     deadline = time.monotonic() + 120
@@ -140,14 +140,11 @@ def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
 
 
 def test_spill_on_a_distributed_runner_is_refused_in_one_line(tmp_path, latents, capsys):
-    with pytest.raises(SystemExit) as stopped:
-        make_shards.run(["--input", latents, "--output_dir", str(tmp_path / "out"),
-                         "--window", "8", "--shuffle", "spill", "--runner", "DataflowRunner",
-                         "--project", "test-project", "--region", "us-central1",
-                         "--temp_location", "gs://test-bucket/tmp"])
-    assert stopped.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
-    assert "--shuffle spill" in line and "DataflowRunner" in line and "Traceback" not in line
+    line = job_line(capsys, "--input", latents, "--output_dir", tmp_path / "out", "--window",
+                    "8", "--shuffle", "spill", "--runner", "DataflowRunner", "--project",
+                    "test-project", "--region", "us-central1", "--temp_location",
+                    "gs://test-bucket/tmp")
+    assert "--shuffle spill" in line and "DataflowRunner" in line
     assert not os.path.exists(tmp_path / "out")
 
 

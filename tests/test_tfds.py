@@ -14,8 +14,8 @@ import readers
 from readers import inspect
 from readers.format import CODECS, tfds_info
 from readers.numpy import WindowSource
-from conftest import (random_videos, read_dataset_json, run_job, run_jobs, write_frame_folder,
-                      write_manifest, write_videos)
+from helpers import (random_videos, read_dataset_json, run_job, run_jobs, write_frame_folder,
+                     write_manifest, write_videos)
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

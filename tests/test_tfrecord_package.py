@@ -9,8 +9,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
-                      write_frame_folder, write_manifest, write_videos)
+from helpers import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
+                     write_frame_folder, write_manifest, write_videos)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("tfrecord") is None:   # found, not imported: it clashes here

@@ -7,7 +7,7 @@ import os
 
 import av
 
-from conftest import read_examples, run_job, solid_frames, write_video
+from helpers import read_examples, run_job, solid_frames, write_video
 
 FPS = 10
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from beam_jobs.windows import stream_windows, window_starts
+from beam_jobs.cut.windows import stream_windows, window_starts
 
 frames = st.integers(0, 400)
 lengths = st.integers(1, 120)

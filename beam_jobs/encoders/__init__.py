@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import fsspec
 import numpy as np
 
-from beam_jobs.sources.base import BadRecord, Frame, check_finite
+from beam_jobs.core.frames import BadRecord, Frame, check_finite
+from beam_jobs.encoders.base import (  # noqa: F401 (the encoder's public names)
+    Encoder, EncoderError, EncoderSpec)
 
 LATENT_DTYPES = ("float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -46,51 +47,6 @@ LAYOUTS = ("channels_last", "channels_first")
 KINDS = {".keras": ("keras", "tensorflow", "tf"), ".onnx": ("onnx", "onnxruntime", "onnx"),
          ".pt2": ("torch_export", "torch", "torch"), ".pt": ("torchscript", "torch", "torch")}
 SAVEDMODEL = ("savedmodel", "tensorflow", "tf")
-
-
-class EncoderError(ValueError):
-    """The model cannot be loaded, or its output cannot be windowed."""
-
-
-@dataclasses.dataclass
-class Encoder:
-    """A loaded model: float32 frames [B, ...] -> latents [B, ...] as numpy."""
-    call: Callable[[np.ndarray], np.ndarray]
-    kind: str
-    library: str           # the library that runs it, with its version
-    device: str            # where it runs: cpu, cuda:0, ...
-
-    def __call__(self, frames: np.ndarray) -> np.ndarray:
-        return self.call(frames)
-
-
-@dataclasses.dataclass(frozen=True)
-class EncoderSpec:
-    path: Optional[str] = None          # a model file or directory
-    handler: Any = None                 # or a Beam ModelHandler
-    input_scale: float = 1 / 255        # the model's input: pixels * scale + offset
-    input_offset: float = 0.0
-    layout: str = "channels_last"       # channels_first: frames fed as [B, C, H, W]
-    batch_size: int = 32
-    latent_dtype: str = "float32"
-    device: str = "auto"                # asked for: auto, cpu or cuda
-    latent_shape: tuple[int, ...] = ()  # fixed by `probe`
-    input_shape: tuple[int, ...] = ()   # (H, W, C) of one frame
-    kind: str = ""                      # fixed by `probe`, with the two below
-    library: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.path or f"a {type(self.handler).__name__}"
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "kind": self.kind, "library": self.library,
-                "handler": None if self.handler is None else type(self.handler).__name__,
-                "device_requested": self.device, "input_shape": list(self.input_shape),
-                "input_scale": self.input_scale, "input_offset": self.input_offset,
-                "layout": self.layout, "output_shape": list(self.latent_shape),
-                "latent_dtype": self.latent_dtype, "batch_size": self.batch_size,
-                "sha256": checksum(self.path) if self.path else None}
 
 
 def _kind(path: str) -> tuple[str, str, str]:
@@ -187,19 +143,6 @@ def probe(spec: EncoderSpec, frame_shape: tuple[int, int, int]) -> EncoderSpec:
     return dataclasses.replace(spec, latent_shape=tuple(out.shape[1:]),
                                input_shape=tuple(frame_shape), kind=encoder.kind,
                                library=encoder.library)
-
-
-def checksum(path: str) -> str:
-    """sha256 of a model file, or over a model directory's files (relative names and
-    contents, in sorted order)."""
-    fs, root = fsspec.core.url_to_fs(path)
-    if not fs.isdir(root):
-        return hashlib.sha256(fs.cat_file(root)).hexdigest()
-    digest = hashlib.sha256()
-    for name in sorted(fs.find(root)):
-        digest.update(os.path.relpath(name, root).encode("utf-8"))
-        digest.update(fs.cat_file(name))
-    return digest.hexdigest()
 
 
 def encode_frames(frames: Iterator[Frame], encode: Callable[[np.ndarray], np.ndarray],

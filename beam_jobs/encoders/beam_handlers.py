@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beam_jobs.encoders import Encoder
+from beam_jobs.encoders.base import Encoder
 
 
 def _torch_inputs(handler) -> bool:

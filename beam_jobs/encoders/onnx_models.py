@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beam_jobs.encoders import Encoder, EncoderError
+from beam_jobs.encoders.base import Encoder, EncoderError
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from beam_jobs.encoders import Encoder, EncoderError
+from beam_jobs.encoders.base import Encoder, EncoderError
 from readers import quiet
 
 

@@ -1,12 +1,9 @@
 """Inputs of the job: latent TFRecords, manifests of frame folders and video files."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from beam_jobs.sources.base import BadRecord, Source, SourceError
-
-if TYPE_CHECKING:
-    from beam_jobs.flags import JobConfig
+from beam_jobs.core.configs import JobConfig
+from beam_jobs.core.frames import BadRecord
+from beam_jobs.sources.base import Source, SourceError
 
 
 def build_source(config: JobConfig) -> Source:
@@ -16,7 +13,7 @@ def build_source(config: JobConfig) -> Source:
     Each kind's module is imported here, once the flags are known to be good: they
     bring in TensorFlow, PyAV and Pillow.
     """
-    if config.input_kind == "latents":
+    if config.inputs.kind == "latents":
         from beam_jobs.sources.latents import build_source as build
     else:
         from beam_jobs.sources.pixels import build_source as build

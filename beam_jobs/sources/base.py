@@ -1,38 +1,17 @@
 """What every input kind hands the pipeline: a `Source` (its videos, what their windows
-hold), frames, and the failure of a video."""
+hold), and the videos an --append skips (`SkipKnown`). Frames and failure rows are
+core's (core/frames.py, core/records.py): the cut takes them too."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
-import numpy as np
+import apache_beam as beam
 
-from beam_jobs import ids
+from beam_jobs.encoders import EncoderSpec
+from readers import format as data_format
 
-if TYPE_CHECKING:
-    import apache_beam as beam
-
-    from beam_jobs.encoders import EncoderSpec
-    from readers import format as data_format
-
-FAILURES = "failures"   # the tagged output that carries failure rows
-_MAX_REASON = 300
-
-
-class Frame(NamedTuple):
-    data: Any                            # as stored: an array, or encoded image bytes
-    valid: bool = True                   # False: missing or unreadable (zeros, mask 0)
-    label: Optional[np.ndarray] = None   # float32 [] or [C]; 0 where not valid
-    where: Any = None                    # the frame's file, or its time in a video file
-    reason: Optional[str] = None         # why it is not valid
-
-
-class BadRecord(ValueError):
-    """A record or video that cannot become windows; its message is the reason."""
-
-    def __init__(self, reason: str, video_id: Optional[str] = None):
-        super().__init__(reason)
-        self.video_id = video_id
+SKIPPED = "skipped"    # the tagged output of the ids an --append's dataset already has
 
 
 class SourceError(ValueError):
@@ -59,21 +38,12 @@ class Source:
     labels: Optional[dict] = None          # dataset.json: shape, names
 
 
-def failure(source: str, record_index: Optional[int], video_id: Optional[str],
-            reason: str, records: int = 1) -> dict:
-    """One row of failures.jsonl; `records`: how many input records or videos it stands
-    for (more than one where a broken file took the rest of its records with it). Its
-    text is valid Unicode (`ids.printable`), whatever names the source, the id and the
-    reason quote."""
-    return {"source": ids.printable(source), "record_index": record_index,
-            "video_id": None if video_id is None else ids.printable(video_id),
-            "reason": ids.printable(reason)[:_MAX_REASON], "records": records}
+class SkipKnown(beam.DoFn):
+    """Videos (anything with a `video_id`, its frames not yet read) -> those whose id is
+    not in `known` (a side input: the dataset's ids); the others' ids go to SKIPPED."""
 
-
-def check_finite(values: np.ndarray, what: str) -> None:
-    """BadRecord when `values` hold NaN or Inf."""
-    if values.dtype.kind == "f" or values.dtype.name == "bfloat16":
-        finite = np.isfinite(values.astype(np.float32, copy=False))
-        if not finite.all():
-            raise BadRecord(f"{what} hold {int((~finite).sum())} NaN or Inf values "
-                            "(pass --allow_nonfinite to keep them)")
+    def process(self, video, known=frozenset()):
+        if video.video_id in known:
+            yield beam.pvalue.TaggedOutput(SKIPPED, video.video_id)
+        else:
+            yield video

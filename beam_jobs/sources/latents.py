@@ -2,7 +2,8 @@
 
 Latent sequences come from TFRecord files of `tf.train.Example`s, one video a record:
 the sequence is a `tf.io.serialize_tensor` of a float tensor [T, ...] in a bytes feature
-(the first user story's format; float16, bfloat16, float32 and float64 are kept), or a
+(serialized-tensor records, docs/format.md; float16, bfloat16, float32 and float64 are
+kept), or a
 FloatList with the trailing dims given separately.
 """
 from __future__ import annotations
@@ -11,22 +12,20 @@ import dataclasses
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import ids, paths
-from beam_jobs.append import SKIPPED
-from beam_jobs.sources.base import (FAILURES, BadRecord, Frame, Source, check_finite,
-                                    failure)
-from beam_jobs.tfrecords import PagedRecord, Skipped, read_records
+from beam_jobs.core import ids, paths
+from beam_jobs.core.configs import JobConfig
+from beam_jobs.core.frames import BadRecord, Frame, check_finite
+from beam_jobs.core.records import FAILURES, failure
+from beam_jobs.sources.base import SKIPPED, Source
+from beam_jobs.sources.tfrecords import PagedRecord, Skipped, read_records
 from readers import format as data_format
 from readers.format import tensor_proto, wire
 from readers.format.tfrecord import Lost
-
-if TYPE_CHECKING:
-    from beam_jobs.flags import JobConfig
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -289,17 +288,18 @@ class ReadLatents(beam.PTransform):
 def build_source(config: JobConfig) -> Source:
     """Latent TFRecords: the frame shape, dtype and metadata length are those of the
     first records (probe_latent_format)."""
-    fmt = probe_latent_format(config.input_files, LatentFormat(
-        config.sequence_feature, config.metadata_feature, config.id_feature,
-        config.sequence_shape, root=config.input_root,
-        allow_nonfinite=config.allow_nonfinite))
-    window = data_format.FeatureSpec.for_array("window", (config.window, *fmt.frame_shape),
-                                               fmt.dtype)
+    flags = config.latents
+    fmt = probe_latent_format(config.inputs.files, LatentFormat(
+        flags.sequence_feature, flags.metadata_feature, flags.id_feature,
+        flags.sequence_shape, root=config.inputs.root,
+        allow_nonfinite=config.io.allow_nonfinite))
+    window = data_format.FeatureSpec.for_array(
+        "window", (config.windows.window, *fmt.frame_shape), fmt.dtype)
     stored_bytes = sum(size * (4 if path.endswith(".gz") else 1)
-                       for path, size in config.input_files)
+                       for path, size in config.inputs.files)
     # Parsing records is numpy and protobuf work in Python, which needs processes.
     return Source(data_format.window_features(window, fmt.metadata_length),
-                  functools.partial(ReadLatents, config.input_files, fmt), stored_bytes,
+                  functools.partial(ReadLatents, config.inputs.files, fmt), stored_bytes,
                   "multi_processing",
                   frame={"kind": "latents", "shape": list(fmt.frame_shape),
                          "dtype": fmt.dtype})

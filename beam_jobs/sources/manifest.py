@@ -22,8 +22,9 @@ from typing import Any, Iterable, Optional, Union
 import fsspec
 import numpy as np
 
-from beam_jobs import ids
-from beam_jobs.sources.base import BadRecord, failure
+from beam_jobs.core import ids
+from beam_jobs.core.frames import BadRecord
+from beam_jobs.core.records import failure
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 _GLOB_CHARS = re.compile(r"[*?\[]")

@@ -29,8 +29,8 @@ import fsspec
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from beam_jobs import paths
-from beam_jobs.sources.base import BadRecord
+from beam_jobs.core import paths
+from beam_jobs.core.frames import BadRecord
 
 JPEG_MAGIC = b"\xff\xd8"
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: most of level 6's size at a fraction of its time

@@ -5,22 +5,20 @@ import dataclasses
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 import numpy as np
 
-from beam_jobs import paths
-from beam_jobs.append import SKIPPED, SkipKnown
+from beam_jobs.core import paths
+from beam_jobs.core.configs import EncoderConfig, JobConfig
+from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
-from beam_jobs.sources.base import BadRecord, Frame, Source, SourceError, check_finite
+from beam_jobs.sources.base import SKIPPED, SkipKnown, Source, SourceError
 from beam_jobs.sources.manifest import (ManifestError, VideoEntry, expand_frames, load_labels,
                                         read_manifest)
 from readers import format as data_format
-
-if TYPE_CHECKING:
-    from beam_jobs.flags import JobConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,9 +235,9 @@ class ReadPixelVideos(beam.PTransform):
     def __init__(self, config: JobConfig, fmt: PixelFormat,
                  known: Optional[beam.pvalue.AsSideInput] = None):
         super().__init__()
-        self._kind, self._root = config.input_kind, config.input_root
-        self._paths = [path for path, _ in config.input_files]
-        self._splits, self._fmt, self._known = tuple(config.splits), fmt, known
+        self._kind, self._root = config.inputs.kind, config.inputs.root
+        self._paths = [path for path, _ in config.inputs.files]
+        self._splits, self._fmt, self._known = tuple(config.shards.splits), fmt, known
 
     def expand(self, pipeline):
         inputs = pipeline | "ListInputs" >> beam.Create(
@@ -268,29 +266,30 @@ def build_source(config: JobConfig) -> Source:
     its latents and the encoder is loaded once here (probe_encoder)."""
     entries = _entries(config)
     # An encoder takes decoded frames: they stay raw arrays until it turns them to latents.
-    encoding = "raw" if config.encodes_frames else config.frame_encoding
-    codec = media.FrameCodec(config.frame_size or (0, 0), config.channels, encoding,
-                             config.jpeg_quality, resize=config.frame_size is not None)
+    flags = config.pixels
+    encoding = "raw" if config.encoder.encodes_frames else flags.frame_encoding
+    codec = media.FrameCodec(flags.frame_size or (0, 0), flags.channels, encoding,
+                             flags.jpeg_quality, resize=flags.frame_size is not None)
     fmt = probe_pixel_format(entries, PixelFormat(
-        codec, fps=config.fps, max_frames=config.max_frames,
-        max_timestamp_gap=config.max_timestamp_gap,
-        on_bad_frame=config.on_bad_frame, max_frame_bytes=config.max_frame_bytes,
-        allow_nonfinite=config.allow_nonfinite))
-    encoder = probe_encoder(config, fmt.codec.frame_shape) if config.encodes_frames else None
+        codec, fps=flags.fps, max_frames=flags.max_frames,
+        max_timestamp_gap=flags.max_timestamp_gap, on_bad_frame=flags.on_bad_frame,
+        max_frame_bytes=flags.max_frame_bytes, allow_nonfinite=config.io.allow_nonfinite))
+    encoder = (probe_encoder(config.encoder, fmt.codec.frame_shape)
+               if config.encoder.encodes_frames else None)
     if encoder:
         window = data_format.FeatureSpec.for_array(
-            "window", (config.window, *encoder.latent_shape), encoder.latent_dtype)
+            "window", (config.windows.window, *encoder.latent_shape), encoder.latent_dtype)
         pad_frame = np.zeros(encoder.latent_shape, encoder.latent_dtype)
     else:
-        window = data_format.FeatureSpec("window", (config.window, *fmt.codec.frame_shape),
-                                         "uint8", encoding)
+        window = data_format.FeatureSpec(
+            "window", (config.windows.window, *fmt.codec.frame_shape), "uint8", encoding)
         pad_frame = fmt.codec.padding()
     frame_bytes = (math.prod(encoder.latent_shape) * np.dtype(encoder.latent_dtype).itemsize
                    if encoder else fmt.stored_frame_bytes)
     pixels = {"kind": "pixels", "shape": list(fmt.codec.frame_shape), "dtype": "uint8",
               "channel_order": fmt.codec.mode, "value_range": [0, 255],
               "encoding": encoding, "resized": fmt.codec.resize,
-              "resampled_fps": config.fps}
+              "resampled_fps": flags.fps}
     frame = pixels if not encoder else {
         "kind": "latents from the encoder", "shape": list(encoder.latent_shape),
         "dtype": encoder.latent_dtype, "encoder_input": pixels}
@@ -310,24 +309,24 @@ def build_source(config: JobConfig) -> Source:
 def _entries(config: JobConfig) -> list[VideoEntry]:
     """The videos of the manifests, or the video files, for probing and sizing on the
     launcher (the pipeline reads them again, in ReadPixelVideos)."""
-    if config.input_kind == "videos":
-        return video_file_entries([p for p, _ in config.input_files], config.input_root)
+    if config.inputs.kind == "videos":
+        return video_file_entries([p for p, _ in config.inputs.files], config.inputs.root)
     entries = []
-    for path, _ in config.input_files:
+    for path, _ in config.inputs.files:
         try:
-            entries += read_manifest(path, config.splits)[0]
+            entries += read_manifest(path, config.shards.splits)[0]
         except ManifestError as e:
             raise SourceError(f"--input: {e}") from None
     return entries
 
 
-def probe_encoder(config: JobConfig, frame_shape: tuple[int, int, int]) -> EncoderSpec:
+def probe_encoder(flags: EncoderConfig, frame_shape: tuple[int, int, int]) -> EncoderSpec:
     """The encoder of --encoder (or run's encoder=), loaded once here, so that a model
     that cannot serve stops the job before any video is processed."""
     try:
         return probe(EncoderSpec(
-            config.encoder, config.encoder_handler, config.encoder_input_scale,
-            config.encoder_input_offset, config.encoder_layout, config.encoder_batch_size,
-            config.latent_dtype, config.encoder_device), frame_shape)
+            flags.encoder, flags.handler, flags.encoder_input_scale, flags.encoder_input_offset,
+            flags.encoder_layout, flags.encoder_batch_size, flags.latent_dtype,
+            flags.encoder_device), frame_shape)
     except EncoderError as e:
         raise SourceError(f"--encoder: {e}") from None

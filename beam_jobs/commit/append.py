@@ -1,0 +1,111 @@
+"""`--append`: a run that adds to a committed dataset only the videos it does not have.
+
+A dataset grows by generations. Each run that adds windows writes shards of its own (its
+run id in their names), shuffled among themselves, and never touches the shards before
+them; dataset.json lists the shards of every generation under their split, so every
+reader reads the union with no change. An append therefore costs what its new videos
+cost, plus reading the input's ids: a video whose id the dataset's videos.jsonl lists
+is skipped (sources/base.py's `SkipKnown`; the latent reader reads of its record only
+the id, sources/tfrecords.py) and counted, never decoded.
+
+Readers cannot tell generations apart, so they must be one dataset: the flags that
+decide what a window holds (all but `FREE_FLAGS`), the input's kind and the features
+the inputs give must be the dataset's, or the run is refused before any work (`problem`).
+A video's split is the hash of (seed, id), as in a full build, so an appended video lands
+in the split a rebuild would give it. What a rebuild does differently: one shuffle over
+every window, and one generation.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple, Optional
+
+import apache_beam as beam
+
+from beam_jobs.commit.dataset import DatasetConfig
+from beam_jobs.core import paths
+from readers import format as data_format
+
+# Flags that decide how the job runs or how windows are cut into shards, not what a
+# window holds: an append may give other values.
+FREE_FLAGS = frozenset({
+    "input", "output_dir", "overwrite", "append", "detach", "all_cores",
+    "progress_interval", "num_shards", "shard_size_mb", "max_failure_fraction", "shuffle",
+    "shuffle_bucket_mb", "spill_buffer_mb", "encoder_device", "encoder_batch_size"})
+APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one
+class Known(NamedTuple):
+    """What an append knows of the committed dataset it adds to."""
+    spec: data_format.DatasetSpec
+    videos: beam.PCollection        # the rows of its videos.jsonl
+    bad_frames: beam.PCollection    # the rows of its bad_frames.jsonl
+    ids: beam.pvalue.AsSideInput    # the set of its video ids
+
+
+def read_known(pipeline: beam.Pipeline, output_dir: str,
+               spec: data_format.DatasetSpec) -> Known:
+    """The committed dataset's rows and ids, read by the pipeline (a distributed runner's
+    workers read them, not the launcher)."""
+    def rows(name: str) -> beam.PCollection:
+        if name not in spec.files:
+            return pipeline | f"No{name}" >> beam.Create([])
+        return (pipeline | f"Read{name}" >> beam.io.ReadFromText(paths.join(output_dir, name))
+                | f"Parse{name}" >> beam.Map(json.loads))
+
+    videos = rows(data_format.VIDEOS_JSONL)
+    ids = (videos | "KnownIds" >> beam.Map(lambda row: row["video_id"])
+           | "IdSet" >> beam.combiners.ToSet())
+    return Known(spec, videos, rows(data_format.BAD_FRAMES_JSONL),
+                 beam.pvalue.AsSingleton(ids))
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value)
+
+
+def problem(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
+            defaults: dict) -> Optional[str]:
+    """Why this run may not add to `spec`'s dataset, in one line naming the flag at
+    fault, or None. `run`: what this run's dataset.json would say (its flags, and what
+    its inputs give: the input's kind, features, encoder and labels); `defaults`: every
+    flag's default, what a dataset written before a flag existed was made with."""
+    where = f"the dataset in {output_dir}"
+    flags, input_kind, encoder, labels = run.flags, run.input_kind, run.encoder, run.labels
+    if spec.format_version < APPENDABLE_SINCE:
+        return (f"--append: {where} has format version {spec.format_version}, written by "
+                "an older job; rebuild it with --overwrite")
+    if spec.input_kind and input_kind != spec.input_kind:
+        return (f"--append: --input holds {input_kind} here, {where} was made from "
+                f"{spec.input_kind}")
+    for name in sorted(set(flags) | set(spec.flags)):
+        if name in FREE_FLAGS:
+            continue
+        mine, theirs = flags.get(name), spec.flags.get(name, defaults.get(name))
+        if mine != theirs:
+            return (f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in {where}; "
+                    "an append must make the windows its first run made (or rebuild "
+                    "with --overwrite)")
+    mine = [f.to_json() for f in run.features]
+    theirs = [f.to_json() for f in spec.features]
+    if mine != theirs:
+        mine_by, theirs_by = {f["name"]: f for f in mine}, {f["name"]: f for f in theirs}
+        name = next(n for n in [*mine_by, *theirs_by] if mine_by.get(n) != theirs_by.get(n))
+        return (f"--append: the inputs' {name!r} is {_feature(mine_by.get(name))}, "
+                f"{where}'s is {_feature(theirs_by.get(name))}")
+    if (labels or None) != (spec.labels or None):
+        return (f"--append: the inputs' labels are {_shown(labels)}, {where}'s "
+                f"{_shown(spec.labels)}")
+    if _model(encoder) != _model(spec.encoder):
+        return (f"--append: the --encoder model is not the one that made {where} (its "
+                "checksum or shapes differ)")
+    return None
+
+
+def _feature(row: Optional[dict]) -> str:
+    return "absent" if row is None else f"{row['dtype']} {row['shape']} ({row['encoding']})"
+
+
+def _model(encoder: Optional[dict]) -> Optional[dict]:
+    """What of an encoder's record decides its latents: all but where it ran."""
+    return None if encoder is None else {k: v for k, v in encoder.items()
+                                         if k not in ("devices_used", "device_requested",
+                                                      "batch_size")}

@@ -1,0 +1,83 @@
+"""The dataset.json a run commits: its spec built from the run's counts, its written
+shards and what the job was asked, and (`--append`) added to the committed one."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Sequence
+
+from beam_jobs import __version__
+from beam_jobs.commit.tally import Tally, empty_counts
+from beam_jobs.core.configs import WindowConfig
+from beam_jobs.core.records import WrittenShard
+from readers import format as data_format
+from readers.format import tfds_info
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    """What dataset.json says besides the counts, and when the run fails instead."""
+    features: tuple[data_format.FeatureSpec, ...]
+    windows: WindowConfig
+    splits: tuple[str, ...]
+    compression: str
+    max_failure_fraction: float
+    flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    encoder: Optional[Mapping[str, Any]] = None
+    input_kind: Optional[str] = None
+    frame: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    labels: Optional[Mapping[str, Any]] = None
+
+
+def build_spec(config: DatasetConfig, run_id: str, tally: Tally,
+               written: Sequence[WrittenShard], sidecars: Sequence[str],
+               base: Optional[data_format.DatasetSpec] = None) -> data_format.DatasetSpec:
+    """The dataset.json of run `run_id`: one generation of `written` shards with the
+    counts of `tally`, listing every file of the dataset (the shards, their indexes,
+    `sidecars` and the TFDS files); with `base`, that dataset with this generation added.
+    RuntimeError when the shards do not hold the windows cut."""
+    shards = sorted(written)
+    counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
+    for split in config.splits:
+        in_shards = sum(s.examples for s in shards if s.split == split)
+        if in_shards != counts[split]["windows"]:
+            raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
+                               f"{counts[split]['windows']} windows cut")
+    dataset = data_format.DatasetSpec(
+        window=config.windows.to_json(), features=tuple(config.features),
+        compression=config.compression, failures=tally.failed, flags=dict(config.flags),
+        run_id=run_id, generations=(data_format.Generation(
+            run_id, tally.total("videos"), tally.total("windows"),
+            tally.total("skipped_short"), tally.failed, tally.skipped, __version__),),
+        files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
+                           + list(sidecars) + list(tfds_info.file_names(config.compression)))),
+        job_version=__version__, input_kind=config.input_kind, frame=config.frame,
+        labels=config.labels, encoder=config.encoder and {
+            **config.encoder, "devices_used": tally.devices},
+        splits={split: data_format.SplitInfo(
+                    **counts[split],
+                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
+                                 for s in shards if s.split == split))
+                for split in config.splits})
+    return dataset if base is None else extend(base, dataset)
+
+
+def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
+           ) -> data_format.DatasetSpec:
+    """`base` with `new` (one generation, this run's) added: per split the counts summed
+    and the new shards after the old; every file of both; the generations in order.
+    The rest (flags, failures: those of failures.jsonl) is the new run's."""
+    splits = {}
+    for name in new.splits:
+        old, added = base.splits[name], new.splits[name]
+        splits[name] = data_format.SplitInfo(
+            old.videos + added.videos, old.windows + added.windows,
+            old.skipped_short + added.skipped_short, old.shards + added.shards,
+            old.bad_frames + added.bad_frames, old.frames + added.frames)
+    encoder = new.encoder and {**new.encoder, "devices_used": sorted(
+        {*new.encoder.get("devices_used", []), *(base.encoder or {}).get("devices_used", [])})}
+    return data_format.DatasetSpec(
+        window=new.window, features=new.features, compression=new.compression,
+        splits=splits, failures=new.failures, flags=new.flags, encoder=encoder,
+        run_id=new.run_id, files=tuple(sorted({*base.files, *new.files})),
+        job_version=new.job_version, input_kind=new.input_kind, frame=new.frame,
+        labels=new.labels, generations=(*base.generations, *new.generations))

@@ -1,0 +1,166 @@
+"""The job's last steps, inside the pipeline: the sidecar files, the decision (commit or
+not, commit/decide.py), the commit (one move of dataset.json into place), the cleanup
+after it, and the lease's release. A launcher that submits and exits leaves a job that
+commits on its own."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import apache_beam as beam
+
+from beam_jobs import outdir
+from beam_jobs.commit import append, decide
+from beam_jobs.commit.dataset import DatasetConfig, build_spec
+from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
+from beam_jobs.commit.tally import BASE_ROW, FAILED, SKIPPED, VIDEO, Tally, TallyFn
+from beam_jobs.core import progress, storage
+from beam_jobs.core.records import VideoCount
+from beam_jobs.core.run_dir import RunDir
+from readers import format as data_format
+from readers.format import tfds_info
+
+# The counters the launcher reads: one per outcome, and the counts a decision takes.
+OUTCOME_COUNTERS = {decide.COMMIT: "datasets_committed",
+                    decide.NOTHING_NEW: "appends_with_nothing_new",
+                    decide.TOO_MANY_FAILURES: "runs_with_too_many_failures",
+                    decide.NO_WINDOW: "datasets_without_windows"}
+GOOD_VIDEOS, FAILED_VIDEOS, WINDOWS = "videos_ok", "videos_failed", "windows_committed"
+LONGEST_VIDEO = "longest_video_frames"   # a distribution: its max
+SKIPPED_EXISTING = "videos_skipped_existing"
+
+
+class FinalizeInputs(NamedTuple):
+    """What `Finalize` takes through the pipe."""
+    shards: beam.PCollection       # WrittenShard, one per shard written
+    videos: beam.PCollection       # VideoCount of every video that gave no failure
+    failures: beam.PCollection     # failure rows
+    bad_frames: beam.PCollection   # rows of bad_frames.jsonl
+    skipped: beam.PCollection      # ids of the input videos an --append skipped
+
+
+def _failure_key(row: dict) -> tuple:
+    return (row["source"], -1 if row["record_index"] is None else row["record_index"],
+            row["video_id"] or "")
+
+
+SIDECAR_FILES = (
+    JsonlFile(data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
+    JsonlFile(data_format.FAILURES_JSONL, _failure_key),
+    JsonlFile(data_format.BAD_FRAMES_JSONL,
+              lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
+
+
+def _count(tally: Tally, decision: decide.Decision) -> None:
+    counts = tally.decision_counts()
+    progress.counter(OUTCOME_COUNTERS[decision.outcome]).inc()
+    progress.counter(GOOD_VIDEOS).inc(counts.good)
+    progress.counter(FAILED_VIDEOS).inc(counts.failed)
+    progress.counter(WINDOWS).inc(counts.windows)
+    progress.distribution(LONGEST_VIDEO).update(counts.longest)
+    progress.counter(SKIPPED_EXISTING).inc(tally.skipped)
+
+
+def finalize(written: list, tally: Tally, sidecars: list[str], *, run: RunDir,
+             config: DatasetConfig, base: Optional[data_format.DatasetSpec] = None) -> bool:
+    """After the sidecar files are written into the run folder (`sidecars`: their names),
+    commit the dataset when `decide` says so and this run still holds the directory's
+    lease; whether it committed.
+
+    Not committing leaves the directory, and any dataset in it, unchanged: the shards are
+    removed again and the sidecars stay in the run folder, which stays (an append with
+    nothing new leaves no run folder). `base`: the dataset an --append adds a
+    generation to.
+    """
+    if base is not None:
+        listed = sum(s.videos + s.skipped_short for s in base.splits.values())
+        if tally.base_rows != listed:
+            raise RuntimeError(
+                f"{run.output(data_format.VIDEOS_JSONL)} lists {tally.base_rows} videos, its "
+                f"dataset.json {listed}: it is not the dataset's own (a commit stopped "
+                "half-way?), so the ids to skip are not known; rebuild with --overwrite")
+    decision = decide.decide(tally.decision_counts(), config.max_failure_fraction,
+                             config.windows.window, appending=base is not None)
+    _count(tally, decision)
+    if decision.outcome == decide.NOTHING_NEW:
+        outdir.delete_run_folder(run)
+        return False
+    if not decision.commits:
+        storage.delete_files([run.output(name) for s in written
+                              for name in (s.file, s.offsets) if name], run.output_dir)
+        outdir.delete_temp(run)
+        return False
+    dataset = build_spec(config, run.run_id, tally, written, sidecars, base)
+    if not outdir.holds_lease(run):
+        raise RuntimeError(f"another run took the lease on {run.output_dir}; this run "
+                           "does not commit its dataset")
+    commit(run, dataset, sidecars)
+    return True
+
+
+def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
+    """The commit: dataset.json and the TFDS files (tfds_info, from the same spec)
+    written into the run folder (a full disk stops the run here, before anything in the
+    directory changed), the sidecars and TFDS files moved from the run folder into the
+    directory, then dataset.json moved over the directory's (locally a rename; on GCS one
+    copy, atomic), which names this run's shards. Until this move, the directory's
+    dataset is the one before, whole (its shards untouched); from it on, this one."""
+    staged = run.in_run_folder(data_format.DATASET_JSON)
+    storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
+    tfds_files = tfds_info.files(dataset)
+    for name, data in tfds_files.items():
+        storage.write_bytes(run.in_run_folder(name), data)
+    for name in [*sidecars, *tfds_files]:
+        storage.place(run.in_run_folder(name), run.output(name))
+    storage.place(staged, run.output(data_format.DATASET_JSON))
+
+
+def _clean_up(committed: bool, run: RunDir) -> None:
+    """After the commit, best-effort (a failure is a warning; the dataset stays whole)."""
+    if committed:
+        outdir.clean_up_after_commit(run)
+
+
+def _release_lease(_, run: RunDir) -> None:
+    outdir.release_lease(run)
+
+
+class Finalize(beam.PTransform):
+    """`FinalizeInputs` -> `finalize`, once, after the last shard and sidecar file is
+    written, then the cleanup after a commit and the lease's release. Only small rows
+    reach its one task: a row per shard, the counts (one combine) and the sidecars'
+    names. The sidecar files are written sorted in parts (`sidecars.WriteSortedJsonl`):
+    videos.jsonl by (split, video_id), failures.jsonl by (source, record_index,
+    video_id), bad_frames.jsonl by (video_id, source, frame).
+
+    `known`: what an --append knows of the dataset it adds to; the new videos.jsonl and
+    bad_frames.jsonl keep its rows (failures.jsonl is the run's own).
+    """
+
+    def __init__(self, run: RunDir, config: DatasetConfig,
+                 known: Optional[append.Known] = None):
+        super().__init__()
+        self._run, self._config, self._known = run, config, known
+
+    def expand(self, inputs: FinalizeInputs):
+        run, known = self._run, self._known
+        video_rows = inputs.videos | "VideoRows" >> beam.Map(VideoCount.to_json)
+        bad_frames = inputs.bad_frames
+        tallied = [inputs.videos | "TallyVideos" >> beam.Map(lambda v: (VIDEO, v)),
+                   inputs.failures | "TallyFailed" >> beam.Map(
+                       lambda row: (FAILED, row.get("records", 1))),
+                   inputs.skipped | "TallySkipped" >> beam.Map(lambda _: (SKIPPED, 1))]
+        if known is not None:
+            video_rows = (video_rows, known.videos) | "AllVideoRows" >> beam.Flatten()
+            bad_frames = (bad_frames, known.bad_frames) | "AllBadFrames" >> beam.Flatten()
+            tallied.append(known.videos | "TallyBaseRows" >> beam.Map(lambda _: (BASE_ROW, 1)))
+        names = (video_rows, inputs.failures, bad_frames) | "Sidecars" >> WriteSortedJsonl(
+            run, SIDECAR_FILES)
+        tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
+                 | "Tally" >> beam.CombineGlobally(TallyFn()))
+        return (inputs.shards
+                | "GatherShards" >> beam.combiners.ToList()
+                | "Commit" >> beam.Map(
+                    finalize, beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(names),
+                    run=run, config=self._config, base=known and known.spec)
+                | "CleanUp" >> beam.Map(_clean_up, run=run)
+                | "ReleaseLease" >> beam.Map(_release_lease, run=run))

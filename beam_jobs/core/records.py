@@ -1,0 +1,59 @@
+"""What flows between the parts of the job: a window's keyed example (cut -> shuffle), a
+video's count (cut -> commit), a written shard (shuffle -> commit), and a failure row
+(every part that reads or cuts a video -> commit's failures.jsonl)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from beam_jobs.core import ids
+
+FAILURES = "failures"   # the tagged output that carries failure rows
+_MAX_REASON = 300
+
+
+class KeyedExample(NamedTuple):
+    split: str
+    key: int          # window_key(seed, video_id, start): the shuffled order of the split
+    example: bytes    # a serialized tf.train.Example
+
+
+class VideoCount(NamedTuple):
+    """What one video gave; duplicate ids are found by grouping these."""
+    split: str
+    windows: int      # 0: the video was too short for one window
+    bad_frames: int = 0
+    frames: int = 0
+    video_id: str = ""
+    source: str = ""
+    record_index: Optional[int] = None
+    source_fps: Optional[float] = None   # a video file's frame rate
+    encoder_device: Optional[str] = None # where the encoder ran on its frames
+
+    def to_json(self) -> dict:
+        """A row of videos.jsonl."""
+        row = {"video_id": self.video_id, "split": self.split, "source": self.source,
+               "record_index": self.record_index, "frames": self.frames,
+               "windows": self.windows, "bad_frames": self.bad_frames,
+               "source_fps": self.source_fps}
+        if self.encoder_device:
+            row["encoder_device"] = self.encoder_device
+        return row
+
+
+class WrittenShard(NamedTuple):
+    split: str
+    index: int
+    file: str
+    examples: int
+    offsets: Optional[str] = None   # the shard's offset index file
+
+
+def failure(source: str, record_index: Optional[int], video_id: Optional[str],
+            reason: str, records: int = 1) -> dict:
+    """One row of failures.jsonl; `records`: how many input records or videos it stands
+    for (more than one where a broken file took the rest of its records with it). Its
+    text is valid Unicode (`ids.printable`), whatever names the source, the id and the
+    reason quote."""
+    return {"source": ids.printable(source), "record_index": record_index,
+            "video_id": None if video_id is None else ids.printable(video_id),
+            "reason": ids.printable(reason)[:_MAX_REASON], "records": records}

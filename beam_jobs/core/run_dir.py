@@ -1,0 +1,67 @@
+"""Where one run writes in its output directory: a picklable value every step that
+writes is handed, and the layout of the directory's state folder.
+
+    OUT/_make_shards/lease.json      the lease of the run writing now (outdir/lease.py)
+    OUT/_make_shards/runs/RUN/       one folder per run, written before any data:
+        run.json                     run id, where its temp data lives, its side files, and
+                                     the files of the dataset it replaces; deleted last
+        shards.json                  the shard files it will write (before it writes them)
+        failures.jsonl ...           the sidecars of a run that did not commit
+        tmp/                         its temp data (unless on local disk elsewhere)
+
+What a run may claim, write and delete there is the output directory's part (outdir/);
+this is only the map, shared by the parts that write.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Iterable, Optional
+
+from beam_jobs.core import paths, storage
+from readers import format as data_format
+
+STATE_DIR = "_make_shards"
+RUNS = "runs"
+LEASE_FILE = "lease.json"
+RUN_JSON = "run.json"
+SHARDS_JSON = "shards.json"
+TEMP = "tmp"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Where one run writes: picklable, handed to the pipeline's steps."""
+    output_dir: str
+    run_id: str
+    temp_dir: str      # the run's temp data: under its run folder, or a local directory
+    # The lease's token when the pipeline itself releases the lease (a distributed
+    # runner: the launcher may be gone by then); None when the launcher does.
+    lease_token: Optional[str] = None
+
+    @property
+    def state_dir(self) -> str:
+        return paths.join(self.output_dir, STATE_DIR)
+
+    @property
+    def run_path(self) -> str:
+        return paths.join(self.state_dir, RUNS, self.run_id)
+
+    @property
+    def lease_path(self) -> str:
+        return paths.join(self.state_dir, LEASE_FILE)
+
+    def output(self, name: str) -> str:
+        return paths.join(self.output_dir, name)
+
+    def in_run_folder(self, name: str) -> str:
+        return paths.join(self.run_path, name)
+
+    def shard_name(self, split: str, index: int, num_shards: int, compression: str) -> str:
+        return data_format.shard_name(split, index, num_shards, compression, self.run_id)
+
+    def list_shards(self, names: Iterable[str]) -> None:
+        """List the shard files this run is about to write, in its folder, before it
+        writes any: a rerun after a kill can then tell them from foreign files."""
+        storage.write_bytes(self.in_run_folder(SHARDS_JSON),
+                            json.dumps(sorted(names)).encode("utf-8"))

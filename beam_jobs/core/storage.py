@@ -1,0 +1,353 @@
+"""Literal-path file operations for the output directory, on local disk and on GCS.
+
+Why not Beam's FileSystems here: its `match` and `delete` treat a path as a glob (so
+`out[1]` names other files), its local delete follows symbolic links in the path, and
+it has no create-if-absent. The job's data still goes through FileSystems; the few
+operations that decide what may be deleted go here, and the lease's compare and swap
+in `swap.py`, on top of this module:
+
+- names are names: nothing is globbed;
+- a symbolic link is never followed for deleting, and nothing outside the tree given
+  is deleted;
+- GCS deletes go 100 to a batch request; every delete's answer is checked, a failed
+  one is tried again, and one that keeps failing raises OSError (never silent).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import shutil
+import stat
+import time
+import uuid
+from typing import BinaryIO, Iterable, NamedTuple, Optional
+
+from beam_jobs.core import paths
+
+GCS_BATCH = 100   # operations per GCS batch request, the service's limit
+DELETE_ATTEMPTS = 3   # a failed delete is tried again this often, then it raises
+RETRY_SECONDS = 0.5
+
+
+class Entry(NamedTuple):
+    name: str
+    kind: str    # "file", "dir", "link" or "other" (a FIFO, a device, a socket)
+    size: int = 0
+
+
+def is_gcs(path: str) -> bool:
+    return path.startswith("gs://")
+
+
+def supported(path: str) -> bool:
+    return is_gcs(path) or not paths.has_scheme(path)
+
+
+# --- GCS ----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def gcs_client():
+    from google.cloud import storage
+
+    return storage.Client()
+
+
+# A forked process (--all_cores's workers) makes its own client: sharing the parent's
+# pooled connections would interleave two processes' requests on one socket.
+os.register_at_fork(after_in_child=gcs_client.cache_clear)
+
+
+def gcs_blob(path: str):
+    bucket, _, name = path[len("gs://"):].partition("/")
+    return gcs_client().bucket(bucket).blob(name)
+
+
+def _gcs_list(path: str) -> dict[str, Entry]:
+    bucket, _, prefix = path[len("gs://"):].partition("/")
+    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    blobs = gcs_client().list_blobs(bucket, prefix=prefix, delimiter="/")
+    entries = {b.name[len(prefix):]: Entry(b.name[len(prefix):], "file", b.size or 0)
+               for b in blobs if b.name != prefix}
+    for sub in blobs.prefixes:
+        name = sub[len(prefix):].rstrip("/")
+        entries[name] = Entry(name, "dir")
+    return entries
+
+
+def _gcs_delete(paths_: list[str]) -> int:
+    """Delete objects in batch requests, checking each object's answer (a missing object
+    counts as deleted) and sending the failed ones again; OSError when some still fail.
+    Returns how many batch requests were sent."""
+    requests, failed = 0, list(paths_)
+    for attempt in range(DELETE_ATTEMPTS):
+        if attempt:
+            time.sleep(RETRY_SECONDS * attempt)
+        pending, failed = failed, []
+        for i in range(0, len(pending), GCS_BATCH):
+            chunk = pending[i:i + GCS_BATCH]
+            try:
+                batch = gcs_client().batch(raise_exception=False)
+                with batch:
+                    for path in chunk:
+                        gcs_blob(path).delete()
+                # one (status) per deferred delete, in order; `finish` keeps them here
+                failed += [(path, r.status_code) for path, r in zip(chunk, batch._responses)
+                           if not (200 <= r.status_code < 300 or r.status_code == 404)]
+            except Exception as e:  # the batch request itself failed: all of it again
+                failed += [(path, str(e)) for path in chunk]
+            requests += 1
+        if not failed:
+            return requests
+        failed = [path for path, _ in failed]
+    raise OSError(f"could not delete {len(failed)} objects, e.g. {failed[0]}")
+
+
+def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:
+    """Every object under the prefix `path/` (listed 1,000 to a request)."""
+    bucket, _, prefix = path[len("gs://"):].partition("/")
+    prefix = prefix.rstrip("/") + "/"
+    return [f"gs://{bucket}/{b.name}"
+            for b in gcs_client().list_blobs(bucket, prefix=prefix, max_results=limit)]
+
+
+# --- both ---------------------------------------------------------------------------
+
+def list_dir(path: str) -> dict[str, Entry]:
+    """The entries directly in directory `path` by name; {} when it does not exist."""
+    if is_gcs(path):
+        return _gcs_list(path)
+    try:
+        with os.scandir(path) as it:
+            return {e.name: Entry(e.name, _local_kind(e), _local_size(e)) for e in it}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+
+
+def _local_kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return "link"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+def _local_size(entry: os.DirEntry) -> int:
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+
+
+def kind(path: str) -> str:
+    """"missing", "file", "dir", "link" or "other" (never following a link)."""
+    if is_gcs(path):
+        if gcs_blob(path).exists():
+            return "file"
+        return "dir" if _gcs_walk(path, limit=1) else "missing"
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def read_bytes(path: str) -> bytes:
+    if is_gcs(path):
+        from google.api_core import exceptions
+        try:
+            return gcs_blob(path).download_as_bytes()
+        except exceptions.NotFound:
+            raise FileNotFoundError(path) from None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a small file whole (readers see the old or the new content, never half)."""
+    if is_gcs(path):
+        gcs_blob(path).upload_from_string(data)
+        return
+    write_via_temp(path, data, os.replace)
+
+
+def write_via_temp(path: str, data: bytes, put) -> None:
+    """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
+    the temp file is gone afterwards, also when the write fails (a full disk: the
+    OSError then names `path`, not the temp file or, as a failed write does, nothing)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temp = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        put(temp, path)
+    except OSError as e:
+        if e.filename not in (None, temp) or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, path) from e
+    finally:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+
+
+def place(source: str, target: str) -> None:
+    """Put a finished file of a run's folder at `target`, replacing it whole: locally one
+    rename; on GCS a server-side copy, the source left for the run folder's deletion
+    after the commit (batched there, not one request here)."""
+    if is_gcs(source):
+        blob = gcs_blob(source)
+        blob.bucket.copy_blob(blob, gcs_blob(target).bucket, gcs_blob(target).name)
+        return
+    os.replace(source, target)
+
+
+def make_dirs(path: str) -> None:
+    if not is_gcs(path):
+        os.makedirs(path, exist_ok=True)
+
+
+# --- ranges, for reading slices of sorted files ------------------------------------------
+
+RANGE_CHUNK = 8 << 20   # bytes per ranged GCS request when streaming a slice
+
+
+def size(path: str) -> int:
+    if is_gcs(path):
+        bucket, _, name = path[len("gs://"):].partition("/")
+        blob = gcs_client().bucket(bucket).get_blob(name)
+        if blob is None:
+            raise FileNotFoundError(path)
+        return int(blob.size)
+    return os.path.getsize(path)
+
+
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file: on GCS one ranged request, no more than asked."""
+    if end <= start:
+        return b""
+    if is_gcs(path):
+        return gcs_blob(path).download_as_bytes(start=start, end=end - 1)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+class _GcsRange(io.RawIOBase):
+    """Bytes [start, end) of a GCS object, fetched RANGE_CHUNK at a time on demand."""
+
+    def __init__(self, path: str, start: int, end: int):
+        self._path, self._at, self._end = path, start, end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = min(len(buffer), self._end - self._at)
+        if size <= 0:
+            return 0
+        data = read_range(self._path, self._at, self._at + size)
+        buffer[:len(data)] = data
+        self._at += len(data)
+        return len(data)
+
+
+def open_range(path: str, start: int, end: int) -> BinaryIO:
+    """A reader of bytes [start, end) of a file. On GCS it requests exactly that range,
+    RANGE_CHUNK at a time (a seekable GCS reader fetches 16 MB past any position, which
+    a shard task would pay at the end of every slice it reads)."""
+    if is_gcs(path):
+        return io.BufferedReader(_GcsRange(path, start, end), buffer_size=RANGE_CHUNK)
+    f = open(path, "rb")
+    f.seek(start)
+    return f
+
+
+# --- deleting ----------------------------------------------------------------------
+
+def _check_inside(path: str, root: str) -> None:
+    """Refuse to delete outside `root`, or through a symbolic link below it."""
+    normal = path if is_gcs(path) else os.path.normpath(path)
+    if not paths.is_inside(normal, root) or normal == root or "/../" in f"{path}/":
+        raise ValueError(f"refusing to delete {path}: not inside {root}")
+    if is_gcs(path):
+        return
+    current = root
+    for part in os.path.relpath(path, root).split(os.sep)[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            raise ValueError(f"refusing to delete {path}: {current} is not a directory")
+
+
+def delete_files(paths_: Iterable[str], root: str) -> int:
+    """Delete these files (literal names; links themselves, never their targets);
+    missing ones are skipped, a failed delete is tried again, then raises OSError.
+    Returns the GCS batch requests sent (0 locally)."""
+    paths_ = list(paths_)
+    for path in paths_:
+        _check_inside(path, root)
+    if paths_ and is_gcs(paths_[0]):
+        return _gcs_delete(paths_)
+    for path in paths_:
+        _retry(_unlink, path)
+    return 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _retry(function, path: str) -> None:
+    for attempt in range(DELETE_ATTEMPTS):
+        try:
+            return function(path)
+        except OSError:
+            if attempt == DELETE_ATTEMPTS - 1:
+                raise
+            time.sleep(RETRY_SECONDS * (attempt + 1))
+
+
+def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
+    """Delete directory `path` and everything under it, which must lie inside `root`;
+    the file `last` directly in it, if given, only after everything else (a run folder's
+    run.json: while it is there, the folder proves whose its listed files are).
+    On GCS: list the prefix, delete in batches (one request per 100 objects). Locally:
+    never through a link (the directory must be a real one; links inside are unlinked,
+    not followed). Every delete is checked (OSError). Returns the GCS requests sent."""
+    _check_inside(path, root)
+    if is_gcs(path):
+        objects = _gcs_walk(path)
+        final = [o for o in objects if last is not None and o == f"{path.rstrip('/')}/{last}"]
+        return _gcs_delete([o for o in objects if o not in final]) + _gcs_delete(final)
+    if os.path.islink(path):
+        _retry(_unlink, path)
+    elif os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            if name != last:
+                inner = os.path.join(path, name)
+                _retry(shutil.rmtree if os.path.isdir(inner) and not os.path.islink(inner)
+                       else _unlink, inner)
+        if last is not None:
+            _retry(_unlink, os.path.join(path, last))
+        _retry(os.rmdir, path)
+    return 0
+
+
+def remove_empty_dirs(dirs: Iterable[str], root: str) -> None:
+    """Remove these local directories, deepest first, where empty (GCS has no folders)."""
+    for path in dirs:
+        if is_gcs(path):
+            continue
+        _check_inside(path, root)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass

@@ -1,0 +1,230 @@
+"""Cut videos into keyed window examples, ready for the shuffled shard writer.
+
+A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
+`record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
+video turns out unusable (and may put facts about its source in the dict `info`). Latent
+sequences and decoded pixel videos both fit. A video whose frames are already one array in
+memory, all valid (a latent sequence), may also have it as `sequence` [T, ...]: its
+windows are then slices of it, with no Python work per frame.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Mapping, NamedTuple, Optional
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.utils import shared
+
+from beam_jobs.core import ids, progress
+from beam_jobs.core.configs import WindowConfig
+from beam_jobs.core.frames import BadRecord, Frame
+from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, failure
+from beam_jobs.cut import keys, windows
+from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
+from readers import format as data_format
+
+_VIDEO_COUNTS = "video_counts"
+_BAD_FRAMES = "bad_frames"
+_ABANDONED = "abandoned"
+
+
+@dataclasses.dataclass(frozen=True)
+class CutConfig:
+    """Where windows start, which split a video goes to, and where a window sorts."""
+    windows: WindowConfig
+    splits: Mapping[str, float]
+    seed: int = 0
+
+    def starts(self, num_frames: int) -> list[int]:
+        w = self.windows
+        return windows.window_starts(num_frames, w.window, w.stride, w.tail)
+
+    def key(self, video_id: str, start: int) -> int:
+        return keys.window_key(self.seed, video_id, start)
+
+    def split_of(self, video) -> str:
+        return video.split or keys.assign_split(self.seed, video.video_id, self.splits)
+
+
+class Abandoned(NamedTuple):
+    """A video that failed after some of its windows were emitted: their keys, which the
+    shard writer must leave out."""
+    split: str
+    video_id: str
+    keys: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressConfig:
+    total_videos: Optional[int] = None
+    workers: int = 1
+    interval: float = 10.0
+
+
+@dataclasses.dataclass
+class _Cut:
+    """What one video gave so far: its windows' keys, frames read, bad frames (index,
+    where, reason)."""
+    keys: list[int] = dataclasses.field(default_factory=list)
+    frames: int = 0
+    bad: list = dataclasses.field(default_factory=list)
+
+
+class CutOutputs(NamedTuple):
+    """The PCollections that `CutWindows` gives."""
+    examples: beam.PCollection     # KeyedExample, one per window
+    videos: beam.PCollection       # VideoCount, one per video that was cut
+    failures: beam.PCollection     # failure rows, one per unusable video
+    bad_frames: beam.PCollection   # rows of bad_frames.jsonl
+    abandoned: beam.PCollection    # Abandoned, one per video that failed half-way
+
+
+class CutWindows(beam.PTransform):
+    """Videos -> `CutOutputs`: their windows as keyed examples, and a row per video."""
+
+    def __init__(self, features: list[data_format.FeatureSpec], config: CutConfig,
+                 pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
+                 progress_config: ProgressConfig = ProgressConfig(),
+                 allow_nonfinite: bool = False):
+        super().__init__()
+        self._cut = _CutVideo(features, config, pad_frame, encoder, progress_config,
+                              allow_nonfinite)
+
+    def expand(self, videos) -> CutOutputs:
+        cut = videos | "Cut" >> beam.ParDo(self._cut).with_outputs(
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, main="examples")
+        return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES],
+                          cut[_ABANDONED])
+
+
+class _CutVideo(beam.DoFn):
+    """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
+
+    Frames stream through `windows.stream_windows` (at most L of them held) and each
+    window's example is emitted as soon as it is cut, so a long video never sits in
+    memory. A video that fails half-way (labels that do not match its frame count, a
+    file that breaks) has emitted some windows already: it gives, besides its failure
+    row, an `Abandoned` row with their keys, and the shard writer leaves them out as it
+    does the windows of duplicate ids.
+    """
+
+    def __init__(self, features: list[data_format.FeatureSpec], config: CutConfig,
+                 pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
+                 progress_config: ProgressConfig = ProgressConfig(),
+                 allow_nonfinite: bool = False):
+        self._features = features
+        self._names = {f.name for f in features}
+        self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
+        self._config, self._pad_frame = config, pad_frame
+        self._encoder, self._shared_model = encoder, shared.Shared()
+        self._progress_config = progress_config
+        self._allow_nonfinite = allow_nonfinite
+        self._counters = {name: progress.counter(name) for name in
+                          ("videos_too_short", "windows", "frames", "bad_frames",
+                           "windows_abandoned")}
+
+    def setup(self):
+        c = self._progress_config
+        self._progress = progress.Progress(c.total_videos, c.workers, c.interval)
+        if self._encoder:  # once per worker process, whatever the number of DoFn copies
+            spec = self._encoder
+            self._encode = self._shared_model.acquire(
+                lambda: load_encoder(spec), tag=f"{spec.name}@{spec.device}")
+
+    def finish_bundle(self):
+        self._progress.log()
+
+    def process(self, video):
+        self._progress.start()
+        split = self._config.split_of(video)
+        info: dict = {}
+        cut = _Cut()
+        try:
+            for example in self._examples(video, split, info, cut):
+                cut.keys.append(example.key)
+                yield example
+        except BadRecord as e:
+            self._progress.add(failures=1)
+            yield beam.pvalue.TaggedOutput(FAILURES, failure(
+                video.source, video.record_index, video.video_id, str(e)))
+            if cut.keys:
+                self._counters["windows_abandoned"].inc(len(cut.keys))
+                yield beam.pvalue.TaggedOutput(_ABANDONED, Abandoned(
+                    split, video.video_id, tuple(cut.keys)))
+            return
+        windows_cut = len(cut.keys)
+        self._progress.add(videos=1, frames=cut.frames, windows=windows_cut)
+        for name, value in (("videos_too_short", not windows_cut), ("windows", windows_cut),
+                            ("frames", cut.frames), ("bad_frames", len(cut.bad))):
+            self._counters[name].inc(int(value))
+        source = ids.printable(video.source)  # a path: its name need not be UTF-8
+        for index, where, reason in cut.bad:
+            yield beam.pvalue.TaggedOutput(_BAD_FRAMES, {
+                "video_id": video.video_id, "source": source, "frame": index,
+                "where": ids.printable(where) if isinstance(where, str) else where,
+                "reason": ids.printable(reason)})
+        yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
+            split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
+            video.record_index, info.get("source_fps"), info.get("encoder_device")))
+
+    def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
+        """The video's examples, one at a time; `cut` gets its frame count and bad frames
+        (index, where, reason: not their pixels) as they are read, `info` what the source tells of itself (a video
+        file's frame rate)."""
+        def counted(frames):
+            for cut.frames, frame in enumerate(frames, start=1):
+                if not frame.valid:
+                    cut.bad.append((cut.frames - 1, frame.where, frame.reason))
+                yield frame
+
+        sequence = getattr(video, "sequence", None)
+        if (isinstance(sequence, np.ndarray) and sequence.ndim >= 1 and not self._encoder
+                and not self._encoded and self._pad_frame is None
+                and "labels" not in self._names):
+            yield from self._slices(video, sequence, split, cut)
+            return
+        frames = counted(video.frames(info))
+        if self._encoder:
+            info["encoder_device"] = self._encode.device
+            frames = encode_frames(frames, self._encode, self._encoder,
+                                   self._allow_nonfinite)
+        w = self._config.windows
+        for start, window in windows.stream_windows(frames, w.window, w.stride, w.tail):
+            yield self._example(video, split, start, self._window_values(window))
+
+    def _slices(self, video, sequence: np.ndarray, split: str,
+                cut: "_Cut") -> Iterator[KeyedExample]:
+        """The examples of a video whose frames are one array in memory, all valid (a
+        latent sequence): each window is a slice of it, not a stack of frames, with no
+        work per frame. The same windows as the streaming path."""
+        length = self._config.windows.window
+        cut.frames = len(sequence)
+        full = np.ones(length, np.float32)
+        for start in self._config.starts(len(sequence)):
+            window, mask = sequence[start:start + length], full
+            if len(window) < length:      # a padded tail window
+                pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
+                window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
+            yield self._example(video, split, start, {"window": window, "mask": mask})
+
+    def _example(self, video, split: str, start: int, values: dict) -> KeyedExample:
+        """A window's keyed example; `values` holds window, mask (and labels)."""
+        values.update(metadata=video.metadata, video_id=video.video_id.encode("utf-8"),
+                      start=np.int64(start))
+        return KeyedExample(split, self._config.key(video.video_id, start),
+                            data_format.encode_example(self._features, values))
+
+    def _window_values(self, frames: list[Frame]) -> dict:
+        """window, mask and labels of L frames: the given ones, then padding."""
+        pad = self._config.windows.window - len(frames)
+        data = [f.data for f in frames]
+        pad_frame = np.zeros_like(data[0]) if self._pad_frame is None else self._pad_frame
+        data += [pad_frame] * pad
+        values = {"window": data if self._encoded else np.stack(data),
+                  "mask": np.array([f.valid for f in frames] + [False] * pad, np.float32)}
+        if "labels" in self._names:
+            zero = np.zeros_like(frames[0].label)
+            values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
+        return values
+

@@ -1,0 +1,61 @@
+"""How a run ends in one line: `Refused` (a mistake in what was asked: exit 2), `Failed`
+(the run could not make a dataset: exit 1), and the errors of the machine, not of the
+job (a full disk, no permission, a read-only file system), told naming the path. Only
+make_shards.main turns these into an exit status; any other exception is a bug and keeps
+its traceback.
+
+Beam wraps an exception raised in a DoFn: in this process as the cause or context of
+another, from a worker process as a RuntimeError whose message is the OSError's last
+line with the step it was running. Both are read here.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+from typing import Optional
+
+OS_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM,
+                       errno.EROFS, errno.EIO, errno.ENOTDIR, errno.EISDIR, errno.EMFILE,
+                       errno.ENFILE, errno.ENAMETOOLONG))
+# How Beam passes one on: a RuntimeError whose message is the OSError's last line (the
+# error of a DoFn, or of a worker process), with the step it was running.
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] [^:'\[\\\n]*(?:: '([^'\\\n]*)')?"
+                         r"(?: ?\[while running '([^'\\\n]*)'\])?")
+
+
+class Refused(ValueError):
+    """A flag, an input or an output directory this run cannot take; nothing was done.
+    The message is the one line that says why."""
+
+
+class Failed(RuntimeError):
+    """The run stopped without committing a dataset (too many failures, no window, a
+    full disk); the message says why and what the directory holds."""
+
+
+def os_error(exception: BaseException, directory: str) -> Optional[str]:
+    """"<path>: <error>" for an OS error in OS_ERRNOS (a full disk, no permission, a
+    read-only file system...) that ended the run, found in the chain of exceptions Beam
+    wraps it in; None for any other exception. An error without a path (a write to a
+    full disk) names `directory`, where the run writes, and the step it was in."""
+    seen = set()
+    while exception is not None and id(exception) not in seen:
+        seen.add(id(exception))
+        if isinstance(exception, OSError) and exception.errno in OS_ERRNOS:
+            return f"{exception.filename or directory}: {exception.strerror}"
+        match = _ERRNO_TEXT.search(str(exception))
+        if match and int(match[1]) in OS_ERRNOS:
+            step = f" (in step {match[3]})" if match[3] and not match[2] else ""
+            return f"{match[2] or directory}: {os.strerror(int(match[1]))}{step}"
+        exception = exception.__cause__ or exception.__context__
+    return None
+
+
+def unless_an_os_error(record: logging.LogRecord) -> bool:
+    """Beam logs a DoFn's error with its traceback where it happens (a worker process's
+    through the job service, as text); a logging filter that drops an OS error's, which
+    make_shards.run tells in one line instead."""
+    error = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
+    return os_error(error, "") is None

@@ -1,0 +1,373 @@
+"""The job's command line: its own flags, checked before any work and before TensorFlow
+is imported (whose import logs lines of its own), so that a mistake ends in one line
+(`Refused`), and built into one `JobConfig`: a config per --help group."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+from typing import Any, Callable, Optional
+
+from beam_jobs.core import ids, paths
+from beam_jobs.core.configs import (EncoderConfig, Inputs, IoConfig, JobConfig, LatentConfig,
+                                    PixelConfig, ShardsConfig, WindowConfig)
+from beam_jobs.cut import keys, windows
+from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
+from beam_jobs.job.errors import Refused
+from beam_jobs.sources import inputs
+from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
+from readers import format as data_format
+
+PROG = "python -m beam_jobs.make_shards"
+FRAME_ENCODINGS = ("raw", "png", "jpeg")
+
+
+def number(kind: type, low: float, high: float, *, low_open: bool = False
+           ) -> Callable[[str], float]:
+    """An argparse type: an int or a finite float in [low, high] ((low, high] when
+    `low_open`), with a message that says which."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if (value <= low if low_open else value < low) or value > high:
+            bracket = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"must be in {bracket}{low:g}, {high:g}], got {text}")
+        return value
+
+    parse.__name__ = "integer" if kind is int else "number"
+    return parse
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected dims like 200 or 16,16,4, got {text!r}")
+    if not dims or min(dims) <= 0 or max(dims) > 1_000_000:
+        raise argparse.ArgumentTypeError(f"dims must be in [1, 1000000], got {text!r}")
+    return dims
+
+
+def _frame_size(text: str) -> tuple[int, int]:
+    dims = _shape(text)
+    if len(dims) != 2 or max(dims) > 16384:
+        raise argparse.ArgumentTypeError(f"expected HxW like 270x480 (at most 16384 each), "
+                                         f"got {text!r}")
+    return dims
+
+
+def _splits(text: str) -> dict[str, float]:
+    try:
+        return keys.parse_splits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
+_splits.__name__ = "splits"
+_shape.__name__ = "shape"
+_frame_size.__name__ = "size"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's own mistakes (a missing flag, a bad value) end as `Refused`, one line."""
+
+    def error(self, message: str):
+        raise Refused(message)
+
+
+# The config each --help group builds: its fields are the group's flags, in order.
+GROUP_CONFIGS = {"input and output": IoConfig, "latent input": LatentConfig,
+                 "pixel input (manifests and video files)": PixelConfig,
+                 "frame encoder (pixel input)": EncoderConfig, "windows": WindowConfig,
+                 "splits and shards": ShardsConfig}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG, allow_abbrev=False,
+        description="Cut long videos (latent sequences, frame folders, video files) into "
+                    "fixed-length windows, written as globally shuffled TFRecord shards.",
+        epilog="Any other flag is a Beam pipeline option (--runner, --direct_num_workers, "
+               "--direct_running_mode, --project, ...).")
+    io = p.add_argument_group("input and output")
+    io.add_argument("--input", required=True, nargs="+", action="extend", metavar="PATH",
+                    help="one or more globs or paths (a shell-expanded glob works; the flag "
+                         "may be repeated): TFRecord files of latent sequences, one video a "
+                         "record (.gz read as gzip); manifests (.jsonl or .csv) of frame "
+                         "folders and video files; or video files (id: the path relative "
+                         "to the inputs' common fixed directory, without suffix). Local, "
+                         "gs:// or any scheme Beam's FileSystems reads")
+    io.add_argument("--output_dir", required=True,
+                    help="where the shards and dataset.json go (local or gs://)")
+    io.add_argument("--overwrite", action="store_true",
+                    help="replace a finished dataset in --output_dir (default: refuse; the "
+                         "leftovers of an unfinished run are always cleared)")
+    io.add_argument("--append", action="store_true",
+                    help="add to the dataset in --output_dir the input videos whose ids it "
+                         "does not have, as a new generation of shards (others are skipped "
+                         "unread; earlier shards stay as they are); the flags that shape "
+                         "windows must be those of its first run; without a dataset there, "
+                         "build one")
+    io.add_argument("--detach", action="store_true",
+                    help="on a distributed runner (Dataflow), submit the job and exit: the "
+                         "job commits, cleans up and releases the directory on its own "
+                         "(for Flex Templates and schedulers; default: wait for it)")
+    io.add_argument("--all_cores", action="store_true",
+                    help="run locally on every core: threads for pixel inputs, processes "
+                         "for latents (one process under 512 MiB of input); "
+                         "--direct_num_workers and --direct_running_mode, if given, win")
+    io.add_argument("--progress_interval", type=number(float, 0, 86400),
+                    default=10.0, help="seconds between progress lines of each worker; 0 "
+                                       "logs a line after every video (default: "
+                                       "%(default)s)")
+    io.add_argument("--allow_nonfinite", action="store_true",
+                    help="keep latents, labels and metadata holding NaN or Inf (default: "
+                         "such a video is a failure)")
+    fmt = p.add_argument_group("latent input")
+    fmt.add_argument("--sequence_feature", default="frames",
+                     help="bytes feature with tf.io.serialize_tensor of float [T, ...], or a "
+                          "FloatList with --sequence_shape (default: %(default)s)")
+    fmt.add_argument("--sequence_shape", type=_shape, default=None,
+                     help="dims of one frame of a FloatList sequence, e.g. 200 or 16,16,4")
+    fmt.add_argument("--metadata_feature", default="recipe",
+                     help="FloatList of fixed length attached to every window; the dataset "
+                          "has metadata when any of the first 100 records has it, and then "
+                          "a record without it fails; '' for none (default: %(default)s)")
+    fmt.add_argument("--id_feature", default=None,
+                     help="bytes feature with the video id (default: '{file path relative "
+                          "to the glob's fixed directory}:{record index}')")
+    pix = p.add_argument_group("pixel input (manifests and video files)")
+    pix.add_argument("--frame_size", type=_frame_size, default=None,
+                     help="resize every frame to HxW (Lanczos); without it all frames of the "
+                          "dataset must have one size")
+    pix.add_argument("--channels", type=int, choices=(3, 1), default=3,
+                     help="3 for RGB, 1 for grayscale (default: %(default)s)")
+    pix.add_argument("--fps", type=number(float, 0, 1000, low_open=True), default=None,
+                     help="resample video files to this frame rate (default: every frame)")
+    pix.add_argument("--max_timestamp_gap", type=number(float, 0, 1e6, low_open=True),
+                     default=DEFAULT_MAX_TIMESTAMP_GAP, metavar="SECONDS",
+                     help="with --fps, a video with a frame stamped more than this after "
+                          "every frame before it, or past the duration its container "
+                          "declares by more, fails instead of repeating one frame to fill "
+                          "the gap (default: %(default)s)")
+    pix.add_argument("--max_frames", type=number(int, 1, 10**9), default=None,
+                     help="use at most this many frames of a video")
+    pix.add_argument("--frame_encoding", choices=FRAME_ENCODINGS, default="jpeg",
+                     help="how frames are stored: raw uint8, or one png or jpeg per frame "
+                          "(default: %(default)s)")
+    pix.add_argument("--jpeg_quality", type=number(int, 1, 100), default=90,
+                     help="JPEG quality of re-encoded frames (default: %(default)s)")
+    pix.add_argument("--on_bad_frame", choices=("mask", "fail"), default="mask",
+                     help="a missing or undecodable frame: zeros with mask 0 and label 0, or "
+                          "fail the video (default: %(default)s)")
+    pix.add_argument("--max_frame_bytes", type=number(int, 1, 2**40),
+                     default=DEFAULT_MAX_FRAME_BYTES,
+                     help="a frame file larger than this is a bad frame, not read (default: "
+                          "%(default)s, 256 MiB)")
+    enc = p.add_argument_group("frame encoder (pixel input)")
+    enc.add_argument("--encoder", default=None,
+                     help="a model mapping frames [B, H, W, C] (or [B, C, H, W], see "
+                          "--encoder_layout) to latents [B, ...], local or gs://: a Keras "
+                          ".keras file, a TensorFlow SavedModel directory, an ONNX .onnx "
+                          "file, a torch.export .pt2 or a TorchScript .pt file; windows then "
+                          "hold latents instead of pixels")
+    enc.add_argument("--encoder_input_scale", type=number(float, 0, 1e6, low_open=True),
+                     default=1 / 255,
+                     help="uint8 pixels are multiplied by this into the model's float32 "
+                          "input (default: 1/255, i.e. [0, 1])")
+    enc.add_argument("--encoder_input_offset", type=number(float, -1e6, 1e6), default=0.0,
+                     help="then this is added: -1 with a scale of 2/255 gives [-1, 1] "
+                          "(default: %(default)s)")
+    enc.add_argument("--encoder_layout", choices=LAYOUTS, default="channels_last",
+                     help="channels_first feeds the model [B, C, H, W], as most PyTorch "
+                          "models want (default: %(default)s)")
+    enc.add_argument("--encoder_device", choices=DEVICES, default="auto",
+                     help="where the model runs: a GPU when the worker has one (auto), or "
+                          "cpu or cuda by force (default: %(default)s)")
+    enc.add_argument("--encoder_batch_size", type=number(int, 1, 65536), default=32,
+                     help="frames per model call (default: %(default)s)")
+    enc.add_argument("--latent_dtype", choices=LATENT_DTYPES, default="float32",
+                     help="how latents are stored; float16 halves the storage "
+                          "(default: %(default)s)")
+    win = p.add_argument_group("windows")
+    win.add_argument("--window", type=number(int, 1, 1_000_000), required=True,
+                     help="frames per window L")
+    win.add_argument("--stride", type=number(int, 1, 1_000_000), default=None,
+                     help="frames between window starts S (default: L, no overlap)")
+    win.add_argument("--tail", choices=windows.TAIL_POLICIES, default="align_end",
+                     help="the end of a sequence: align_end adds one last full window ending "
+                          "at the last frame; drop keeps full windows on the stride grid; pad "
+                          "zero-pads and masks the last window (default: %(default)s)")
+    out = p.add_argument_group("splits and shards")
+    out.add_argument("--splits", type=_splits, default="train=1.0",
+                     help="name=fraction,... ; a video goes to one split by a hash of "
+                          "(seed, video id) (default: %(default)s)")
+    out.add_argument("--num_shards", type=number(int, 1, data_format.MAX_SHARDS), default=None,
+                     help="shards per split (default: from --shard_size_mb)")
+    out.add_argument("--shard_size_mb", type=number(float, 0.001, 1e6), default=200.0,
+                     help="target shard size when --num_shards is absent (default: %(default)s)")
+    out.add_argument("--seed", type=number(int, 0, 2**63 - 1), default=0,
+                     help="seed of the split assignment and the shuffle (default: %(default)s)")
+    out.add_argument("--compression", choices=data_format.COMPRESSIONS, default="none",
+                     help="shard compression (default: %(default)s)")
+    out.add_argument("--max_failure_fraction", type=number(float, 0, 1), default=0.05,
+                     help="fail the job when failed / all videos exceeds this "
+                          "(default: %(default)s)")
+    out.add_argument("--shuffle", choices=("auto", "spill", "group"), default="auto",
+                     help="how windows are shuffled into shards: spill (sorted files on "
+                          "disk; for local runners, whose GroupByKey is held in memory) or "
+                          "group (one GroupByKey on the runner's shuffle; for Dataflow and "
+                          "other distributed runners); auto picks spill for FnApiRunner, "
+                          "DirectRunner and Prism, group for any other (default: "
+                          "%(default)s)")
+    out.add_argument("--shuffle_bucket_mb", type=number(float, 0.001, 1e6), default=128.0,
+                     help="size of one shuffle bucket: what one task sorts in memory "
+                          "(default: %(default)s)")
+    out.add_argument("--spill_buffer_mb", type=number(float, 0.001, 1e6), default=32.0,
+                     help="spill mode: what one worker buffers before it writes a sorted "
+                          "file (default: %(default)s)")
+    return p
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+    """Every option of Beam's PipelineOptions subclasses, as Beam itself parses them."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in PipelineOptions.__subclasses__():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for action in parser._actions for o in action.option_strings
+            if o.startswith("--")]
+
+
+def _pipeline_args(parser: argparse.ArgumentParser, rest: list[str]) -> list[str]:
+    """The arguments that are Beam pipeline options; anything else ends the job with a
+    line that names it (and the nearest real flag)."""
+    beam = _beam_parser()
+    _, unknown = beam.parse_known_args(rest)
+    if unknown:
+        first = unknown[0]
+        if first.startswith("-"):
+            name = first.split("=", 1)[0]
+            near = difflib.get_close_matches(name, _option_strings(parser) + _option_strings(beam),
+                                             n=1, cutoff=0.6)
+            raise Refused(f"{name}: unknown flag" + (f" (did you mean {near[0]}?)" if near
+                                                     else ""))
+        raise Refused(f"unexpected argument {first!r}: every value belongs to a flag "
+                      "(several inputs go after one --input)")
+    return rest
+
+
+def runner_name(pipeline_args: list[str]) -> str:
+    """The class name of the runner the options ask for (FnApiRunner when none);
+    `Refused` for a runner Beam does not know."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners.runner import create_runner
+
+    name = PipelineOptions(pipeline_args).view_as(StandardOptions).runner or "FnApiRunner"
+    try:
+        return type(create_runner(name)).__name__
+    except (ValueError, ImportError, AttributeError) as e:
+        raise Refused(f"--runner: {name!r} is not a Beam runner (e.g. DirectRunner, "
+                      f"DataflowRunner, FlinkRunner, SparkRunner, PrismRunner): "
+                      f"{str(e).splitlines()[0][:120]}") from None
+
+
+def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
+               ) -> tuple[JobConfig, list[str]]:
+    """(the job's flags, checked, with the input's files, kind and root, and `output_dir`
+    normalized; Beam's pipeline options, checked to be real ones). `encoder_handler`: a
+    Beam ModelHandler given to make_shards.run, the encoder of pixel input. `Refused`
+    with one line for anything wrong."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    pipeline_args = _pipeline_args(parser, rest)
+    if args.append and args.overwrite:
+        raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
+                      "it: give one")
+    try:
+        output_dir = paths.normalize(args.output_dir)
+    except ValueError as e:
+        raise Refused(f"--output_dir {e}") from None
+    if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
+        raise Refused(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
+                      "give a directory whose name is")
+    patterns = tuple(inputs.absolute(p) for p in args.input)
+    try:
+        input_files, input_kind = inputs.resolve(patterns)
+    except inputs.InputError as e:
+        raise Refused(f"--input: {e}") from None
+    if args.encoder and input_kind == "latents":
+        raise Refused("--encoder: encodes frames; --input holds latents already (give a "
+                      "manifest or video files)")
+    if args.encoder and missing_extra(args.encoder):
+        raise Refused(f"--encoder: {missing_extra(args.encoder)}")
+    if encoder_handler is not None and (args.encoder or input_kind == "latents"):
+        raise Refused("encoder=: a ModelHandler encodes frames: give it without --encoder, "
+                      "with a manifest or video files as --input")
+    values = {**vars(args), "input": patterns, "output_dir": output_dir,
+              "stride": args.window if args.stride is None else args.stride}
+    groups = {cls: cls(**{name: values[name] for name in flag_names(cls)})
+              for cls in GROUP_CONFIGS.values()}
+    return JobConfig(
+        groups[IoConfig], groups[LatentConfig], groups[PixelConfig],
+        dataclasses.replace(groups[EncoderConfig], handler=encoder_handler),
+        groups[WindowConfig], groups[ShardsConfig],
+        Inputs(tuple(input_files), input_kind, paths.common_root(patterns))), pipeline_args
+
+
+def flag_names(group) -> list[str]:
+    """The flags a --help group's config holds, in order."""
+    return [f.name for f in dataclasses.fields(group) if f.name != "handler"]
+
+
+# The input kinds a flag applies to; a flag not named here applies to every kind.
+# ENCODED stands for pixel input that an encoder turns into latents: the encoder's
+# flags apply only then. dataset.json records the flags that apply to its input.
+ENCODED = "encoded frames"
+FLAG_KINDS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(flag_names(LatentConfig), frozenset({"latents"})),
+    **dict.fromkeys(flag_names(PixelConfig), frozenset({"manifest", "videos"})),
+    **dict.fromkeys(flag_names(EncoderConfig), frozenset({ENCODED})),
+}
+
+
+def recorded_flags(config: JobConfig) -> dict:
+    """The flags that apply to this input (no frame flags for latents, no encoder flags
+    without an encoder), in --help order, as dataset.json records them: text as valid
+    Unicode (`ids.printable`; a path given on the command line need not be UTF-8)."""
+    kinds = {config.inputs.kind} | ({ENCODED} if config.encoder.encodes_frames else set())
+
+    def text(value):
+        return ids.printable(value) if isinstance(value, str) else value
+
+    recorded = {}
+    for group in config.flag_groups():
+        for name in flag_names(group):
+            if FLAG_KINDS.get(name, kinds) & kinds:
+                value = getattr(group, name)
+                recorded[name] = [text(x) for x in value] if isinstance(value, tuple) \
+                    else text(value)
+    return recorded
+
+
+def flag_defaults() -> dict:
+    """Every flag's default, as dataset.json records values (`recorded_flags`): what a
+    dataset written before a flag existed was made with."""
+    def recorded(action):
+        value = action.default
+        if isinstance(value, str) and action.type is not None:
+            value = action.type(value)
+        return list(value) if isinstance(value, tuple) else value
+
+    return {a.dest: recorded(a) for a in build_parser()._actions if a.dest != "help"}

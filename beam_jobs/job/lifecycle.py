@@ -1,0 +1,123 @@
+"""A run's hold on its output directory, seen from the command: the claim as a context
+manager whose every way out says in one line what the directory holds, Ctrl-C, and the
+worker processes of --all_cores."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Iterator, Optional
+
+from beam_jobs import outdir
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.job.errors import Failed, Refused, os_error, unless_an_os_error
+from beam_jobs.job.launch import Launch
+from beam_jobs.runtime import forked_workers
+
+# Set by Ctrl-C (`_interrupt`, the command's SIGINT handler): Beam re-raises a KeyboardInterrupt
+# that reaches a DoFn as a RuntimeError, so an interrupt is known by this, not by the
+# exception.
+INTERRUPTED = threading.Event()
+JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
+INTERRUPTED_STATUS = 130   # the exit status a shell reports for Ctrl-C
+
+
+def quiet_logging() -> None:
+    """The command's logging: the job's own lines, Beam's warnings, one line for an OS
+    error where Beam would log its traceback (errors.unless_an_os_error)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("beam_jobs").setLevel(logging.INFO)
+    # Worker processes' warnings come back through the local job service, among them a
+    # protobuf dump per worker about a directory Beam looks for; their errors still show.
+    logging.getLogger(JOB_SERVICE).setLevel(logging.ERROR)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
+    for name in ("apache_beam.runners.common", JOB_SERVICE):
+        logging.getLogger(name).addFilter(unless_an_os_error)
+
+
+def exit_now(status: int) -> None:
+    """Exit without the interpreter's teardown, which frees the thousands of modules Beam
+    imports one by one (about a second: docs/benchmarks.md). Every file the job wrote is
+    closed by now, and the atexit handlers (logging's flush, temp directories'
+    finalizers) still run: `_run_exitfuncs` is what CPython itself calls at exit. An
+    interrupted run must end so too: its bundle's state-sampler thread (Beam's, not a
+    daemon) never stops, and the interpreter would wait for it at exit forever."""
+    logging.shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: stop the run. Beam logs the interrupt as an error with its traceback
+    where a DoFn was running; the one line that matters is main's."""
+    INTERRUPTED.set()
+    for name in ("apache_beam", JOB_SERVICE):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """Ctrl-C handled as the command handles it, for the block: `_interrupt`, then the
+    handler before it again."""
+    INTERRUPTED.clear()
+    before = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
+def claimed(launch: Launch) -> Iterator[outdir.Claim]:
+    """The output directory claimed for the block (outdir.claimed). A directory that
+    cannot take the run is `Refused`; a machine's error (a full disk) is `Failed`; an
+    interrupt is a KeyboardInterrupt; each says what the directory holds now."""
+    io, out = launch.config.io, launch.config.io.output_dir
+    try:
+        with outdir.claimed(out, io.overwrite, [p for p, _ in launch.config.inputs.files],
+                            io.input, launch.local_temp(), launch.job_name, io.append,
+                            keep_lease=io.detach) as claim:
+            try:
+                yield claim
+            except BaseException as e:
+                told = _told(e, claim.run)
+                if told is None:
+                    raise
+                raise told from None
+    except outdir.OutputDirError as e:
+        raise Refused(str(e)) from None
+    except OSError as e:   # the claim itself, before the run
+        if (error := os_error(e, out)) is None:
+            raise
+        raise Failed(f"{error}; nothing was committed") from None
+
+
+def _told(error: BaseException, run: RunDir) -> Optional[BaseException]:
+    """What a run that stopped with `error` ends with: an interrupt or a machine's error
+    saying what the directory holds; None to raise `error` as it is (a refusal, a
+    failure that said its line already, or a bug, which keeps its traceback)."""
+    interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
+    reason = None if interrupted else os_error(error, run.output_dir)
+    if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
+        return None
+    held = (f"{run.output_dir} holds the dataset this run committed"
+            if outdir.committed(run) else
+            f"nothing was committed; {run.output_dir} holds what it held before")
+    return KeyboardInterrupt(held) if interrupted else Failed(f"{reason}; {held}")
+
+
+def workers(launch: Launch, fork: bool):
+    """The environment of --all_cores's worker processes when they are forks of this
+    process (forked before the lease's thread starts: a fork copies only the calling
+    thread), as a context manager; else a null one. `fork`: the caller is a process that
+    has not run a pipeline (the command)."""
+    if fork and launch.can_fork_workers():
+        return forked_workers.environment()
+    return contextlib.nullcontext()

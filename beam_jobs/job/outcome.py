@@ -1,0 +1,101 @@
+"""How a run ends, told by the launcher: it waits for the job (a Ctrl-C cancels a
+distributed one), reads the outcome from the job's counters, and logs the summary of a
+commit or raises `Failed` with the one line that says why there was none."""
+from __future__ import annotations
+
+import logging
+import time
+
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.runner import PipelineResult
+
+from beam_jobs.commit import decide
+from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO,
+                                       OUTCOME_COUNTERS, SKIPPED_EXISTING, WINDOWS)
+from beam_jobs.core import paths, storage
+from beam_jobs.core.progress import duration
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.job.errors import Failed
+from beam_jobs.job.launch import Launch
+from readers import format as data_format
+
+_LOG = logging.getLogger("beam_jobs.make_shards")
+
+
+def finish(result: PipelineResult, launch: Launch, run: RunDir,
+           appending: bool) -> PipelineResult:
+    """Wait for the job (unless detached) and tell how it ended. `appending`: the run
+    adds to a committed dataset."""
+    config = launch.config
+    if config.io.detach and not launch.dry_run:
+        _LOG.info("submitted job %s: it commits %s, cleans up and releases the directory "
+                  "on its own", launch.job_name, run.output(data_format.DATASET_JSON))
+        return result
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        if not launch.local:
+            result.cancel()
+            _LOG.warning("cancelled job %s", launch.job_name)
+        raise
+    if launch.dry_run:
+        _LOG.info("dry run: the job graph builds; nothing was run or written")
+        return result
+    decision = decide.decide(decide.Counts(
+        _counter(result, GOOD_VIDEOS), _counter(result, FAILED_VIDEOS),
+        _counter(result, WINDOWS), _longest(result)),
+        config.shards.max_failure_fraction, config.windows.window, appending)
+    skipped = _counter(result, SKIPPED_EXISTING)
+    if decision.outcome == decide.NOTHING_NEW:
+        _LOG.info("nothing new: the %d input videos are all in %s already; it is unchanged",
+                  skipped, config.io.output_dir)
+        return result
+    if not _counter(result, OUTCOME_COUNTERS[decide.COMMIT]):
+        see = (f"; see {run.in_run_folder(data_format.FAILURES_JSONL)}"
+               if decision.outcome == decide.TOO_MANY_FAILURES or
+               _counter(result, FAILED_VIDEOS) else "")
+        raise Failed(f"{decision.reason}{see}. No dataset.json was written; a dataset "
+                     "already there is unchanged.")
+    _log_summary(config.io.output_dir, time.monotonic() - launch.started)
+    if config.io.append:
+        _LOG.info("skipped %d input videos already in the dataset (--append)", skipped)
+    return result
+
+
+def _counter(result: PipelineResult, name: str) -> int:
+    counters = result.metrics().query(MetricsFilter().with_name(name))["counters"]
+    return sum(c.committed or 0 for c in counters)
+
+
+def _longest(result: PipelineResult) -> int:
+    found = result.metrics().query(MetricsFilter().with_name(LONGEST_VIDEO))["distributions"]
+    return max((d.committed.max for d in found if d.committed), default=0)
+
+
+def _log_summary(directory: str, elapsed: float) -> None:
+    path = paths.join(directory, data_format.DATASET_JSON)
+    dataset = data_format.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
+                                                source=path)
+    sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
+    _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))
+
+
+def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
+                  elapsed: float) -> str:
+    """The end-of-run table: per split videos, windows, shards and bytes; throughput."""
+    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    total_frames = total_windows = 0
+    for name, split in dataset.splits.items():
+        size = sum(shard_bytes.get(s.file, 0) for s in split.shards)
+        rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
+                     split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
+        total_frames += split.frames
+        total_windows += split.windows
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
+                       for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.append(f"failed videos: {dataset.failures} (see {data_format.FAILURES_JSONL}); "
+                 f"elapsed {duration(elapsed)} from the command's start; overall "
+                 f"{total_frames / max(elapsed, 1e-9):,.0f} frames/s and "
+                 f"{total_windows / max(elapsed, 1e-9):,.0f} windows/s")
+    return "\n".join(lines)

@@ -1,0 +1,14 @@
+"""The output directory: one run at a time (its lease), what a run may write there, and
+what it may delete. The parts that write into it use these names only.
+
+- `claim`: a run's claim on the directory (`claimed`, a context manager), its release.
+- `inventory`: what lies in the directory, and whose it is.
+- `cleanup`: deleting what a run provably wrote, and nothing the committed dataset lists.
+- `lease`: one run at a time; `swap`: compare and swap on one small file, its primitive.
+"""
+from beam_jobs.outdir.claim import (  # noqa: F401
+    Claim, claimed, local_temp_base, prepare, release)
+from beam_jobs.outdir.cleanup import (  # noqa: F401
+    abandon, clean_up_after_commit, committed, delete_run_folder, delete_temp, holds_lease,
+    release_lease)
+from beam_jobs.outdir.inventory import OutputDirError  # noqa: F401

@@ -1,0 +1,182 @@
+"""Claiming an output directory for one run, and giving it back.
+
+The job deletes only files it can prove it wrote (outdir/inventory.py says whose each
+file is, core/run_dir.py maps the state folder). A run's shards carry its id in their
+names, so it never writes over the dataset it replaces: that dataset stays whole until
+the run commits (writes dataset.json), and only then are its files deleted. Nothing
+deletes a file the committed dataset.json lists. Before a run starts, the leftovers of
+earlier runs are removed (best-effort): files they listed that the committed dataset
+does not, their temp data and their folders.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import uuid
+from typing import Iterable, Iterator, NamedTuple, Optional
+
+from beam_jobs.core import paths, storage
+from beam_jobs.core.run_dir import RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
+from beam_jobs.outdir import lease
+from beam_jobs.outdir.cleanup import TEMP_MARKER, abandon, delete_local_temp
+from beam_jobs.outdir.inventory import OutputDirError, take_inventory
+from readers import format as data_format
+
+_LOG = logging.getLogger("beam_jobs.outdir")
+
+
+def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) -> None:
+    """Refuse an output directory that holds an input file or that an input glob covers."""
+    for path in input_files:
+        if paths.is_inside(paths.normalize(path), out):
+            raise OutputDirError(f"--output_dir: {out} holds the input file {path}; "
+                                 "write the dataset somewhere else")
+    probes = [paths.join(out, n) for n in (data_format.DATASET_JSON, data_format.FAILURES_JSONL,
+                                           data_format.shard_name("train", 0, 1, "none"),
+                                           data_format.shard_name("train", 0, 1, "gzip"),
+                                           data_format.shard_name("train", 0, 1, "none",
+                                                                  "0" * 12))]
+    probes.append(paths.join(out, STATE_DIR, RUNS, "r", TEMP, "s", "b.rec"))
+    for pattern in patterns:
+        regex = paths.glob_regex(pattern)
+        if any(regex.match(p) for p in probes):
+            raise OutputDirError(f"--output_dir: the input glob {pattern} covers {out}; a "
+                                 "second run would read the job's own output as input")
+
+
+class Claim(NamedTuple):
+    """A run's hold on its output directory, from `prepare` until `release`."""
+    run: RunDir
+    lease: lease.Lease
+    created: bool          # the directory did not exist before
+    base: Optional[data_format.DatasetSpec] = None   # --append: the dataset it adds to
+
+
+def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
+            patterns: Iterable[str] = (), local_temp: Optional[str] = None,
+            job: Optional[str] = None, append: bool = False) -> Claim:
+    """Take the directory for a new run: its lease, cleared leftovers, a run folder.
+    A committed dataset stays as it is: the run replaces it when it commits (with
+    `overwrite`), or adds a generation to it (with `append`; `Claim.base` is its spec,
+    read once the lease is held, so that no other run commits under it).
+
+    `out` is normalized (paths.normalize). `local_temp`: a local directory under which
+    the run keeps its temp data, when it must not go into `out` (a local run writing to
+    gs://). `job`: the name of the job on a distributed runner; the lease then names it,
+    never expires, and the pipeline releases it (RunDir.lease_token). Raises
+    OutputDirError with a one-line reason. A directory holding foreign files is refused
+    before anything is written to it.
+    """
+    if not storage.supported(out):
+        raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
+    found = storage.kind(out)
+    if found not in ("missing", "dir"):
+        raise OutputDirError(f"--output_dir: {out} is a {'file' if found == 'file' else found}"
+                             ", not a directory")
+    check_inputs(out, input_files, patterns)
+    take_inventory(out)
+    storage.make_dirs(out)
+    created = found == "missing"
+    run_id = uuid.uuid4().hex[:12]
+    run = RunDir(out, run_id, "")
+    try:
+        held = lease.Lease(run.lease_path, run_id, job).acquire()
+    except lease.LeaseHeld as e:
+        raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
+    except lease.LeaseUnreadable as e:
+        raise OutputDirError(f"--output_dir: {e}") from None
+    if job is not None:
+        run = dataclasses.replace(run, lease_token=held.token)
+    base = None
+    try:
+        replaces = _clear(out, overwrite or append)
+        if append and replaces:   # a committed dataset: the one to add to
+            base = _base_spec(out)
+        temp = paths.join(run.run_path, TEMP)
+        if local_temp is not None:
+            temp = os.path.join(local_temp, f"make_shards-{run_id}")
+            os.makedirs(temp)
+            with open(os.path.join(temp, TEMP_MARKER), "w") as f:
+                json.dump({"run_id": run_id, "output_dir": out}, f)
+        run = dataclasses.replace(run, temp_dir=temp)
+        storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
+            {"run_id": run_id, "temp_dir": temp,
+             "sidecars": [*data_format.SIDECARS, *data_format.TFDS_FILES],
+             "replaces": replaces}).encode("utf-8"))
+    except BaseException:
+        release(Claim(run, held, created))
+        raise
+    return Claim(run, held, created, base)
+
+
+def _base_spec(out: str) -> data_format.DatasetSpec:
+    path = paths.join(out, data_format.DATASET_JSON)
+    return data_format.DatasetSpec.from_json(storage.read_bytes(path), source=path)
+
+
+def release(claim: Claim) -> None:
+    """Give the lease back; remove the state folder when nothing is left in it, and the
+    directory too when this run created it and left nothing there."""
+    claim.lease.release()
+    run = claim.run
+    storage.remove_empty_dirs([paths.join(run.state_dir, RUNS), run.state_dir],
+                              run.output_dir)
+    if claim.created and not storage.list_dir(run.output_dir):
+        storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
+
+
+def _clear(out: str, overwrite: bool) -> list[str]:
+    """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
+    run folder); refuse a committed dataset without `overwrite`. Returns the committed
+    dataset's files, which the new run deletes once it has committed."""
+    entries, runs, _, committed = take_inventory(out)
+    for past in runs:
+        try:
+            storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
+                                        if name in entries), out)
+            folder = paths.join(out, STATE_DIR, RUNS, past.run_id)
+            if past.temp_dir and past.temp_dir != paths.join(folder, TEMP):
+                delete_local_temp(past.temp_dir, past.run_id)   # else it goes with folder
+            storage.delete_tree(folder, out, last=RUN_JSON)
+        except OSError as e:
+            _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
+                         "run tries again", past.run_id, out, e)
+    if data_format.DATASET_JSON in entries and not overwrite:
+        raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
+                             "--overwrite to replace it, or --append to add new videos to it")
+    return sorted(committed)
+
+
+def local_temp_base(temp_location: Optional[str]) -> str:
+    """Where a local run keeps temp data when the output is remote: --temp_location when
+    it is a local path, else the system's temp directory."""
+    if temp_location and not paths.has_scheme(temp_location):
+        return paths.normalize(temp_location)
+    return tempfile.gettempdir()
+
+
+@contextlib.contextmanager
+def claimed(out: str, overwrite: bool, input_files: Iterable[str] = (),
+            patterns: Iterable[str] = (), local_temp: Optional[str] = None,
+            job: Optional[str] = None, append: bool = False,
+            keep_lease: bool = False) -> Iterator[Claim]:
+    """`prepare`'s claim for the block. When the block raises, what the run wrote is
+    abandoned (unless a distributed job may still write: `job`) and the lease released;
+    when it ends, the lease is released, unless `keep_lease` (a detached job releases it
+    itself when it is done)."""
+    claim = prepare(out, overwrite, input_files, patterns, local_temp, job, append)
+    try:
+        yield claim
+    except BaseException:
+        # A run that stops leaves only what proves itself. A cancelled job's workers may
+        # still write: its run folder stays, listing their files for the next run.
+        if job is None:
+            abandon(claim.run)
+        release(claim)
+        raise
+    if not keep_lease:
+        release(claim)

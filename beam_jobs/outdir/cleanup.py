@@ -1,0 +1,108 @@
+"""Deleting what a run wrote: only what it can prove it wrote (its folder lists it), and
+never a file the committed dataset.json lists. Best-effort everywhere after a commit:
+what is left, the next run there removes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from beam_jobs.core import paths, storage
+from beam_jobs.core.run_dir import RUN_JSON, SHARDS_JSON, RunDir
+from beam_jobs.outdir import lease, swap
+from beam_jobs.outdir.inventory import committed_dataset, job_files, read_json
+from readers import format as data_format
+
+TEMP_MARKER = "make_shards_run.json"   # names the run a local temp directory is of
+_LOG = logging.getLogger("beam_jobs.outdir")
+
+
+def holds_lease(run: RunDir) -> bool:
+    """Whether `run` still holds its directory's lease."""
+    holder = lease.holder(run.lease_path)
+    return holder is not None and holder.run_id == run.run_id
+
+
+def release_lease(run: RunDir) -> None:
+    """Release the lease from inside the pipeline (when `run.lease_token` is set)."""
+    if run.lease_token is not None:
+        swap.delete_if(run.lease_path, run.lease_token)
+
+
+def committed(run: RunDir) -> bool:
+    """Whether the directory's dataset.json names this run."""
+    return committed_dataset(run.output_dir, storage.list_dir(run.output_dir))[0] == run.run_id
+
+
+def delete_temp(run: RunDir) -> None:
+    if paths.is_inside(run.temp_dir, run.run_path):
+        storage.delete_tree(run.temp_dir, run.output_dir)
+    else:
+        delete_local_temp(run.temp_dir, run.run_id)
+
+
+def delete_run_folder(run: RunDir) -> None:
+    if not paths.is_inside(run.temp_dir, run.run_path):
+        delete_local_temp(run.temp_dir, run.run_id)
+    storage.delete_tree(run.run_path, run.output_dir, last=RUN_JSON)
+
+
+def clean_up_after_commit(run: RunDir) -> None:
+    """Delete the files of the dataset this run replaced (those its dataset.json does
+    not list), its temp data, then its folder, run.json last. Best-effort: a failure
+    is a warning, and the next run in the directory finishes the job."""
+    try:
+        out = run.output_dir
+        entries = storage.list_dir(out)
+        _, kept = committed_dataset(out, entries)
+        run_json = read_json(run.in_run_folder(RUN_JSON)) or {}
+        replaced = job_files(run_json.get("replaces", [])) - kept
+        storage.delete_files(sorted(run.output(n) for n in replaced if n in entries), out)
+        delete_run_folder(run)
+    except Exception as e:  # the dataset is committed: nothing here may undo it
+        _LOG.warning("the dataset in %s is committed, but cleaning up after it failed "
+                     "(%s); the next run there finishes the cleanup", run.output_dir,
+                     str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def abandon(run: RunDir) -> None:
+    """Clear what a run that stopped half-way wrote: its listed shards and temp data,
+    and its folder unless it holds the run's failures.jsonl. A run that committed is
+    only cleaned up after: nothing its dataset.json lists is touched. Best-effort: what
+    is left, the next run removes."""
+    try:
+        if committed(run):
+            clean_up_after_commit(run)
+            return
+        listed = job_files(read_json(run.in_run_folder(SHARDS_JSON)))
+        storage.delete_files(sorted(run.output(name) for name in listed), run.output_dir)
+        if storage.kind(run.in_run_folder(data_format.FAILURES_JSONL)) == "file":
+            delete_temp(run)
+        else:
+            delete_run_folder(run)
+    except Exception as e:
+        _LOG.warning("could not remove what the run left in %s (%s); the next run there "
+                     "removes it", run.output_dir, e)
+
+
+def delete_local_temp(temp_dir, run_id: str) -> None:
+    """A local temp directory outside the output directory, if it is provably this run's:
+    a local absolute path named `make_shards-RUN` holding the marker that names RUN. A
+    run.json naming anything else (hand-edited, or a folder that was moved) is left as it
+    is, with a warning."""
+    if not (isinstance(temp_dir, str) and not paths.has_scheme(temp_dir)
+            and os.path.isabs(temp_dir) and os.path.normpath(temp_dir) == temp_dir
+            and os.path.basename(temp_dir) == f"make_shards-{run_id}"):
+        _LOG.warning("the run.json of run %s names a temp directory that is not its own "
+                     "(%.200r); left as it is", run_id, temp_dir)
+        return
+    marker = os.path.join(temp_dir, TEMP_MARKER)
+    try:
+        with open(marker) as f:
+            if json.load(f).get("run_id") != run_id:
+                return
+    except (OSError, ValueError):
+        return
+    if not os.path.islink(temp_dir):
+        storage.delete_tree(temp_dir, os.path.dirname(temp_dir))

@@ -1,0 +1,2 @@
+"""Where the job runs: every local core (`local_workers`, with `forked_workers`), and
+what a remote worker installs (`staging`)."""

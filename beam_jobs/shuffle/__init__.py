@@ -1,0 +1,8 @@
+"""The global shuffle and the shard writes: windows keyed by a hash -> sorted files
+(spill or group) -> a shard plan (pure) -> balanced, deterministic shards.
+
+- `config`: how a run's windows become shards (`ShardConfig`).
+- `write`: `WriteShuffledShards`, the composite transform.
+- `plan`: which ranks each shard holds and where they lie.
+- `sorted_files`: the temp files: sorted records framed as in a shard, with an index.
+"""

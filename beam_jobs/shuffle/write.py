@@ -1,0 +1,250 @@
+"""Globally shuffled, balanced, deterministic TFRecord shards, on any runner at any size.
+
+Every example carries a key (a hash of seed, video id and start); a split's shards hold
+its examples in key order (ties broken by the example bytes), shard i of N the ranks
+[i*n//N, (i+1)*n//N), so counts differ by at most one. Keys fall into buckets by range
+(bucket b holds [b * 2**64 / B, (b + 1) * 2**64 / B)), sized at about --shuffle_bucket_mb.
+Two ways to get each bucket sorted (TFDS's writer and its on-disk shuffler are the models):
+
+- spill (local runners): FnApiRunner holds a GroupByKey's whole input in memory, so
+  examples never pass through one. Each worker buffers what it gets, and at
+  --spill_buffer_mb writes it as one sorted file per split; only small rows (the file's
+  records per bucket) move on. A shard task merges the files' slices of the buckets it
+  overlaps, streaming. Temp files grow with the data, not its square;
+  but a distributed runner ends bundles every few elements, so there each bundle
+  would spill: do not use it on Dataflow.
+- group (distributed runners): examples keyed by (split, bucket) go through one
+  GroupByKey, on the runner's own shuffle (Dataflow Shuffle takes hundreds of TB). Each
+  bucket is sorted once and written once, as one sorted file at a deterministic path (a
+  retried task rewrites the same bytes); a bucket that outgrows --shuffle_bucket_mb (the
+  bucket count is an estimate) is sorted externally, through the worker's local disk.
+  A shard task streams its rank range from the one to three bucket files it overlaps,
+  seeking with their index: it never holds a bucket.
+
+Both plan from small rows (shuffle/plan.py), and the order depends only on the keys, so
+the two modes, any runner and any number of workers give byte-identical shards.
+"""
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import uuid
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_jobs.core import paths, progress
+from beam_jobs.core.records import KeyedExample, WrittenShard
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
+from beam_jobs.shuffle.plan import (BucketSpan, Segment, ShardTask, SortedFile, bucket_of,
+                                    plan_shards)
+from beam_jobs.shuffle.sorted_files import (SortedSlice, Written, allow_open_files,
+                                            sort_bounded, write_sorted)
+from readers import format as data_format
+from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
+
+_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
+
+
+def _count_temp(written: Written) -> None:
+    """Beam counters of the temp data (Dataflow's monitoring shows them; the scale
+    benchmark reads them): files, and bytes with their framing and index."""
+    progress.counter("temp_files_written").inc()
+    progress.counter("temp_bytes_written").inc(written.size)
+
+
+def _sort_bytes():
+    """The bytes of each in-memory sort a shuffle task does (a spill buffer, a bucket or
+    a chunk of one): its max is what a task held, whatever the bucket estimate said."""
+    return progress.distribution("sort_bytes")
+
+
+def _bucket_spans(records: list[tuple[int, bytes]], num_buckets: int
+                  ) -> tuple[BucketSpan, ...]:
+    """Where each bucket present lies in sorted records."""
+    spans: list[BucketSpan] = []
+    for index, (key, example) in enumerate(records):
+        bucket, nbytes = bucket_of(key, num_buckets), len(example) + FRAME_OVERHEAD
+        if spans and spans[-1].bucket == bucket:
+            last = spans[-1]
+            spans[-1] = last._replace(count=last.count + 1, nbytes=last.nbytes + nbytes)
+        else:
+            spans.append(BucketSpan(bucket, index, 1, nbytes))
+    return tuple(spans)
+
+
+class _Spill(beam.DoFn):
+    """spill mode: buffers a bundle's examples and writes them as sorted files."""
+
+    def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int):
+        self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
+
+    def start_bundle(self):
+        self._buffers: dict[str, list[bytes]] = collections.defaultdict(list)
+        self._buffered = 0
+
+    def process(self, element: KeyedExample):
+        self._buffers[element.split].append((element.key, element.example))
+        self._buffered += len(element.example)
+        if self._buffered >= self._spill_bytes:
+            yield from self._spill()
+
+    def finish_bundle(self):
+        for written in self._spill():
+            yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _spill(self) -> Iterable[SortedFile]:
+        spill_id = uuid.uuid4().hex
+        if self._buffered:
+            _sort_bytes().update(self._buffered)
+        for split, records in sorted(self._buffers.items()):
+            records.sort()
+            path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.sorted")
+            _count_temp(write_sorted(path, records))
+            yield SortedFile(split, path, _bucket_spans(records, self._num_buckets))
+        self._buffers.clear()
+        self._buffered = 0
+
+
+class _WriteBucket(beam.DoFn):
+    """group mode: one bucket's records, from the GroupByKey -> one sorted file.
+
+    The bucket count is an estimate: a bucket larger than `budget` bytes is sorted
+    externally (sort_bounded), streaming from the GroupByKey's iterable into the file."""
+
+    def __init__(self, temp_dir: str, budget: int):
+        self._temp_dir, self._budget = temp_dir, budget
+
+    def process(self, element):
+        (split, bucket), records = element
+        path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.sorted")
+        written = write_sorted(path, sort_bounded(records, self._budget, _sort_bytes().update))
+        _count_temp(written)
+        yield SortedFile(split, path, (BucketSpan(bucket, 0, written.records,
+                                                  written.frame_bytes),))
+
+
+def segment_frames(segment: Segment, dropped: frozenset, num_buckets: int
+                    ) -> Iterator[bytes]:
+    """The frames of ranks [lo, hi) of a bucket, in (key, example) order, streamed: from
+    one sorted bucket file (group) by its index; from several spilled files (spill) by
+    merging their keys from the bucket's start, one open file each. Never a whole bucket
+    in memory, and no frame is parsed: it goes to the shard as the sorted file holds it."""
+    has_dropped = any(bucket_of(k, num_buckets) == segment.bucket for k in dropped)
+    if len(segment.files) == 1 and not has_dropped:
+        (span,) = segment.files
+        yield from _counted(SortedSlice(span.path, span.first + segment.lo,
+                                        span.first + segment.hi))
+        return
+    allow_open_files(len(segment.files) + 64)
+    slices = [SortedSlice(s.path, s.first, s.first + s.count) for s in segment.files]
+    frames = [_counted(piece) for piece in slices]
+    merged = heapq.merge(*([(key, i) for key in piece.keys]
+                           for i, piece in enumerate(slices)))
+    kept = (frame for key, frame in _in_order(merged, frames) if key not in dropped)
+    yield from itertools.islice(kept, segment.lo, segment.hi)
+
+
+def _in_order(merged: Iterator[tuple[int, int]], frames: list[Iterator[bytes]]
+              ) -> Iterator[tuple[int, bytes]]:
+    """(key, frame) in (key, example) order, from the files' keys merged as (key, file):
+    each file's next frame in turn. Records of one key from several files (a 64-bit hash
+    collision; duplicate ids are dropped) are put in order of their examples' bytes, as
+    one sort of them all would."""
+    for key, group in itertools.groupby(merged, key=lambda entry: entry[0]):
+        tied = [next(frames[file]) for _, file in group]
+        if len(tied) > 1:
+            tied.sort(key=lambda frame: frame[HEADER_BYTES:-FOOTER_BYTES])
+        for frame in tied:
+            yield key, frame
+
+
+def _counted(piece: SortedSlice) -> Iterator[bytes]:
+    """A sorted slice's frames, counting the temp bytes a shard task reads: its index
+    lookup and its frames."""
+    read = progress.counter("temp_bytes_read")
+    read.inc(piece.lookup_bytes)
+    for frame in piece.frames():
+        read.inc(len(frame))
+        yield frame
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, run: RunDir, compression: str, num_buckets: int):
+        self._run, self._output_dir, self._compression = run, run.output_dir, compression
+        self._num_buckets = num_buckets
+
+    def process(self, task: ShardTask):
+        name = self._run.shard_name(task.split, task.index, task.num_shards, self._compression)
+        # Written in place: a retried task rewrites the same bytes, and no reader looks
+        # at a shard before dataset.json lists it.
+        path = paths.join(self._output_dir, name)
+        offsets = [0]
+        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
+            for segment in task.segments:
+                for frame in segment_frames(segment, task.dropped, self._num_buckets):
+                    f.write(frame)
+                    offsets.append(offsets[-1] + len(frame))
+        progress.counter("shard_bytes_written").inc(offsets[-1])
+        index = None
+        if self._compression == "none":   # a gzip stream cannot be entered mid-way
+            index = data_format.index_name(name)
+            with FileSystems.create(paths.join(self._output_dir, index),
+                                    compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                f.write(data_format.index.encode(offsets))
+        yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index)
+
+
+def _list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:
+    """List the shards in the run folder before any is written, so that a rerun after a
+    kill can tell them from foreign files."""
+    names = [run.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
+    run.list_shards(names + ([data_format.index_name(n) for n in names]
+                             if compression == "none" else []))
+    return tasks
+
+
+class WriteShuffledShards(beam.PTransform):
+    """PCollection[KeyedExample] -> PCollection[WrittenShard], written to the run's
+    output directory, in `config.mode`.
+
+    `dropped` is a singleton side input: per split, the keys of windows to leave out.
+    """
+
+    def __init__(self, run: RunDir, config: ShardConfig, dropped):
+        super().__init__()
+        if config.mode not in SHUFFLE_MODES:
+            raise ValueError(f"shuffle mode must be one of {SHUFFLE_MODES}, got {config.mode!r}")
+        self._run, self._config, self._dropped = run, config, dropped
+
+    def expand(self, examples):
+        config, temp = self._config, self._run.temp_dir
+        if config.mode == "spill":
+            files = examples | "Spill" >> beam.ParDo(
+                _Spill(temp, config.num_buckets, config.spill_bytes))
+        else:
+            files = (examples
+                    | "KeyByBucket" >> beam.Map(lambda e: (
+                        (e.split, bucket_of(e.key, config.num_buckets)),
+                        (e.key, e.example)))
+                    | "GroupBuckets" >> beam.GroupByKey()
+                    | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
+        return (
+            files
+            | "GatherSortedFiles" >> beam.combiners.ToList()
+            | "PlanShards" >> beam.Map(
+                lambda gathered, dropped: plan_shards(
+                    gathered, config.splits, config.num_buckets, config.num_shards,
+                    config.shard_bytes, dropped), self._dropped)
+            | "ListShards" >> beam.Map(_list_shards, self._run, config.compression)
+            | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "WriteShards" >> beam.ParDo(
+                _WriteShard(self._run, config.compression, config.num_buckets)))

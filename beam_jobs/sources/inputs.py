@@ -1,0 +1,97 @@
+"""--input: the patterns' files, sorted, and their one input kind (latents, manifest or
+videos), decided from the files' names before any file is read."""
+from __future__ import annotations
+
+import collections
+import os
+from typing import Sequence
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs.core import ids, paths
+
+MANIFEST_SUFFIXES = (".jsonl", ".csv")
+VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
+_KIND_OF_FILE = {"videos": "is a video file", "manifest": "is a manifest",
+                 "latents": "would be read as latent TFRecords (it has no video or "
+                            "manifest suffix)"}
+
+
+class InputError(ValueError):
+    """The inputs cannot be read as one dataset; the message says why (after `--input: `)."""
+
+
+def absolute(text: str) -> str:
+    """A local input glob made absolute (so ids and checks see one spelling)."""
+    if paths.has_scheme(text):
+        return text
+    return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
+
+
+def resolve(patterns: Sequence[str]) -> tuple[list[tuple[str, int]], str]:
+    """The (path, size) of every file of the patterns, sorted, and their one kind. A
+    pattern that ends in .jsonl or .csv is one manifest; any other is a glob."""
+    files, kinds = [], set()
+    for pattern in patterns:
+        if pattern.lower().endswith(MANIFEST_SUFFIXES):
+            matched = [(pattern, _manifest_size(pattern))]
+        else:
+            try:
+                found = FileSystems.match([pattern])[0].metadata_list
+            except Exception as e:
+                raise InputError(f"cannot list {pattern!r}: {e}") from None
+            matched = sorted((m.path, m.size_in_bytes) for m in found)
+            if not matched:
+                raise InputError(f"no file matches {pattern!r}")
+        kinds.add(_kind(pattern, [path for path, _ in matched]))
+        files += matched
+    if len(kinds) > 1:
+        raise InputError(f"the inputs mix {' and '.join(sorted(kinds))}; give one kind")
+    counts = collections.Counter(path for path, _ in files)
+    duplicates = sorted(path for path, count in counts.items() if count > 1)
+    if duplicates:
+        raise InputError(f"{duplicates[0]} is matched twice")
+    return sorted(files), kinds.pop()
+
+
+def _file_kind(path: str) -> str:
+    """The input kind a file's name says: a video or manifest suffix, else latents
+    (TFRecord files go by any name: `.tfrecord`, `.gz`, `part-00001`)."""
+    if path.lower().endswith(VIDEO_SUFFIXES):
+        return "videos"
+    return "manifest" if path.lower().endswith(MANIFEST_SUFFIXES) else "latents"
+
+
+def _kind(pattern: str, files: list[str]) -> str:
+    """The one kind of a pattern's files; a glob whose files are of two kinds (one
+    `.m4a` among videos would make it all read as TFRecords) is refused, naming a file
+    of the rarer kind and one of the other."""
+    if pattern.lower().endswith(MANIFEST_SUFFIXES):
+        return "manifest"
+    by_kind: dict[str, list[str]] = {}
+    for path in files:
+        by_kind.setdefault(_file_kind(path), []).append(path)
+    if len(by_kind) > 1:
+        odd = min(by_kind, key=lambda kind: (len(by_kind[kind]), kind != "latents"))
+        other = next(path for path in files if _file_kind(path) != odd)
+        raise InputError(f"'{ids.printable(pattern)}' mixes kinds of input: "
+                         f"'{ids.printable(by_kind[odd][0])}' {_KIND_OF_FILE[odd]}, unlike "
+                         f"'{ids.printable(other)}'; give one kind of input per glob")
+    return next(iter(by_kind))
+
+
+def _manifest_size(path: str) -> int:
+    """A manifest is opened with fsspec like the paths in it (memory:// too); it must be
+    a regular file."""
+    import fsspec
+
+    try:
+        fs, local = fsspec.core.url_to_fs(path)
+        info = fs.info(local)
+    except FileNotFoundError:
+        raise InputError(f"no manifest at {path!r}") from None
+    except Exception as e:
+        raise InputError(f"cannot open {path!r}: {type(e).__name__}: {e}") from None
+    if info.get("type") != "file":
+        raise InputError(f"{path!r} is not a regular file")
+    return int(info.get("size") or 0)

@@ -1,0 +1,317 @@
+"""What the tests share: inputs written here (latent TFRecords, frames, videos,
+manifests), job runs whose datasets must verify, and readers of what the job wrote.
+Fixtures live in conftest.py."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from beam_jobs import make_shards
+
+
+def latent_example(frames: np.ndarray, recipe: Optional[Sequence[float]] = None,
+                   video_id: Optional[str] = None, float_list: bool = False) -> bytes:
+    """One serialized-tensor record (docs/format.md), or one of a FloatList sequence."""
+    feature = {}
+    if float_list:
+        feature["frames"] = tf.train.Feature(float_list=tf.train.FloatList(value=frames.ravel()))
+    else:
+        feature["frames"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[tf.io.serialize_tensor(frames).numpy()]))
+    if recipe is not None:
+        feature["recipe"] = tf.train.Feature(float_list=tf.train.FloatList(value=recipe))
+    if video_id is not None:
+        feature["vid"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[video_id.encode()]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_records(path: str, records: Sequence[bytes], compression: str = "") -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path, options=compression or None) as w:
+        for r in records:
+            w.write(r)
+    return path
+
+
+def random_videos(rng: np.random.Generator, count: int, lengths=(20, 60), dim: int = 3,
+                  dtype=np.float32) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(rng.standard_normal((int(rng.integers(*lengths)), dim)).astype(dtype),
+             rng.random(4).astype(np.float32)) for _ in range(count)]
+
+
+def write_videos(directory: str, videos, files: int = 2, **kwargs) -> list[str]:
+    """Spread (frames, recipe) videos round-robin over `files` TFRecord files."""
+    per_file = [[] for _ in range(files)]
+    for i, (frames, recipe) in enumerate(videos):
+        per_file[i % files].append(latent_example(frames, recipe, **kwargs))
+    return [write_records(os.path.join(directory, f"lat-{i}.tfrecord"), recs)
+            for i, recs in enumerate(per_file)]
+
+
+def job_line(capsys, *argv: str, status: int = 2) -> str:
+    """Run the command in this process (make_shards.main) and check that it ends with exit
+    `status` (2: refused, 1: failed) and a last line on stderr, no traceback; that line."""
+    code = make_shards.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == status, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
+def inspect_run(capsys, *argv: str) -> tuple[int, str, str]:
+    """readers.inspect's command in this process: (exit status, stdout, stderr)."""
+    from readers import inspect
+
+    try:
+        inspect.main([str(a) for a in argv])
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def command(*args: str, cwd=None, env=None, timeout: float = 600
+            ) -> subprocess.CompletedProcess:
+    """`python -m ARGS` in a new process: for what a process boundary is the point of
+    (imports, exit statuses, signals, the command's own output)."""
+    return subprocess.run([sys.executable, "-m", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          timeout=timeout)
+
+
+def failures_by_video(out) -> dict:
+    """The rows of a dataset's failures.jsonl by video id (or `row N` without one)."""
+    with open(os.path.join(out, "failures.jsonl")) as f:
+        return {(r["video_id"] or f"row {r['record_index']}"): r for r in map(json.loads, f)}
+
+
+def run_job(input_glob: str, output_dir: str, *extra: str) -> None:
+    """Run the job; a dataset it commits must pass `readers.inspect --verify`."""
+    try:
+        make_shards.run(["--input", input_glob, "--output_dir", str(output_dir), *extra])
+    finally:
+        if "--dry_run=True" not in extra:
+            assert_verified(output_dir)
+
+
+def run_jobs(root, jobs) -> dict[str, str]:
+    """Build one small dataset per (name, input under root, extra flags); name -> its path."""
+    made = {}
+    for name, inp, extra in jobs:
+        run_job(str(root / inp), root / name, "--window", "4", "--stride", "2", *extra)
+        made[name] = str(root / name)
+    return made
+
+
+_RUN_ID_IN_NAME = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord)")
+
+
+def plain_name(name: str) -> str:
+    """A shard's or index's name without its run id: `train-00000-of-00002.tfrecord`."""
+    return _RUN_ID_IN_NAME.sub("", name)
+
+
+def plain_dataset_json(output_dir) -> dict:
+    """dataset.json with every shard and index name in it without its run id."""
+    return json.loads(plain_name(json.dumps(read_dataset_json(output_dir))))
+
+
+def plain_names(names) -> list[str]:
+    return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
+
+
+def failed_run_file(output_dir, name: str = "failures.jsonl") -> str:
+    """A sidecar of the one run in `output_dir` that did not commit (over the failure
+    threshold): it lies in that run's folder."""
+    runs = os.path.join(str(output_dir), "_make_shards", "runs")
+    (run,) = os.listdir(runs)
+    return os.path.join(runs, run, name)
+
+
+def assert_verified(output_dir) -> None:
+    """When `output_dir` holds a dataset, every record of it checks out."""
+    if str(output_dir).startswith("gs://") or not os.path.exists(
+            os.path.join(output_dir, "dataset.json")):
+        return
+    from readers import inspect
+    import readers
+
+    problems = inspect.verify(str(output_dir), readers.load_spec(str(output_dir)))
+    assert not problems, problems[:5]
+
+
+def dataset_bytes(out) -> dict:
+    """Every file of the dataset in `out` (not the job's state folder) and its bytes."""
+    files = {}
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name)
+        if os.path.isdir(path):
+            files[name] = None if name == "_make_shards" else "a directory"
+        else:
+            with open(path, "rb") as f:
+                files[name] = f.read()
+    return {name: data for name, data in files.items() if data is not None}
+
+
+def start_job(command, out):
+    """Start the job; return once it is writing its own shards (never the old ones)."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        runs = out / "_make_shards" / "runs"
+        if os.path.isdir(runs) and any(os.path.exists(runs / r / "shards.json")
+                                       for r in os.listdir(runs)):
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be stopped"
+    return process
+
+
+def staged_files(pipeline) -> dict[str, str]:
+    """The files a (dry-run) job graph stages for its workers: staged name -> local path."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    return {beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload)
+            .staged_name: beam_runner_api_pb2.ArtifactFilePayload.FromString(d.type_payload).path
+            for env in pipeline.components.environments.values() for d in env.dependencies}
+
+
+def read_dataset_json(output_dir) -> dict:
+    with open(os.path.join(output_dir, "dataset.json")) as f:
+        return json.load(f)
+
+
+def index_offsets(path) -> list[int]:
+    """The frame offsets a shard's text index lists, then where its last frame ends,
+    parsed as DALI and the `tfrecord` package parse it (np.loadtxt), not by readers.format."""
+    lines = np.loadtxt(path, dtype=np.int64, ndmin=2)
+    return lines[:, 0].tolist() + [int(lines[-1].sum())] if len(lines) else [0]
+
+
+def write_index(path, offsets: Sequence[int]) -> None:
+    """A text index of frames at `offsets`, the last one the shard's end."""
+    with open(path, "w") as f:
+        f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:])))
+
+
+def docs_code(page: str, heading: str) -> str:
+    """The first ```python block under `## heading` of docs/`page`: the code the docs
+    show, for a test to run as it is."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", page)) as f:
+        text = f.read()
+    section = text[text.index(f"\n## {heading}\n"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("\n```", start)] + "\n"
+
+
+def run_apart(code: str, *args: str, tmp_path) -> object:
+    """Run `code` in a fresh interpreter, with sys.argv[1:] `args` and `RESULT`, a path
+    it pickles what it returns to; for readers that cannot share a process with
+    TensorFlow. The run's stderr is in the assertion when it fails."""
+    result = os.path.join(str(tmp_path), "result.pickle")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "RESULT": result})
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(result, "rb") as f:
+        return pickle.load(f)
+
+
+def read_examples(output_dir, split: str = "train") -> list[dict]:
+    """Every example of a split, in shard order, parsed to numpy."""
+    meta = read_dataset_json(output_dir)
+    spec = {f["name"]: f for f in meta["features"]}
+    compression = "GZIP" if meta["compression"] == "gzip" else ""
+    out = []
+    for shard in meta["splits"][split]["shards"]:
+        path = os.path.join(output_dir, shard["file"])
+        for record in tf.data.TFRecordDataset(path, compression_type=compression):
+            ex = tf.train.Example.FromString(record.numpy()).features.feature
+            row = {}
+            for name, f in spec.items():
+                if f["encoding"] == "float":
+                    row[name] = np.array(ex[name].float_list.value, np.float32).reshape(f["shape"])
+                elif f["encoding"] == "int64":
+                    row[name] = np.array(ex[name].int64_list.value).reshape(f["shape"])
+                elif f["encoding"] == "raw":
+                    row[name] = np.frombuffer(ex[name].bytes_list.value[0],
+                                              np.dtype(f["dtype"]).newbyteorder("<")
+                                              ).reshape(f["shape"])
+                elif f["encoding"] in ("png", "jpeg"):
+                    row[name] = np.stack([_decode_image(b, f["shape"][-1])
+                                          for b in ex[name].bytes_list.value])
+                    row[name + ".bytes"] = list(ex[name].bytes_list.value)
+                else:
+                    row[name] = ex[name].bytes_list.value[0].decode()
+            out.append(row)
+    return out
+
+
+def _decode_image(data: bytes, channels: int) -> np.ndarray:
+    import io
+    from PIL import Image
+
+    array = np.asarray(Image.open(io.BytesIO(data)))
+    return array.reshape(*array.shape[:2], channels)
+
+
+def solid_frames(count: int, size=(24, 32), start: int = 0) -> list[np.ndarray]:
+    """Frames whose every pixel is 8 * their index (index mod 32): easy to tell apart,
+    even through a lossy video codec."""
+    return [np.full((*size, 3), 8 * ((start + i) % 32), np.uint8) for i in range(count)]
+
+
+def write_frame_folder(directory, frames, fmt: str = "png", name: str = "frame_{}") -> list[str]:
+    from PIL import Image
+
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, frame in enumerate(frames):
+        path = os.path.join(str(directory), f"{name.format(i)}.{fmt}")
+        Image.fromarray(frame).save(path, quality=95) if fmt == "jpg" else \
+            Image.fromarray(frame).save(path)
+        paths.append(path)
+    return paths
+
+
+def write_video(path, frames, codec: str = "libx264", rate: int = 10,
+                options: Optional[dict] = None, times: Optional[Sequence[float]] = None) -> str:
+    """A video file of `frames` at `rate`, or stamped at `times` (seconds, to the ms)."""
+    import fractions
+
+    import av
+
+    h, w = frames[0].shape[:2]
+    ms = fractions.Fraction(1, 1000)
+    with av.open(str(path), "w", options=options or {}) as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        if times is not None:
+            stream.codec_context.time_base = ms
+        for i, frame in enumerate(frames):
+            video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
+            if times is not None:
+                video_frame.pts, video_frame.time_base = round(times[i] * 1000), ms
+            for packet in stream.encode(video_frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return str(path)
+
+
+def write_manifest(path, rows: list[dict]) -> str:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return str(path)

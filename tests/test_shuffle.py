@@ -1,0 +1,213 @@
+"""The shuffle and the shard writes: the transform on Beam's TestPipeline in both modes,
+sorted files, and the shard plan against a reference."""
+import collections
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_jobs.core.configs import WindowConfig
+from beam_jobs.core.records import KeyedExample, VideoCount
+from beam_jobs.core.run_dir import RunDir
+from beam_jobs.cut.examples import CutConfig, CutWindows
+from beam_jobs.shuffle.config import ShardConfig
+from beam_jobs.shuffle.plan import (BucketSpan, FileSpan, Segment, ShardTask, SortedFile,
+                                    bucket_of, num_shards_for, plan_shards)
+from beam_jobs.shuffle.sorted_files import SortedSlice, read_sorted, write_sorted
+from beam_jobs.shuffle.write import WriteShuffledShards, segment_frames
+from beam_jobs.sources.latents import LatentVideo
+from readers import format as data_format
+from readers.format.tfrecord import frame
+
+
+def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
+    rng = np.random.default_rng(seed)
+    keys = [int(k) for k in rng.integers(0, 2 ** 63, count)]
+    return [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i)
+            for i, k in enumerate(keys)]
+
+
+def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
+    records = []
+    for i in range(shards):
+        path = os.path.join(directory, data_format.shard_name(split, i, shards, "none", "r1"))
+        records += [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    return records
+
+
+@pytest.mark.parametrize("mode", ["spill", "group"])
+@pytest.mark.parametrize("buckets", [1, 3, 50])
+def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
+    elements = _examples(buckets)
+    run = RunDir(str(tmp_path / "out"), "r1", str(tmp_path / "tmp"))
+    config = ShardConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
+                         num_buckets=buckets, spill_bytes=300, mode=mode)
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        dropped = p | "NoneDropped" >> beam.Create([{}])
+        written = (p | beam.Create(elements)
+                   | WriteShuffledShards(run, config, beam.pvalue.AsSingleton(dropped)))
+        assert_that(written | beam.Map(lambda s: (s.split, s.index, s.examples)), equal_to(
+            [("train", 0, 18), ("train", 1, 19), ("train", 2, 19), ("train", 3, 19),
+             ("test", 0, 6), ("test", 1, 7), ("test", 2, 6), ("test", 3, 7)]))
+    for split in ("train", "test"):
+        expected = sorted((e for e in elements if e.split == split), key=lambda e: e.key)
+        assert _shard_records(tmp_path / "out", split) == [e.example for e in expected]
+
+
+def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_path):
+    """A spill after every element stands for Dataflow's tiny bundles: in spill mode it
+    makes a temp file per element and split; group mode has no per-bundle state, so its
+    temp files are one per bucket, whatever the bundling."""
+    elements = _examples(7, count=60)
+    dropped = {"train": frozenset({elements[1].key, elements[2].key})}
+    for mode in ("spill", "group"):
+        run = RunDir(str(tmp_path / mode), "r1", str(tmp_path / f"{mode}-tmp"))
+        config = ShardConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
+                             num_buckets=5, spill_bytes=1, mode=mode)
+        with BeamTestPipeline(runner="FnApiRunner") as p:
+            drop = p | "Dropped" >> beam.Create([dropped])
+            _ = (p | beam.Create(elements)
+                 | WriteShuffledShards(run, config, beam.pvalue.AsSingleton(drop)))
+    temp = {mode: [f for _, _, files in os.walk(tmp_path / f"{mode}-tmp") for f in files]
+            for mode in ("spill", "group")}
+    assert len(temp["spill"]) == len(elements)       # one sorted file per element
+    train_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "train"}
+    test_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "test"}
+    assert len(temp["group"]) == len(train_buckets) + len(test_buckets) <= 10
+    for split in ("train", "test"):
+        spill, group = (_shard_records(tmp_path / m, split) for m in ("spill", "group"))
+        assert spill == group
+        expected = sorted((e for e in elements if e.split == split
+                           and e.key not in dropped.get(split, ())), key=lambda e: e.key)
+        assert spill == [e.example for e in expected]
+
+
+def test_sorted_files_give_any_slice_from_their_index(tmp_path):
+    rng = np.random.default_rng(3)
+    records = sorted((int(rng.integers(0, 2**63)) * 2, os.urandom(n % 50)) for n in range(300))
+    path = str(tmp_path / "f.sorted")
+    assert write_sorted(path, records) == (300, sum(len(e) + 16 for _, e in records),
+                                           os.path.getsize(path))
+    for start, stop in ((0, 300), (0, 1), (17, 18), (150, 299), (299, 300), (5, 5)):
+        assert list(read_sorted(path, start, stop)) == records[start:stop]
+        piece = SortedSlice(path, start, stop)
+        assert piece.keys == [key for key, _ in records[start:stop]]
+        assert list(piece.frames()) == [frame(e) for _, e in records[start:stop]]
+    with pytest.raises(OSError, match="not a sorted file of 301 records"):
+        SortedSlice(path, 0, 301)
+
+
+def test_a_frame_at_odds_with_its_index_fails_the_task(tmp_path):
+    path = str(tmp_path / "f.sorted")
+    write_sorted(path, [(1, b"abc"), (2, b"defg")])
+    with open(path, "r+b") as f:   # the first frame's length header says 4, not 3
+        f.write(frame(b"abcd")[:12])
+    with pytest.raises(OSError, match="at odds with the sorted file's index"):
+        list(SortedSlice(path, 0, 2).frames())
+
+
+def test_keys_tied_across_files_are_ordered_by_their_examples(tmp_path):
+    """A 64-bit key collision between two spilled files: the shard holds the two examples
+    in byte order, as one sort of all records (and group mode) would."""
+    for name, records in (("a", [(5, b"zz"), (7, b"q")]), ("b", [(5, b"aa"), (6, b"m")])):
+        write_sorted(str(tmp_path / name), records)
+    segment = Segment(0, (FileSpan(str(tmp_path / "a"), 0, 2),
+                          FileSpan(str(tmp_path / "b"), 0, 2)), 0, 4)
+    assert list(segment_frames(segment, frozenset(), 1)) == [
+        frame(e) for e in (b"aa", b"zz", b"m", b"q")]
+    dropped = list(segment_frames(segment._replace(lo=1, hi=3), frozenset({6}), 1))
+    assert dropped == [frame(b"zz"), frame(b"q")]
+
+
+def _plan(files, splits, num_buckets, num_shards=None, shard_bytes=1, dropped=None):
+    return plan_shards(files, splits, num_buckets, num_shards, shard_bytes, dropped or {})
+
+
+def test_plan_cuts_ranks_across_buckets_evenly():
+    files = [SortedFile("train", "r0", (BucketSpan(0, 0, 3, 30), BucketSpan(2, 3, 7, 70))),
+             SortedFile("train", "r1", (BucketSpan(0, 0, 2, 20), BucketSpan(3, 2, 1, 10))),
+             SortedFile("train", "r2", (BucketSpan(3, 0, 2, 20),))]
+    tasks = _plan(files, ("train", "empty"), 4, num_shards=3)
+    assert [t.index for t in tasks] == [0, 1, 2] and all(t.num_shards == 3 for t in tasks)
+    assert [sum(s.hi - s.lo for s in t.segments) for t in tasks] == [5, 5, 5]
+    assert tasks[0].segments == (Segment(0, (("r0", 0, 3), ("r1", 0, 2)), 0, 5),)
+    assert tasks[1].segments == (Segment(2, (("r0", 3, 7),), 0, 5),)
+    assert tasks[2].segments == (Segment(2, (("r0", 3, 7),), 5, 7),
+                                 Segment(3, (("r1", 2, 1), ("r2", 0, 2)), 0, 3))
+    assert len(_plan(files, ("train",), 4, shard_bytes=40)) == 4  # 150 bytes / 40 a shard
+
+
+def test_cut_windows_keys_and_counts():
+    features = data_format.window_features(data_format.FeatureSpec.for_array("window", (4, 2),
+                                                                       "float32"))
+    video = LatentVideo("v", np.arange(20, dtype=np.float32).reshape(10, 2), None)
+    short = LatentVideo("s", np.zeros((3, 2), np.float32), None)
+    with BeamTestPipeline(runner="FnApiRunner") as p:
+        out = (p | beam.Create([video, short])
+               | CutWindows(features, CutConfig(WindowConfig(4, 3, "align_end"),
+                                                {"train": 1.0})))
+        assert_that(out.videos, equal_to([VideoCount("train", 3, 0, 10, "v"),
+                                                  VideoCount("train", 0, 0, 3, "s")]),
+                    label="Counts")
+        starts = out.examples | beam.Map(
+            lambda e: tf.train.Example.FromString(e.example).features.feature["start"]
+            .int64_list.value[0])
+        assert_that(starts, equal_to([0, 3, 6]), label="Starts")
+
+
+def _reference_plan(files, config, dropped):
+    """plan_shards by definition: every record's rank, then each shard's slice of them."""
+    tasks = []
+    for split in config.splits:
+        per_bucket = collections.defaultdict(list)
+        for f in files:
+            if f.split == split:
+                for bucket, first, count, _ in f.buckets:
+                    per_bucket[bucket].append((f.path, first, count))
+        drop = dropped.get(split, frozenset())
+        kept = {b: sum(c for _, _, c in spans)
+                - sum(bucket_of(k, config.num_buckets) == b for k in drop)
+                for b, spans in per_bucket.items()}
+        ranks = [b for b in sorted(kept) for _ in range(kept[b])]   # the bucket of each rank
+        if not ranks:
+            continue
+        nbytes = sum(s for f in files if f.split == split for *_, s in f.buckets)
+        n = num_shards_for(len(ranks), nbytes, config.num_shards, config.shard_bytes)
+        start = {b: ranks.index(b) for b in kept if kept[b] > 0}
+        for i in range(n):
+            lo, hi = i * len(ranks) // n, (i + 1) * len(ranks) // n
+            overlapping = sorted(set(ranks[lo:hi]))
+            tasks.append(ShardTask(split, i, n, tuple(
+                Segment(b, tuple(sorted(per_bucket[b])), max(lo - start[b], 0),
+                        min(hi - start[b], kept[b])) for b in overlapping),
+                frozenset(k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+    return tasks
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_matches_the_reference_on_random_sorted_files(seed):
+    rng = np.random.default_rng(seed)
+    num_buckets = int(rng.integers(1, 12))
+    files, keys = [], collections.defaultdict(list)
+    for r in range(int(rng.integers(1, 5))):
+        for split in ("train", "val"):
+            rows, at = [], 0
+            for b in sorted(rng.choice(num_buckets, int(rng.integers(0, num_buckets + 1)),
+                                       replace=False)):
+                count = int(rng.integers(1, 6))
+                low = -(-(int(b) << 64) // num_buckets)
+                keys[split] += [low + int(rng.integers(0, 2**40)) for _ in range(count)]
+                rows.append(BucketSpan(int(b), at, count, 10 * count))
+                at += count
+            files.append(SortedFile(split, f"{split}-f{r}", tuple(rows)))
+    dropped = {split: frozenset(ks[j] for j in rng.permutation(len(ks))[
+        :int(rng.integers(0, len(ks) + 1))]) for split, ks in keys.items()}
+    config = ShardConfig(splits=("train", "val"),
+                         num_shards=int(rng.integers(1, 9)) if seed % 2 else None,
+                         shard_bytes=int(rng.integers(5, 60)), num_buckets=num_buckets)
+    assert (plan_shards(files, config.splits, num_buckets, config.num_shards,
+                        config.shard_bytes, dropped) == _reference_plan(files, config, dropped))
