@@ -25,6 +25,7 @@ BENCH = ["psutil==7.2.2",                          # benchmarks/: process trees 
 # torch for Linux x86_64 is the CUDA build (17 more packages, several GB); its CPU build
 # (a 192 MB wheel, about 850 MB installed) is what CI's pip finds: docs/readers.md#pytorch.
 DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "gcp-storage-emulator==2026.7.19",
+       "pytest-xdist==3.8.0", "filelock==4.3.1",    # every core; datasets built once for all
        "tfrecord==1.14.6",                         # the tfrecord package reads our shards
        *ONNX, *TORCH, *GRAIN, *BENCH]
 

@@ -154,7 +154,11 @@ class _ConcurrentAPI(emulator.APIThread):
         self._httpd.serve_forever()
 
 
-ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon"}
+# gcsfs: no bucket-type lookup, no credentials. google-auth: no probe of the GCE metadata
+# server (a child process then fails fast to find credentials; Beam still retries for
+# 30 s where there are none, so a child that uses gs:// calls `anonymous_beam` first).
+ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "FSSPEC_GCS_TOKEN": "anon",
+       "NO_GCE_CHECK": "true"}
 
 
 def anonymous_beam() -> None:

@@ -4,11 +4,13 @@ leaves half-cleaned never blocks the directory; Ctrl-C is one line; a job on a
 distributed runner holds the directory by a lease that names it."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from beam_jobs import make_shards, outdir
@@ -27,16 +29,26 @@ def _job(input_glob, out, *extra):
             "--output_dir", str(out), *FLAGS, *extra]
 
 
-@pytest.fixture
-def old(tmp_path, rng):
-    """A committed dataset in tmp_path/out, its bytes, and a bigger input for a new run
-    that takes a while (so that it can be stopped half-way)."""
-    write_videos(str(tmp_path / "small"), random_videos(rng, 6), files=2)
-    out = tmp_path / "out"
-    run_job(str(tmp_path / "small" / "*"), out, *FLAGS)
-    write_videos(str(tmp_path / "big"), random_videos(rng, 40, lengths=(300, 400), dim=64),
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A committed dataset, and a bigger input for a new run that takes a while (so that
+    it can be stopped half-way)."""
+    root = tmp_path_factory.mktemp("commit")
+    rng = np.random.default_rng(1234)
+    write_videos(str(root / "small"), random_videos(rng, 6), files=2)
+    run_job(str(root / "small" / "*"), root / "dataset", *FLAGS)
+    write_videos(str(root / "big"), random_videos(rng, 40, lengths=(300, 400), dim=64),
                  files=8)
-    return out, dataset_bytes(out), str(tmp_path / "big" / "*")
+    return root / "dataset", str(root / "big" / "*")
+
+
+@pytest.fixture
+def old(tmp_path, inputs):
+    """A copy of the committed dataset in tmp_path/out, its bytes, and the big input."""
+    dataset, big = inputs
+    out = tmp_path / "out"
+    shutil.copytree(dataset, out)
+    return out, dataset_bytes(out), big
 
 
 def _assert_unchanged(out, before):

@@ -1,6 +1,6 @@
 """NVIDIA DALI reads our shards through our text index: the pipeline docs/readers.md shows
 ("NVIDIA DALI"), run as it is on the CPU, gives every window of latent, float16 and raw
-datasets once, equal to readers.numpy's; png windows are refused, not read wrong. Runs
+kinds once, equal to readers.numpy's; png windows are refused, not read wrong. Runs
 when `nvidia.dali` is installed (a 424 MB wheel, so not in CI), in a fresh interpreter:
 DALI is not meant to share a process with TensorFlow."""
 import importlib.util
@@ -9,8 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
-                     write_frame_folder, write_manifest, write_videos)
+from helpers import (docs_code, read_dataset_json, run_apart)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("nvidia") is None or not importlib.util.find_spec("nvidia.dali"):
@@ -37,22 +36,6 @@ _READ = docs_code("readers.md", "NVIDIA DALI") + textwrap.dedent('''
 ''')
 
 
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dali")
-    rng = np.random.default_rng(7)
-    write_videos(str(root / "lat"), random_videos(rng, 6, lengths=(20, 30)), files=2)
-    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
-    write_videos(str(root / "half"), half, files=1)
-    write_frame_folder(root / "v", [np.asarray(f) for f in rng.integers(
-        0, 255, (9, 24, 32, 3), np.uint8)])
-    write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v"}])
-    return run_jobs(root, (
-        ("latent", "lat/*", ["--num_shards", "2"]), ("float16", "half/*", ["--num_shards", "2"]),
-        ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
-        ("png", "m.jsonl", ["--frame_encoding", "png"])))
-
-
 def _key(window: dict) -> tuple[bytes, int]:
     """(video_id, start); video_id is bytes from readers.numpy, a uint8 tensor of its
     bytes from DALI."""
@@ -62,8 +45,8 @@ def _key(window: dict) -> tuple[bytes, int]:
 
 
 @pytest.mark.parametrize("name", ["latent", "float16", "raw"])
-def test_the_docs_pipeline_reads_every_window_as_readers_numpy_does(datasets, tmp_path, name):
-    path = datasets[name]
+def test_the_docs_pipeline_reads_every_window_as_readers_numpy_does(kinds, tmp_path, name):
+    path = kinds[name]
     read = run_apart(_READ, path, "train", tmp_path=tmp_path)
     ours = WindowSource(path, "train", keep_float16=True)
     expected = {_key(w): w for w in ours.__getitems__(range(len(ours)))}
@@ -79,6 +62,6 @@ def test_the_docs_pipeline_reads_every_window_as_readers_numpy_does(datasets, tm
             assert theirs.dtype == mine[feature["name"]].dtype
 
 
-def test_png_windows_are_refused_not_read_as_their_first_frame(datasets, tmp_path):
-    assert run_apart(_READ, datasets["png"], "train", tmp_path=tmp_path) == (
+def test_png_windows_are_refused_not_read_as_their_first_frame(kinds, tmp_path):
+    assert run_apart(_READ, kinds["png"], "train", tmp_path=tmp_path) == (
         "DALI cannot read png windows: a list of strings")

@@ -78,9 +78,14 @@ def test_the_command_forks_all_cores_workers_that_write_to_gcs(gcs, tmp_path, rn
     flags = ["--input", "gs://bkt/forked-in/*.tfrecord", "--window", "10", "--stride", "5",
              "--num_shards", "2"]
     run_job(flags[1], "gs://bkt/one", *flags[2:])
-    done = subprocess.run([sys.executable, "-m", "beam_jobs.make_shards", *flags,
-                           "--output_dir", "gs://bkt/forked", "--all_cores"],
-                          capture_output=True, text=True)
+    # The command's own main() and exit, in a process whose Beam goes to the emulator
+    # without looking for credentials (30 s of retries where there are none)
+    argv = [*flags, "--output_dir", "gs://bkt/forked", "--all_cores"]
+    code = ("import gcs_emulator\ngcs_emulator.anonymous_beam()\n"
+            "from beam_jobs import make_shards\nfrom beam_jobs.job import lifecycle\n"
+            f"lifecycle.exit_now(make_shards.main({argv!r}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
     assert done.returncode == 0, done.stderr[-3000:]
     shards = {}
     for name in ("one", "forked"):
@@ -190,7 +195,7 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
 
 
 def test_group_mode_on_gcs_deletes_its_temp_objects_in_batches(gcs, tmp_path):
-    _latents_on_gcs(gcs, "group_in", videos=40, length=200)
+    _latents_on_gcs(gcs, "group_in", videos=32, length=100)
     gcs_emulator.reset_counts()
     run_job("gs://bkt/group_in/*.tfrecord", "gs://bkt/group_out", "--window", "8",
             "--stride", "4", "--shuffle", "group", "--shuffle_bucket_mb", "0.002",
@@ -198,8 +203,9 @@ def test_group_mode_on_gcs_deletes_its_temp_objects_in_batches(gcs, tmp_path):
     counts = gcs_emulator.counts()
     meta = json.loads(gcs.cat("bkt/group_out/dataset.json"))
     assert meta["flags"]["shuffle"] == "group"
-    # bucket files: one per bucket with windows, all deleted at the end
-    assert counts["objects_deleted"] >= 200
+    # bucket files: one per bucket with windows (over 100), all deleted at the end, 100 a
+    # batch request
+    assert counts["objects_deleted"] > 100
     assert counts["batch"] <= counts["objects_deleted"] / 100 + 2, counts
     assert counts.get("delete", 0) <= 3  # single deletes: the lease only
     assert not gcs.ls("bkt/group_out/_make_shards", refresh=True) if gcs.exists(

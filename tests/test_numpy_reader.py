@@ -16,30 +16,7 @@ import readers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from helpers import (assert_verified, index_offsets, random_videos, read_dataset_json, run_jobs,
-                     write_frame_folder, write_index, write_manifest, write_videos)
-
-
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("numpy")
-    rng = np.random.default_rng(2)
-    write_videos(str(root / "lat"), random_videos(rng, 12, lengths=(20, 40)), files=3)
-    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
-    write_videos(str(root / "half"), half, files=1)
-    # ids of one and two digits, starts of one and two varint bytes: records of one size
-    # in more than one layout
-    write_videos(str(root / "longin"), random_videos(rng, 12, lengths=(150, 300)), files=1)
-    write_frame_folder(root / "v", [np.asarray(f) for f in rng.integers(
-        0, 255, (9, 24, 32, 3), np.uint8)])
-    write_manifest(root / "m.jsonl", [{"video_id": "v", "frames": "v",
-                                       "labels": list(range(9))}])
-    return run_jobs(root, (
-        ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
-        ("float16", "half/*", []), ("long", "longin/*", ["--num_shards", "2"]),
-        ("png", "m.jsonl", ["--frame_encoding", "png"]),
-        ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"]),
-        ("gzip", "lat/*", ["--compression", "gzip"])))
+from helpers import (assert_verified, index_offsets, read_dataset_json, write_index)
 
 
 def _by_key(batch_dicts):
@@ -52,20 +29,20 @@ def _by_key(batch_dicts):
     return out
 
 
-def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):
-    meta = read_dataset_json(datasets["latent"])
+def test_every_uncompressed_shard_has_an_index_that_verify_checks(kinds, tmp_path):
+    meta = read_dataset_json(kinds["latent"])
     for split in meta["splits"].values():
         for shard in split["shards"]:
             assert shard["index"] == shard["file"] + ".index" and shard["index"] in meta["files"]
-            offsets = index_offsets(os.path.join(datasets["latent"], shard["index"]))
+            offsets = index_offsets(os.path.join(kinds["latent"], shard["index"]))
             assert len(offsets) == shard["examples"] + 1
-            assert offsets[-1] == os.path.getsize(os.path.join(datasets["latent"], shard["file"]))
-    gzip = read_dataset_json(datasets["gzip"])
+            assert offsets[-1] == os.path.getsize(os.path.join(kinds["latent"], shard["file"]))
+    gzip = read_dataset_json(kinds["gzip"])
     assert all(s["index"] is None for s in gzip["splits"]["train"]["shards"])
 
     import shutil
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
+    shutil.copytree(kinds["latent"], copy)
     index = copy / meta["splits"]["train"]["shards"][0]["index"]
     offsets = index_offsets(index)
     offsets[1] += 8
@@ -76,8 +53,8 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_
 
 
 @pytest.mark.parametrize("kind", ["latent", "float16", "long", "png", "jpeg"])
-def test_window_source_gives_the_tf_readers_values(datasets, kind):
-    path = datasets[kind]
+def test_window_source_gives_the_tf_readers_values(kinds, kind):
+    path = kinds[kind]
     source = WindowSource(path, "train")
     assert len(source) == readers.load_spec(path).splits["train"].windows
     ours = _by_key([{k: np.array([v]) if not isinstance(v, bytes) else [v]
@@ -100,8 +77,8 @@ def _assert_same(ours: dict, theirs: dict) -> None:
             np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{key} {name}")
 
 
-def test_records_of_one_size_in_several_layouts_read_right_in_any_order(datasets):
-    path = datasets["long"]
+def test_records_of_one_size_in_several_layouts_read_right_in_any_order(kinds):
+    path = kinds["long"]
     theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
     layouts = collections.defaultdict(set)     # size -> (id length, start varint length)
     for vid, start in theirs:
@@ -124,12 +101,12 @@ def _entries_reversed(example: bytes) -> bytes:
     return example[:first] + b"".join(reversed(entries))
 
 
-def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(datasets, tmp_path):
+def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(kinds, tmp_path):
     """Before format version 3 the index was binary (uint64 offsets, then the shard's
     length) under the same name, and there were no TFDS files; dataset.json's version
     says which index a reader reads."""
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
+    shutil.copytree(kinds["latent"], copy)
     meta = read_dataset_json(copy)
     meta["format_version"] = 2
     for name in ("dataset_info.json", "features.json"):
@@ -145,15 +122,15 @@ def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(dataset
             index.write_bytes(np.array(index_offsets(index), "<u8").tobytes())
     assert_verified(copy)
     for split in meta["splits"]:
-        old, new = WindowSource(str(copy), split), WindowSource(datasets["latent"], split)
+        old, new = WindowSource(str(copy), split), WindowSource(kinds["latent"], split)
         everything = range(len(new))
         _assert_same(_by_key([old.read_batch(everything)]), _by_key([new.read_batch(everything)]))
 
 
-def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datasets, tmp_path):
+def test_a_shard_whose_records_order_their_features_otherwise_reads_right(kinds, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
-    original = WindowSource(datasets["latent"], "train")
+    shutil.copytree(kinds["latent"], copy)
+    original = WindowSource(kinds["latent"], "train")
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     data = (copy / shard["file"]).read_bytes()
@@ -168,9 +145,9 @@ def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datase
                      _by_key([original.read_batch(everything)]))
 
 
-def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
+def test_a_corrupt_record_is_named_whichever_way_it_is_read(kinds, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
+    shutil.copytree(kinds["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     learnt = WindowSource(str(copy), "train")
@@ -190,9 +167,9 @@ def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
 
 
 @pytest.mark.parametrize("garbage", [b"\xff", b"N"])
-def test_a_record_that_is_no_example_is_named(datasets, tmp_path, garbage):
+def test_a_record_that_is_no_example_is_named(kinds, tmp_path, garbage):
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
+    shutil.copytree(kinds["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     data = bytearray((copy / shard["file"]).read_bytes())
@@ -203,27 +180,27 @@ def test_a_record_that_is_no_example_is_named(datasets, tmp_path, garbage):
         WindowSource(str(copy), "train").read_batch(range(4))
 
 
-def test_window_source_refuses_what_it_cannot_do(datasets):
+def test_window_source_refuses_what_it_cannot_do(kinds):
     with pytest.raises(ValueError, match="random access needs uncompressed shards"):
-        WindowSource(datasets["gzip"])
+        WindowSource(kinds["gzip"])
     with pytest.raises(ValueError, match=r"unknown feature\(s\) \['nope'\]"):
-        WindowSource(datasets["latent"], features=["window", "nope"])
+        WindowSource(kinds["latent"], features=["window", "nope"])
     with pytest.raises(IndexError):
-        WindowSource(datasets["latent"])[10_000]
+        WindowSource(kinds["latent"])[10_000]
 
 
-def test_readers_numpy_imports_neither_tensorflow_nor_beam(datasets):
+def test_readers_numpy_imports_neither_tensorflow_nor_beam(kinds):
     code = ("import sys\nfrom readers.numpy import batches, WindowSource\n"
-            f"b = next(batches({datasets['png']!r}, 'train', 2))\n"
-            f"s = WindowSource({datasets['latent']!r}, 'test')[0]\n"
+            f"b = next(batches({kinds['png']!r}, 'train', 2))\n"
+            f"s = WindowSource({kinds['latent']!r}, 'test')[0]\n"
             "print(b['window'].shape, 'tensorflow' in sys.modules, 'apache_beam' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.split() == ["(2,", "4,", "24,", "32,", "3)", "False", "False"], \
         result.stderr[-2000:]
 
 
-def test_a_source_pickles_and_reads_in_another_process(datasets):
-    source = WindowSource(datasets["latent"], "train")
+def test_a_source_pickles_and_reads_in_another_process(kinds):
+    source = WindowSource(kinds["latent"], "train")
     first = source[3]
     clone = pickle.loads(pickle.dumps(source))
     np.testing.assert_array_equal(clone[3]["window"], first["window"])
@@ -242,8 +219,8 @@ def test_the_order_is_a_pure_function_of_seed_and_epoch_cut_per_host():
     assert np.array_equal(np.concatenate(hosts), a[:99])
 
 
-def test_batches_resume_exactly_at_any_step(datasets):
-    path = datasets["latent"]
+def test_batches_resume_exactly_at_any_step(kinds):
+    path = kinds["latent"]
     full = [b["start"].tolist() + [v.decode() for v in b["video_id"]]
             for b in batches(path, "train", 5, seed=4, epoch=1)]
     assert len(full) >= 3
@@ -258,8 +235,8 @@ def test_batches_resume_exactly_at_any_step(datasets):
     assert not keys[0] & keys[1]
 
 
-def test_the_tf_reader_resumes_exactly_from_a_checkpoint(datasets, tmp_path):
-    path = datasets["latent"]
+def test_the_tf_reader_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
+    path = kinds["latent"]
     windows = readers.load_spec(path).splits["train"].windows
     steps = 2 * windows // 3 + 3            # past the first epoch's end
 
@@ -277,8 +254,8 @@ def test_the_tf_reader_resumes_exactly_from_a_checkpoint(datasets, tmp_path):
         assert keys(resumed, steps - stop) == straight[stop:], stop
 
 
-def test_getitems_gives_the_rows_of_read_batch(datasets):
-    source = WindowSource(datasets["latent"], "train")
+def test_getitems_gives_the_rows_of_read_batch(kinds):
+    source = WindowSource(kinds["latent"], "train")
     indices = [3, 0, len(source) - 1, 3, -2]
     batch = source.read_batch(indices)
     windows = source.__getitems__(indices)
@@ -291,9 +268,9 @@ def test_getitems_gives_the_rows_of_read_batch(datasets):
     assert source.__getitems__([]) == []
 
 
-def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
+def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(kinds):
     """`video_id` is numpy bytes (`S`): an array in a batch, its item for one window."""
-    path = datasets["latent"]
+    path = kinds["latent"]
     source = WindowSource(path, "train")
     assert type(source[0]["video_id"]) is np.bytes_
     assert type(source.__getitems__([0, 1])[1]["video_id"]) is np.bytes_
@@ -302,11 +279,11 @@ def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
     assert source[[0, 1]]["video_id"].tolist() == [source[0]["video_id"], source[1]["video_id"]]
 
 
-def test_pytorch_dataloader_workers_read_every_window_once(datasets):
+def test_pytorch_dataloader_workers_read_every_window_once(kinds):
     """The README's DataLoader: a BatchSampler's batches of indices, each read by a worker
     as one read_batch (`batch_size=None`); numbers come as tensors, video_id as `S`."""
     torch = pytest.importorskip("torch")
-    source = WindowSource(datasets["latent"], "train")
+    source = WindowSource(kinds["latent"], "train")
     sampler = torch.utils.data.BatchSampler(
         torch.utils.data.RandomSampler(source, generator=torch.Generator().manual_seed(0)),
         batch_size=4, drop_last=False)
@@ -320,11 +297,11 @@ def test_pytorch_dataloader_workers_read_every_window_once(datasets):
     assert len(seen) == len(set(seen)) == len(source)
 
 
-def test_pytorch_default_collate_reads_a_batch_with_getitems(datasets):
+def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
     """A DataLoader with a batch_size reads each batch through __getitems__ too; its
     default collate makes video_id a list of bytes."""
     torch = pytest.importorskip("torch")
-    source = WindowSource(datasets["latent"], "train")
+    source = WindowSource(kinds["latent"], "train")
     loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True, num_workers=2,
                                          generator=torch.Generator().manual_seed(0))
     seen = []
@@ -334,9 +311,9 @@ def test_pytorch_default_collate_reads_a_batch_with_getitems(datasets):
     assert len(seen) == len(set(seen)) == len(source)
 
 
-def test_grain_reads_a_window_source(datasets):
+def test_grain_reads_a_window_source(kinds):
     grain = pytest.importorskip("grain.python")
-    source = WindowSource(datasets["latent"], "train")
+    source = WindowSource(kinds["latent"], "train")
     loader = grain.DataLoader(
         data_source=source,
         sampler=grain.IndexSampler(len(source), grain.NoSharding(), shuffle=True, seed=0,
@@ -349,14 +326,14 @@ def test_grain_reads_a_window_source(datasets):
     assert len(seen) == len(set(seen)) == len(source)
 
 
-def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(datasets, tmp_path):
+def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(kinds, tmp_path):
     """benchmarks/bench_gpu_feed.py, which no test machine can run on a GPU, at least
     runs: its model trains on batches from DataLoader workers over WindowSource."""
     pytest.importorskip("torch")
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     from bench_gpu_feed import main
 
-    result = main([datasets["latent"], "--json", str(tmp_path / "feed.json"), "--device",
+    result = main([kinds["latent"], "--json", str(tmp_path / "feed.json"), "--device",
                    "cpu", "--workers", "2", "--batch_size", "4", "--d_model", "16",
                    "--layers", "1", "--steps", "3", "--warmup", "1", "--repeats", "2"])
     assert json.loads((tmp_path / "feed.json").read_text()) == result

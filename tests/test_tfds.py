@@ -1,4 +1,4 @@
-"""TensorFlow Datasets reads the job's datasets as they are: `tfds.builder_from_directory`
+"""TensorFlow Datasets reads the job's kinds as they are: `tfds.builder_from_directory`
 on the dataset_info.json and features.json the job writes, with the values of our readers,
 for every encoding; --verify checks the two files and --overwrite replaces them."""
 import dataclasses
@@ -14,35 +14,11 @@ import readers
 from readers import inspect
 from readers.format import CODECS, tfds_info
 from readers.numpy import WindowSource
-from helpers import (random_videos, read_dataset_json, run_job, run_jobs, write_frame_folder,
-                     write_manifest, write_videos)
+from helpers import (read_dataset_json, run_job)
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
 TFDS_FILES = ["dataset_info.json", "features.json"]
-
-
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tfds")
-    rng = np.random.default_rng(5)
-    write_videos(str(root / "lat"), random_videos(rng, 6, lengths=(12, 20)), files=2)
-    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 2, lengths=(10, 16))]
-    write_videos(str(root / "half"), half, files=1)
-    brain = [(tf.cast(f, tf.bfloat16).numpy(), r)
-             for f, r in random_videos(rng, 2, lengths=(10, 16))]
-    write_videos(str(root / "brain"), brain, files=1)
-    for video in ("a", "b"):
-        write_frame_folder(root / video, list(rng.integers(0, 255, (7, 24, 32, 3), np.uint8)))
-    write_manifest(root / "m.jsonl", [{"video_id": v, "frames": v, "labels": list(range(7)),
-                                       "metadata": [1.5, i]} for i, v in enumerate("ab")])
-    return run_jobs(root, (
-        # 6 videos and 1% for "empty": by the split hash, no video goes there
-        ("latent", "lat/*", ["--splits", "train=0.6,test=0.39,empty=0.01", "--num_shards", "2"]),
-        ("float16", "half/*", []), ("bfloat16", "brain/*", []),
-        ("raw", "m.jsonl", ["--frame_encoding", "raw"]),
-        ("png", "m.jsonl", ["--frame_encoding", "png"]),
-        ("jpeg", "m.jsonl", ["--frame_encoding", "jpeg"])))
 
 
 @tfds.decode.make_decoder()
@@ -79,8 +55,8 @@ def _assert_same_windows(path, split, decoders=None) -> None:
 
 
 @pytest.mark.parametrize("kind", ["latent", "float16", "bfloat16", "raw", "png"])
-def test_tfds_gives_our_windows(datasets, kind):
-    path = datasets[kind]
+def test_tfds_gives_our_windows(kinds, kind):
+    path = kinds[kind]
     meta = read_dataset_json(path)
     assert set(TFDS_FILES) <= set(meta["files"])
     for split, info in meta["splits"].items():
@@ -88,12 +64,12 @@ def test_tfds_gives_our_windows(datasets, kind):
             _assert_same_windows(path, split)
 
 
-def test_tfds_gives_our_jpeg_windows_with_the_accurate_decoder(datasets):
-    _assert_same_windows(datasets["jpeg"], "train", {"window": accurate_jpeg()})
+def test_tfds_gives_our_jpeg_windows_with_the_accurate_decoder(kinds):
+    _assert_same_windows(kinds["jpeg"], "train", {"window": accurate_jpeg()})
 
 
-def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(datasets):
-    builder = tfds.builder_from_directory(datasets["latent"])
+def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(kinds):
+    builder = tfds.builder_from_directory(kinds["latent"])
     assert sorted(builder.info.splits) == ["empty", "test", "train"]
     empty = builder.info.splits["empty"]
     assert (empty.num_shards, empty.num_examples) == (0, 0)
@@ -102,15 +78,15 @@ def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(datasets
     train = builder.info.splits["train"].num_examples
     assert sum(1 for _ in builder.as_dataset(split="train+empty")) == train
     with pytest.raises(ValueError, match="has no shards"):
-        readers.make_dataset(datasets["latent"], "empty")
+        readers.make_dataset(kinds["latent"], "empty")
 
 
 def test_every_encoding_has_a_tfds_feature():
     assert sorted(tfds_info.FEATURE_OF) == sorted(CODECS)
 
 
-def test_shards_not_named_as_tfds_opens_them_are_a_one_line_error(datasets):
-    spec = readers.load_spec(datasets["latent"])
+def test_shards_not_named_as_tfds_opens_them_are_a_one_line_error(kinds):
+    spec = readers.load_spec(kinds["latent"])
     train = spec.splits["train"]
     swapped = dataclasses.replace(spec, splits={
         **spec.splits, "train": dataclasses.replace(train, shards=train.shards[::-1])})
@@ -119,9 +95,9 @@ def test_shards_not_named_as_tfds_opens_them_are_a_one_line_error(datasets):
         tfds_info.files(swapped)
 
 
-def test_verify_names_an_edited_tfds_file(datasets, tmp_path, capsys):
+def test_verify_names_an_edited_tfds_file(kinds, tmp_path, capsys):
     copy = tmp_path / "copy"
-    shutil.copytree(datasets["latent"], copy)
+    shutil.copytree(kinds["latent"], copy)
     info = json.loads((copy / "dataset_info.json").read_text())
     info["splits"][0]["shardLengths"][0] = str(int(info["splits"][0]["shardLengths"][0]) + 1)
     (copy / "dataset_info.json").write_text(json.dumps(info))
@@ -136,10 +112,10 @@ def test_verify_names_an_edited_tfds_file(datasets, tmp_path, capsys):
         "  features.json: missing"]
 
 
-def test_overwrite_replaces_the_tfds_files_and_a_gzip_dataset_has_none(datasets, tmp_path):
+def test_overwrite_replaces_the_tfds_files_and_a_gzip_dataset_has_none(kinds, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(datasets["latent"], out)
-    lat = os.path.join(os.path.dirname(datasets["latent"]), "lat", "*")
+    shutil.copytree(kinds["latent"], out)
+    lat = os.path.join(os.path.dirname(kinds["latent"]), "lat", "*")
     run_job(lat, out, "--window", "3", "--overwrite")
     builder = tfds.builder_from_directory(str(out))
     assert builder.info.features["window"].shape == (3, 3)

@@ -9,60 +9,50 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import (docs_code, random_videos, read_dataset_json, run_apart, run_jobs,
-                     write_frame_folder, write_manifest, write_videos)
+from helpers import (docs_code, read_dataset_json, run_apart)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("tfrecord") is None:   # found, not imported: it clashes here
     pytest.skip("the tfrecord package (a dev dependency) is not installed",
                 allow_module_level=True)
 
-# The code docs/readers.md shows, run as it is, then: our index against what the package's
-# tfrecord2idx writes, and the windows each of `workers` readers gets.
+# The code docs/readers.md shows, run as it is, then: for each (dataset, split) given,
+# our index against what the package's tfrecord2idx writes, and the windows each of
+# `workers` readers gets. One process for every case: the package's import is its cost.
 _READ = docs_code("readers.md", "The `tfrecord` package") + textwrap.dedent('''
     import pickle, sys
     from tfrecord.tools.tfrecord2idx import create_index
 
-    out, split, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    meta = json.load(open(os.path.join(out, "dataset.json")))
-    theirs = {}
-    for shard in meta["splits"][split]["shards"]:
-        create_index(os.path.join(out, shard["file"]), os.environ["RESULT"] + ".idx")
-        theirs[shard["index"]] = open(os.environ["RESULT"] + ".idx", "rb").read()
-    read = [list(windows(out, split, w, workers)) for w in range(workers)]
-    pickle.dump({"workers": read, "tfrecord2idx": theirs}, open(os.environ["RESULT"], "wb"))
+    workers, results = int(sys.argv[1]), {}
+    for out, split in zip(sys.argv[2::2], sys.argv[3::2]):
+        meta = json.load(open(os.path.join(out, "dataset.json")))
+        theirs = {}
+        for shard in meta["splits"][split]["shards"]:
+            create_index(os.path.join(out, shard["file"]), os.environ["RESULT"] + ".idx")
+            theirs[shard["index"]] = open(os.environ["RESULT"] + ".idx", "rb").read()
+        read = [list(windows(out, split, w, workers)) for w in range(workers)]
+        results[out, split] = {"workers": read, "tfrecord2idx": theirs}
+    pickle.dump(results, open(os.environ["RESULT"], "wb"))
 ''')
+CASES = [("latent", "train"), ("latent", "test"), ("float16", "train"), ("raw", "train"),
+         ("png", "train")]
 
 
 @pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tfrecord_package")
-    rng = np.random.default_rng(24)
-    write_videos(str(root / "lat"), random_videos(rng, 10, lengths=(20, 40)), files=2)
-    half = [(f.astype(np.float16), r) for f, r in random_videos(rng, 3, lengths=(12, 20))]
-    write_videos(str(root / "half"), half, files=1)
-    for v in range(2):
-        write_frame_folder(root / f"v{v}", [np.asarray(f) for f in rng.integers(
-            0, 255, (9 + v, 24, 32, 3), np.uint8)])
-    write_manifest(root / "m.jsonl", [{"video_id": f"v{v}", "frames": f"v{v}"}
-                                      for v in range(2)])
-    return run_jobs(root, (
-        ("latent", "lat/*", ["--splits", "train=0.7,test=0.3", "--num_shards", "3"]),
-        ("float16", "half/*", ["--num_shards", "2"]),
-        ("raw", "m.jsonl", ["--frame_encoding", "raw", "--num_shards", "2"]),
-        ("png", "m.jsonl", ["--frame_encoding", "png", "--num_shards", "2"])))
+def read(kinds, tmp_path_factory) -> dict:
+    """What two readers of the package read of each case, in one other process."""
+    args = [a for name, split in CASES for a in (kinds[name], split)]
+    return run_apart(_READ, "2", *args, tmp_path=tmp_path_factory.mktemp("tfrecord_package"))
 
 
 def _key(window: dict) -> tuple[bytes, int]:
     return bytes(np.asarray(window["video_id"]).item()), int(np.asarray(window["start"]).item())
 
 
-@pytest.mark.parametrize("name, split", [("latent", "train"), ("latent", "test"),
-                                         ("float16", "train"), ("raw", "train"),
-                                         ("png", "train")])
-def test_two_readers_split_each_shard_through_our_index(datasets, tmp_path, name, split):
-    path = datasets[name]
-    read = run_apart(_READ, path, split, "2", tmp_path=tmp_path)
+@pytest.mark.parametrize("name, split", CASES)
+def test_two_readers_split_each_shard_through_our_index(kinds, read, name, split):
+    path = kinds[name]
+    read = read[path, split]
     meta = read_dataset_json(path)
     shards = meta["splits"][split]["shards"]
     assert all(s["examples"] >= 2 for s in shards)     # each reader gets part of each
