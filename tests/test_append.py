@@ -14,9 +14,9 @@ import readers
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.sources.tfrecords import PagedRecord
-from helpers import (job_line, assert_verified, dataset_bytes, latent_example, random_videos,
-                     read_dataset_json, read_examples, run_job, start_job, write_manifest,
-                     write_records, solid_frames, write_frame_folder)
+from helpers import (assert_verified, dataset_bytes, job_line, latent_example, random_videos,
+                     read_dataset_json, read_examples, run_job, solid_frames, start_job,
+                     write_frame_folder, write_manifest, write_records)
 from readers.format import SpecError, tfds_info
 from readers.numpy import WindowSource
 
@@ -90,6 +90,7 @@ def test_the_union_holds_what_a_full_build_holds_each_window_once(grown):
             assert mine[count] == theirs[count]
 
 
+@pytest.mark.slow
 def test_every_reader_reads_every_generation(grown):
     root, _ = grown
     out = str(root / "out")
@@ -129,6 +130,7 @@ def test_tfds_reads_every_generation_through_its_split_names(grown):
     assert tfds_info.split_names(single, "train") == ["train"]
 
 
+@pytest.mark.slow
 def test_an_append_with_nothing_new_changes_nothing(grown, caplog):
     root, _ = grown
     out = root / "out"
@@ -173,6 +175,7 @@ def test_inputs_of_another_shape_are_refused_naming_the_feature(grown, tmp_path,
     assert "[8, 3]" in last and dataset_bytes(root / "out") == before
 
 
+@pytest.mark.slow
 def test_known_videos_are_skipped_unread(tmp_path, rng):
     """The known videos' records hold no tensor now (their ids are intact): an append
     never parses their frames, so they are skipped, not failures."""
@@ -197,6 +200,7 @@ def _example_with_id(video_id: str) -> bytes:
     ).SerializeToString()
 
 
+@pytest.mark.slow
 def test_known_frame_folders_are_skipped_unread(tmp_path):
     """Pixel input: the known videos' frame folders are gone; an append skips them."""
     for name, start in (("v1", 0), ("v2", 3), ("v3", 6)):
@@ -215,6 +219,7 @@ def test_known_frame_folders_are_skipped_unread(tmp_path):
     assert {r["video_id"] for r in read_examples(str(tmp_path / "out"))} == {"v1", "v2", "v3"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["kill -9", "Ctrl-C"])
 def test_a_stopped_append_leaves_the_dataset_as_it_was(tmp_path, rng, stop):
     _write(tmp_path / "in" / "a.tfrecord", random_videos(rng, 6, dim=64), "a")
@@ -235,6 +240,7 @@ def test_a_stopped_append_leaves_the_dataset_as_it_was(tmp_path, rng, stop):
     assert read_dataset_json(out)["generations"][1]["videos"] == 40
 
 
+@pytest.mark.slow
 def test_overwrite_rebuilds_one_generation(grown, tmp_path):
     root, _ = grown
     copy = tmp_path / "copy"
@@ -245,6 +251,7 @@ def test_overwrite_rebuilds_one_generation(grown, tmp_path):
     assert sorted(os.listdir(copy)) == sorted(["dataset.json", *meta["files"]])
 
 
+@pytest.mark.slow
 def test_an_append_refuses_a_videos_jsonl_that_is_not_the_datasets(grown, tmp_path):
     """A videos.jsonl that lists fewer videos than dataset.json (a commit stopped
     half-way, or an edit) cannot say which ids to skip: the append fails, the dataset
@@ -278,6 +285,7 @@ def test_dataset_json_of_generations_is_checked(grown):
             readers.format.DatasetSpec.from_json(json.dumps(bad))
 
 
+@pytest.mark.slow
 def test_a_flag_the_datasets_job_did_not_record_counts_as_its_default(grown, tmp_path,
                                                                      caplog, capsys):
     """A dataset written before a flag existed was made with its default: an append at
@@ -296,6 +304,7 @@ def test_a_flag_the_datasets_job_did_not_record_counts_as_its_default(grown, tmp
         make_shards.run([*argv, "--allow_nonfinite"])
 
 
+@pytest.mark.slow
 def test_an_append_over_the_failure_threshold_leaves_the_dataset_as_it_was(grown, tmp_path):
     """The threshold is over the videos the append tried: one good new video and one
     that cannot be read are 50% failed; nothing is committed."""
@@ -349,6 +358,7 @@ def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
     assert "fails its CRC" in next(read_records(str(path), len(data)))[1].reason
 
 
+@pytest.mark.slow
 def test_new_videos_too_short_for_a_window_are_committed_and_known(tmp_path, rng):
     _write(tmp_path / "in" / "a.tfrecord", random_videos(rng, 4), "a")
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", *FLAGS)

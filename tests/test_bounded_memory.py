@@ -8,8 +8,8 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_jobs import make_shards
 from beam_jobs.shuffle.sorted_files import sort_bounded
-from helpers import (assert_verified, latent_example, plain_name, solid_frames,
-                     write_frame_folder, write_manifest, write_records)
+from helpers import (assert_verified, latent_example, plain_name, solid_frames, write_frame_folder,
+                     write_manifest, write_records)
 
 BUDGET_MB = 0.1
 BUDGET = int(BUDGET_MB * 2**20)
@@ -58,6 +58,7 @@ def _check(wrong, right, mode, held, total, files):
     _same_shards(wrong, right)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["group", "spill"])
 def test_gzip_latents_compressed_far_past_the_estimate(tmp_path, mode):
     """Zero-heavy latents gzip about 100x, not the 4x the estimate assumes."""
@@ -75,6 +76,7 @@ def test_gzip_latents_compressed_far_past_the_estimate(tmp_path, mode):
     _check(tmp_path / "wrong", tmp_path / "right", mode, held, total, files)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["group", "spill"])
 def test_pixel_videos_longer_than_the_first_twenty(tmp_path, mode):
     """The estimate counts the first 20 videos' frames: 4 each; the next 10 have 600."""

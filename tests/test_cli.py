@@ -15,7 +15,8 @@ import readers
 from beam_jobs import make_shards
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.job import flags
-from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job, write_videos)
+from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job,
+                     write_videos)
 
 NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
          "semi_persistent_directory", "Traceback")
@@ -44,6 +45,7 @@ def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, mess
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_beam_options_pass(tmp_path, latents):
     run_job(latents[0], tmp_path / "out", "--window", "5", "--runner", "DirectRunner",
             "--direct_num_workers", "1", "--project", "my-project", "--region",
@@ -52,6 +54,7 @@ def test_beam_options_pass(tmp_path, latents):
     assert read_dataset_json(tmp_path / "out")["splits"]["train"]["windows"] > 0
 
 
+@pytest.mark.slow
 def test_a_shell_expanded_glob_and_repeated_inputs_read_every_file(tmp_path, latents):
     for name, argv in (("expanded", ["--input", *latents]),
                        ("repeated", ["--input", latents[0], "--input", *latents[1:]])):
@@ -70,6 +73,7 @@ def test_without_beam_the_job_says_what_to_install(tmp_path):
     assert "install with pip install -e '.[beam]'" in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_latent_run_never_imports_tensorflow(tmp_path, latents):
     """The latent source reads Examples and serialized tensors by hand (readers.format),
     so the job skips TensorFlow's seconds of start-up, here and on each worker."""
@@ -94,6 +98,7 @@ def _quiet_run(*argv, cwd=None) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow
 def test_the_first_readme_command_is_quiet(tmp_path):
     """The sample, the job and inspect: progress, the summary table, no start-up noise."""
     sample = _quiet_run("beam_jobs.sample", str(tmp_path / "sample"), "--videos", "6")
@@ -112,30 +117,16 @@ def test_the_first_readme_command_is_quiet(tmp_path):
     assert "records of 1 shard are sound" in inspect.stdout
 
 
-def _all_cores_run(tmp_path, latents, *flags) -> tuple[int, set[str], str]:
-    """(the command's pid, the pids its progress lines name, its stderr)."""
-    job = subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", "--input", *latents,
-                            "--output_dir", str(tmp_path / "out"), "--window", "5",
-                            "--all_cores", "--progress_interval", "0.001", *flags],
-                           stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    _, stderr = job.communicate()
-    assert job.returncode == 0, stderr[-3000:]
-    assert not [line for line in stderr.splitlines() if any(n in line for n in NOISE)]
-    return job.pid, {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
-                     if line.startswith("INFO beam_jobs.progress: worker")}, stderr
-
-
-def test_all_cores_workers_show_progress(tmp_path, latents):
-    """Worker processes of --all_cores write their own progress lines."""
-    pid, workers, _ = _all_cores_run(tmp_path, latents, "--direct_num_workers", "2")
-    assert workers and str(pid) not in workers   # lines from the worker processes
-
-
-def test_all_cores_on_a_small_input_runs_one_process(tmp_path, latents):
-    pid, workers, stderr = _all_cores_run(tmp_path, latents)
-    assert workers == {str(pid)}
+def test_all_cores_on_a_small_input_runs_one_process(tmp_path, latents, capsys, caplog):
+    """(Worker processes' own progress lines, on a larger input: test_runs.py.)"""
+    caplog.set_level("INFO")
+    run_job(latents[0], tmp_path / "out", "--window", "5", "--all_cores",
+            "--progress_interval", "0.001")
     assert "MiB of input runs in one process, faster than worker processes below 512 MiB" \
-        in stderr
+        in caplog.text
+    workers = {line.split("worker ")[1].split(":")[0] for line in
+               capsys.readouterr().err.splitlines() if "beam_jobs.progress: worker" in line}
+    assert workers == {str(os.getpid())}
 
 
 # --- dataset.json alone is enough to parse every kind of dataset ------------------------

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -16,7 +15,7 @@ import pytest
 from beam_jobs import make_shards, outdir
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.outdir import lease
-from helpers import (job_line, assert_verified, dataset_bytes, latent_example, plain_names,
+from helpers import (assert_verified, dataset_bytes, job_line, latent_example, plain_names,
                      random_videos, read_dataset_json, run_job, start_job, write_records,
                      write_videos)
 
@@ -67,6 +66,7 @@ def test_a_refused_run_leaves_the_olddataset_bytes(old, capsys):
         assert not os.path.exists(out / "_make_shards" / "lease.json")
 
 
+@pytest.mark.slow
 def test_a_run_over_the_failure_threshold_leaves_the_olddataset_bytes(old, tmp_path, rng):
     out, before, big = old
     good = [latent_example(f, r) for f, r in random_videos(rng, 4)]
@@ -83,6 +83,7 @@ def test_a_run_over_the_failure_threshold_leaves_the_olddataset_bytes(old, tmp_p
                                                        ["dataset.json"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["kill -9", "Ctrl-C"])
 def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, stop):
     out, before, big = old
@@ -99,12 +100,12 @@ def test_a_stopped_overwrite_leaves_the_old_dataset_and_the_rerun_commits(old, s
                                "committed"), last
         assert not os.path.exists(out / "_make_shards" / "lease.json")
     _assert_unchanged(out, before)
-    subprocess.run(command, check=True, capture_output=True)
-    assert_verified(out)
+    run_job(big, out, *FLAGS, "--overwrite", "--spill_buffer_mb", "0.2")   # the rerun
     assert plain_names(os.listdir(out)) == plain_names(read_dataset_json(out)["files"] +
                                                        ["dataset.json"])
 
 
+@pytest.mark.slow
 def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     out, before, big = old
     process = start_job(_job(big, out, "--overwrite", "--spill_buffer_mb", "0.2"), out)
@@ -132,6 +133,7 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     assert_verified(out)
 
 
+@pytest.mark.slow
 def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
     out, before, big = old
     runs = out / "_make_shards" / "runs"
@@ -174,6 +176,7 @@ def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     outdir.release(second)
 
 
+@pytest.mark.slow
 def test_detach_submits_a_job_that_commits_cleans_up_and_releases_on_its_own(tmp_path, rng,
                                                                             capsys):
     write_videos(str(tmp_path / "in"), random_videos(rng, 2), files=1)

@@ -1,12 +1,13 @@
-"""The same input, flags and seed give byte-identical shards on any runner set-up."""
+"""The same input, flags and seed give byte-identical shards: two runs, both shuffles, any
+bucket size (one and two worker processes, and the runners: test_runs.py)."""
 import filecmp
 import os
 import re
 
 import pytest
 
-from helpers import (plain_dataset_json, plain_name, random_videos, read_dataset_json,
-                     run_job, write_videos)
+from helpers import (plain_dataset_json, plain_name, random_videos, read_dataset_json, run_job,
+                     write_videos)
 
 FLAGS = ["--window", "10", "--stride", "3", "--splits", "train=0.7,test=0.3",
          "--num_shards", "3", "--seed", "7"]
@@ -43,6 +44,7 @@ def _same_files(a, b) -> None:
     assert meta_a == meta_b
 
 
+@pytest.mark.slow
 def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "a", *FLAGS)
     run_job(latents, tmp_path / "b", *FLAGS, "--shuffle_bucket_mb", "0.003",
@@ -52,13 +54,7 @@ def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
     assert read_dataset_json(tmp_path / "c")["splits"] != read_dataset_json(tmp_path / "a")["splits"]
 
 
-def test_one_and_two_worker_processes_give_identical_bytes(tmp_path, latents):
-    run_job(latents, tmp_path / "one", *FLAGS, "--direct_num_workers", "1")
-    run_job(latents, tmp_path / "two", *FLAGS, "--direct_num_workers", "2",
-            "--direct_running_mode", "multi_processing", "--spill_buffer_mb", "0.01")
-    _same_files(tmp_path / "one", tmp_path / "two")
-
-
+@pytest.mark.slow
 def test_spill_and_group_shuffles_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "spill", *FLAGS, "--shuffle", "spill",
             "--spill_buffer_mb", "0.01")

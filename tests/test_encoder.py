@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from helpers import (job_line, read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
-                     write_manifest)
+from helpers import (job_line, read_dataset_json, read_examples, run_job, solid_frames,
+                     write_frame_folder, write_manifest)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,7 @@ def videos(tmp_path_factory):
     return manifest, frames
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, batch_size", [("keras", 1), ("keras", 3), ("savedmodel", 32)])
 def test_windows_are_the_model_applied_to_the_frames_in_order(tmp_path, encoders, videos,
                                                               kind, batch_size):
@@ -71,6 +72,7 @@ def test_windows_are_the_model_applied_to_the_frames_in_order(tmp_path, encoders
             assert encoder["sha256"] == hashlib.sha256(f.read()).hexdigest()
 
 
+@pytest.mark.slow
 def test_float16_latents_halve_the_storage_and_read_as_float32(tmp_path, encoders, videos):
     manifest, frames = videos
     run_job(manifest, tmp_path / "out", "--window", "4", "--encoder", encoders["keras"],
@@ -103,6 +105,7 @@ def test_models_that_cannot_serve_stop_the_job_before_any_video(tmp_path, videos
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_model_failing_on_one_video_fails_only_that_video(tmp_path, videos):
     manifest, frames = videos
 
@@ -125,6 +128,7 @@ def test_a_model_failing_on_one_video_fails_only_that_video(tmp_path, videos):
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"b"}
 
 
+@pytest.mark.slow
 def test_encoder_copies_of_remote_models_are_removed(tmp_path):
     import tempfile
 

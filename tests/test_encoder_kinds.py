@@ -11,8 +11,11 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input
-from helpers import (job_line, read_dataset_json, read_examples, run_job, staged_files, write_frame_folder,
-                     write_manifest)
+from helpers import (job_line, read_dataset_json, read_examples, run_job, staged_files,
+                     write_frame_folder, write_manifest)
+
+pytestmark = pytest.mark.slow   # models of every kind, and builds with them
+
 
 H, W, C, OUT = 24, 32, 3, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

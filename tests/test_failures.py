@@ -29,6 +29,7 @@ def _bad_records(rng):
     return good, bad
 
 
+@pytest.mark.slow
 def test_bad_records_are_reported_and_counted(tmp_path, rng):
     good, bad = _bad_records(rng)
     write_records(str(tmp_path / "in" / "a.tfrecord"), good[:10] + bad[:2] + good[10:])
@@ -53,6 +54,7 @@ def test_bad_records_are_reported_and_counted(tmp_path, rng):
     assert "a.tfrecord:10" not in ids and "a.tfrecord:12" in ids
 
 
+@pytest.mark.slow
 def test_a_truncated_file_reports_where_it_broke(tmp_path, rng):
     good, _ = _bad_records(rng)
     path = write_records(str(tmp_path / "in" / "a.tfrecord"), good[:6])
@@ -67,6 +69,7 @@ def test_a_truncated_file_reports_where_it_broke(tmp_path, rng):
     assert read_dataset_json(tmp_path / "out")["failures"] == 1
 
 
+@pytest.mark.slow
 def test_too_many_failures_stop_the_job_without_a_dataset(tmp_path, rng, capsys):
     good, bad = _bad_records(rng)
     write_records(str(tmp_path / "in" / "a.tfrecord"), good[:8] + bad)
@@ -106,6 +109,7 @@ def test_bad_flags_are_refused_with_one_line(tmp_path, small_input, capsys, flag
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_input_and_output_problems_are_refused_before_any_work(tmp_path, small_input,
                                                               capsys):
     assert "--input: no file matches" in job_line(
@@ -136,6 +140,7 @@ def test_help_explains_every_flag(capsys):
         assert flag in help_text
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, small_input):
     run_job(small_input, tmp_path / "out", "--window", "5", "--num_shards", "4")
     assert len(read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]) == 4
@@ -147,6 +152,7 @@ def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, smal
     assert len(shards) == 2
 
 
+@pytest.mark.slow
 def test_flags_are_checked_before_tensorflow_is_imported(tmp_path, small_input):
     """A refusal ends before TensorFlow, whose import logs lines of its own, is imported:
     in a process of its own, where nothing imported it before."""

@@ -38,6 +38,7 @@ def _counter(result, name: str) -> int:
                result.metrics().query(MetricsFilter().with_name(name))["counters"])
 
 
+@pytest.mark.slow
 def test_a_video_that_fails_half_way_leaves_none_of_its_streamed_windows(tmp_path):
     write_frame_folder(tmp_path / "v", solid_frames(6))
     write_manifest(tmp_path / "m.jsonl", [
@@ -61,6 +62,7 @@ def test_a_video_that_fails_half_way_leaves_none_of_its_streamed_windows(tmp_pat
     assert meta["failures"] == 2 and meta["splits"]["train"]["windows"] == 6
 
 
+@pytest.mark.slow
 def test_a_half_way_failure_with_the_id_of_a_good_video_fails_both(tmp_path):
     write_frame_folder(tmp_path / "v", solid_frames(6))
     write_manifest(tmp_path / "m.jsonl", [
@@ -78,6 +80,7 @@ def test_a_half_way_failure_with_the_id_of_a_good_video_fails_both(tmp_path):
     assert rows[1]["reason"] == "4 labels, but the video has more frames"
 
 
+@pytest.mark.slow
 def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rng):
     records = []
     for i in range(600):
@@ -107,6 +110,7 @@ def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rn
     assert meta["failures"] == 12
 
 
+@pytest.mark.slow
 def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
     """Several files in one pass, each sorted by its own key, a bucket at a boundary
     between two files writing a part of each."""
@@ -148,6 +152,7 @@ def _to_list_steps(pipeline: beam.Pipeline) -> set[str]:
     return steps
 
 
+@pytest.mark.slow
 def test_no_list_of_per_video_rows_is_gathered(tmp_path):
     write_records(str(tmp_path / "in" / "a.tfrecord"),
                   [latent_example(np.zeros((6, 2), np.float32))])
@@ -157,9 +162,9 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
         pipeline = beam.Pipeline()
         launch = Launch.settle(config, [], "FnApiRunner", build_source(config))
         make_shards.build_pipeline(pipeline, launch, RunDir(str(tmp_path / "out"), "r", ""))
-        # one row per sorted file, per shard, per sidecar part, per sidecar file: none per video
+        # one row per sorted file, per sidecar part: none per video (the shards' rows go
+        # with the counts, in finalize's one combine)
         assert _to_list_steps(pipeline) == {"WriteShards/GatherSortedFiles",
-                                            "Finalize/GatherShards",
                                             "Finalize/Sidecars/GatherParts"}
 
 

@@ -52,6 +52,7 @@ def _pipeline(fail: int = -1) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_workers_are_forks_that_run_the_work_and_leave_nothing():
     before = set(glob.glob(_FOLDERS))
     done = _pipeline()
@@ -61,6 +62,7 @@ def test_workers_are_forks_that_run_the_work_and_leave_nothing():
     assert set(glob.glob(_FOLDERS)) == before   # the zygote removed its socket
 
 
+@pytest.mark.slow
 def test_a_failure_in_a_worker_fails_the_pipeline_with_its_message():
     before = set(glob.glob(_FOLDERS))
     done = _pipeline(fail=7)
@@ -69,6 +71,7 @@ def test_a_failure_in_a_worker_fails_the_pipeline_with_its_message():
     assert set(glob.glob(_FOLDERS)) == before
 
 
+@pytest.mark.slow
 def test_a_killed_launcher_takes_its_zygote_and_socket_along():
     script = textwrap.dedent("""
         import time

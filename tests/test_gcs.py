@@ -15,9 +15,11 @@ import pytest
 import gcs_emulator
 from beam_jobs.outdir import lease
 from beam_jobs.core import storage
-from helpers import (job_line, assert_verified, latent_example, plain_name, plain_names,
-                     read_dataset_json, read_examples, run_job, solid_frames,
-                     write_frame_folder)
+from helpers import (assert_verified, job_line, latent_example, plain_name, plain_names,
+                     read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder)
+
+
+pytestmark = pytest.mark.slow   # every test runs the job
 
 
 @pytest.fixture(scope="module")

@@ -207,6 +207,7 @@ def test_a_malformed_dataset_json_is_one_clear_error(dataset, tmp_path, splits, 
     _refused_in_one_line(copy, f"error: {copy}/dataset.json: {needle}", code=2)
 
 
+@pytest.mark.slow
 def test_a_shard_deleted_before_tf_data_opens_it_is_an_error_not_a_hang(dataset, tmp_path):
     """Locally the check names the dataset; on gs:// (its code path, here on a local file)
     TensorFlow's NotFound comes through. Both hung, retrying the open without end."""

@@ -3,8 +3,6 @@ before any work; never a crashed job, never a quietly changed dataset."""
 import fractions
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,9 +10,9 @@ from PIL import Image
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failures_by_video, job_line, failed_run_file, latent_example, read_dataset_json, read_examples, run_job,
-                     solid_frames, write_frame_folder, write_manifest, write_records,
-                     write_video)
+from helpers import (inspect_run, failed_run_file, failures_by_video, job_line, latent_example,
+                     read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
+                     write_manifest, write_records, write_video)
 
 
 # --- TFRecord files that break -------------------------------------------------------
@@ -31,6 +29,7 @@ def _record_offsets(path) -> list[int]:
     return offsets
 
 
+@pytest.mark.slow
 def test_a_bad_record_is_skipped_alone_and_the_rest_is_read(tmp_path):
     path = write_records(str(tmp_path / "in" / "a.tfrecord"),
                          [latent_example(_frames(i), [i, 0]) for i in range(8)])
@@ -45,6 +44,7 @@ def test_a_bad_record_is_skipped_alone_and_the_rest_is_read(tmp_path):
     assert ids == {f"a.tfrecord:{i}" for i in range(8) if i != 3}
 
 
+@pytest.mark.slow
 def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path):
     path = write_records(str(tmp_path / "in" / "a.tfrecord"),
                          [latent_example(_frames(i), [i, 0]) for i in range(20)])
@@ -58,6 +58,7 @@ def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path
     assert "length frame is corrupt" in row["reason"] and "about 15 records" in row["reason"]
 
 
+@pytest.mark.slow
 def test_a_plain_file_named_gz_is_a_failure_not_a_crash(tmp_path):
     write_records(str(tmp_path / "in" / "a.tfrecord"),
                   [latent_example(_frames(i), [i, 0]) for i in range(20)])
@@ -76,6 +77,7 @@ def frames_dir(tmp_path):
     return "v"
 
 
+@pytest.mark.slow
 def test_bad_labels_are_failure_rows(tmp_path, frames_dir):
     (tmp_path / "two_headers.csv").write_text("hrr\nunits\n" + "\n".join("1" * 6))
     (tmp_path / "bom.csv").write_bytes("\ufeffhrr\n".encode("utf-8") + b"1\n2\n3\n4\n5\n6\n")
@@ -102,6 +104,7 @@ def test_bad_labels_are_failure_rows(tmp_path, frames_dir):
         if e["video_id"] == "bom")[0] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_manifest_rows_that_are_not_text_or_json_are_failure_rows(tmp_path, frames_dir):
     good = json.dumps({"video_id": "ok", "frames": frames_dir}).encode()
     bad_bytes = json.dumps({"video_id": "caf\u00e9", "frames": frames_dir},
@@ -132,6 +135,7 @@ def test_files_that_are_not_manifests_are_refused_in_one_line(tmp_path, capsys):
     assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
 
 
+@pytest.mark.slow
 def test_frame_paths_that_are_not_frames_are_masked_with_a_reason(tmp_path):
     """In a CSV manifest with a byte-order mark, which reads like one without."""
     paths = write_frame_folder(tmp_path / "v", solid_frames(5))
@@ -154,6 +158,7 @@ def test_frame_paths_that_are_not_frames_are_masked_with_a_reason(tmp_path):
     assert "over --max_frame_bytes" in reasons[3]
 
 
+@pytest.mark.slow
 def test_deep_alpha_and_palette_images_keep_their_values(tmp_path):
     """16-bit frames are scaled to 8 bits, not clipped to white; alpha is dropped."""
     os.makedirs(tmp_path / "v")
@@ -176,6 +181,7 @@ def test_deep_alpha_and_palette_images_keep_their_values(tmp_path):
 
 # --- video files ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_video_cut_short_fails_instead_of_losing_frames(tmp_path):
     os.makedirs(tmp_path / "clips")
     rng = np.random.default_rng(0)
@@ -193,6 +199,7 @@ def test_a_video_cut_short_fails_instead_of_losing_frames(tmp_path):
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"whole"}
 
 
+@pytest.mark.slow
 def test_fps_counts_time_from_the_first_frame(tmp_path):
     """A stream whose timestamps start at 2 s must not repeat its first frame."""
     import av
@@ -219,6 +226,7 @@ def test_fps_counts_time_from_the_first_frame(tmp_path):
 
 # --- the schema comes from all rows ----------------------------------------------------
 
+@pytest.mark.slow
 def test_the_schema_comes_from_every_row_not_the_first(tmp_path, frames_dir):
     write_manifest(tmp_path / "m.jsonl", [
         {"video_id": "first", "frames": frames_dir},
@@ -240,7 +248,8 @@ def test_the_schema_comes_from_every_row_not_the_first(tmp_path, frames_dir):
     assert all(e["metadata"].shape == (4,) for e in read_examples(tmp_path / "lat_out"))
 
 
-def test_nonfinite_values_fail_unless_allowed_and_stats_count_them(tmp_path):
+@pytest.mark.slow
+def test_nonfinite_values_fail_unless_allowed_and_stats_count_them(tmp_path, capsys):
     bad = _frames(1)
     bad[3, 1] = np.nan
     bad[4, 0] = np.inf
@@ -254,13 +263,13 @@ def test_nonfinite_values_fail_unless_allowed_and_stats_count_them(tmp_path):
     assert "metadata hold 1 NaN or Inf" in failures["a.tfrecord:2"]["reason"]
     run_job(str(tmp_path / "in" / "*"), tmp_path / "kept", "--window", "4",
             "--allow_nonfinite")
-    result = subprocess.run([sys.executable, "-m", "readers.inspect", str(tmp_path / "kept"),
-                             "--stats", "--all"], capture_output=True, text=True)
-    window_row = [l for l in result.stdout.splitlines() if l.split()[:1] == ["window"]][-1]
+    code, out, err = inspect_run(capsys, tmp_path / "kept", "--stats", "--all")
+    window_row = [l for l in out.splitlines() if l.split()[:1] == ["window"]][-1]
     # two windows of 4 frames cover the bad frames (starts 0, 4, 8): one NaN, one Inf
-    assert window_row.split()[-2:] == ["1", "1"], result.stdout
+    assert code == 0 and window_row.split()[-2:] == ["1", "1"], out + err
 
 
+@pytest.mark.slow
 def test_bfloat16_latents_are_kept(tmp_path):
     import tensorflow as tf
 
@@ -287,6 +296,7 @@ def test_bfloat16_latents_are_kept(tmp_path):
 
 # --- ids -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_files_with_the_same_name_in_different_folders_stay_apart(tmp_path):
     for day in ("day1", "day2"):
         write_records(str(tmp_path / "lat" / day / "part-0.tfrecord"),
@@ -303,6 +313,7 @@ def test_files_with_the_same_name_in_different_folders_stay_apart(tmp_path):
         "cam1/0001", "cam2/0001"}
 
 
+@pytest.mark.slow
 def test_duplicate_ids_fail_every_copy_and_merge_nothing(tmp_path, frames_dir):
     write_manifest(tmp_path / "m.jsonl", [
         {"video_id": "a", "frames": frames_dir},

@@ -8,11 +8,12 @@ import shutil
 import unicodedata
 
 import numpy as np
+import pytest
 
 from beam_jobs.core import ids
 from beam_jobs.cut import keys
-from helpers import (failures_by_video, job_line, latent_example, read_dataset_json, read_examples, run_job,
-                     solid_frames, write_frame_folder, write_manifest, write_records,
+from helpers import (failures_by_video, job_line, latent_example, read_dataset_json, read_examples,
+                     run_job, solid_frames, write_frame_folder, write_manifest, write_records,
                      write_video)
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
@@ -46,6 +47,7 @@ def _check_written(out) -> None:
             _strict_json(os.path.join(out, name))
 
 
+@pytest.mark.slow
 def test_latent_files_named_in_any_bytes_get_escaped_nfc_ids(tmp_path):
     """In a folder whose own name is not UTF-8: `lat\\xe9.tfrecord` gives the ids
     `lat\\xe9.tfrecord:<index>` (a backslash, then `xe9`), and the NFC and NFD spellings of
@@ -70,6 +72,7 @@ def test_latent_files_named_in_any_bytes_get_escaped_nfc_ids(tmp_path):
     assert read_dataset_json(out)["flags"]["input"] == [str(tmp_path) + "/in\\xff/*"]
 
 
+@pytest.mark.slow
 def test_id_feature_spellings_of_one_text_are_one_id(tmp_path):
     """`--id_feature` ids are NFC too: NFD and NFC `café` records are duplicates."""
     frames = np.zeros((8, 2), np.float32)
@@ -83,6 +86,7 @@ def test_id_feature_spellings_of_one_text_are_one_id(tmp_path):
     assert {e["video_id"] for e in read_examples(out)} == {f"v{i}" for i in range(8)}
 
 
+@pytest.mark.slow
 def test_video_files_named_in_any_bytes_get_escaped_ids_that_collide_loudly(tmp_path):
     """`caf\\xe9.mp4` (the byte 0xe9) and a file named with the four characters `\\xe9`
     have one id: both are duplicate failures, never one video taken for the other. (The
@@ -106,6 +110,7 @@ def test_video_files_named_in_any_bytes_get_escaped_ids_that_collide_loudly(tmp_
                for r in failures)
 
 
+@pytest.mark.slow
 def test_lone_surrogates_in_manifest_fields_are_failure_rows(tmp_path):
     """One bad row among 30 good ones: a lone surrogate in the id, a frame path or a
     labels path makes that row a failure naming the field; the rest is cut."""
@@ -132,6 +137,7 @@ def test_lone_surrogates_in_manifest_fields_are_failure_rows(tmp_path):
     assert {e["video_id"] for e in read_examples(out)} == {f"ok{i}" for i in range(30)}
 
 
+@pytest.mark.slow
 def test_a_frame_named_in_any_bytes_is_a_masked_frame_with_an_escaped_path(tmp_path):
     write_frame_folder(tmp_path / "v", solid_frames(6))
     bad = os.fsencode(str(tmp_path / "v")) + b"/frame_3\xe9.png"
@@ -146,6 +152,7 @@ def test_a_frame_named_in_any_bytes_is_a_masked_frame_with_an_escaped_path(tmp_p
     assert e["mask"].tolist() == [1, 1, 1, 1, 0, 1, 1]
 
 
+@pytest.mark.slow
 def test_manifest_ids_are_never_stripped_and_are_nfc(tmp_path):
     """An id with spaces around it is a failure row saying so (it used to be stripped
     without a word); NFD and NFC `café` are one id, so both rows are duplicates; an NFD
@@ -193,6 +200,7 @@ def test_a_glob_that_mixes_input_kinds_is_refused_naming_the_odd_file(tmp_path, 
     assert not any((tmp_path / o).exists() for o in ("o1", "o2"))
 
 
+@pytest.mark.slow
 def test_a_glob_that_matches_only_manifests_reads_them_as_manifests(tmp_path):
     """(They were read as TFRecords of latents.)"""
     write_frame_folder(tmp_path / "v", solid_frames(6))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from beam_jobs.outdir import lease
-from helpers import (job_line, assert_verified, random_videos, read_dataset_json, run_job,
+from helpers import (assert_verified, job_line, random_videos, read_dataset_json, run_job,
                      write_videos)
 
 PROG = "python -m beam_jobs.make_shards: error:"
@@ -68,6 +68,7 @@ def _lease(**changes) -> bytes:
     return json.dumps({**fields, **changes}).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [
     _lease(pid="1"),                 # was a TypeError (os.kill)
     _lease(started=1e300),           # was an OverflowError (time.localtime)
@@ -143,6 +144,7 @@ def test_a_dataset_json_this_job_cannot_read_is_refused_in_one_line(old, inputs,
         assert _tree(old) == before
 
 
+@pytest.mark.slow
 def test_a_run_json_naming_a_foreign_temp_dir_never_blocks_nor_reaches_it(old, inputs,
                                                                          tmp_path, caplog):
     outside = tmp_path / "outside"
@@ -181,6 +183,7 @@ def _job_command(input_glob, out, *extra) -> list[str]:
     return [sys.executable, "-m", "beam_jobs.make_shards", *_job(input_glob, out, *extra)]
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_is_one_line_and_leaves_the_old_dataset(old, inputs):
     # Always available: the lease, run.json and shards.json fit under the limit, the
     # first spilled sorted file of the new windows does not.
@@ -213,6 +216,7 @@ def tiny_disk(tmp_path, inputs):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_leaves_the_old_dataset(tiny_disk, inputs):
     out = tiny_disk / "out"
     before = _tree(out)
@@ -222,6 +226,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_old_dataset(tiny_disk, inputs):
     assert os.listdir(tiny_disk) == ["out"]
 
 
+@pytest.mark.slow
 def test_a_read_only_file_system_is_one_line(tiny_disk, inputs):
     out = tiny_disk / "out"
     before = _tree(out)
@@ -241,6 +246,7 @@ def test_an_output_dir_under_a_file_is_one_line(tmp_path, inputs, capsys):
     assert (tmp_path / "file").read_text() == "x"
 
 
+@pytest.mark.slow
 def test_a_commit_that_cannot_write_dataset_json_changes_nothing(old, tmp_path):
     # The commit writes dataset.json into the run folder before it moves anything into
     # the directory: a full disk (here a file size limit) at that write leaves the
@@ -268,6 +274,7 @@ finalize.commit(run, dataset, ["failures.jsonl", "videos.jsonl"])
 
 # --- a run without a window ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_run_without_a_window_fails_in_one_line_and_commits_nothing(old, inputs, tmp_path,
                                                                      capsys):
     before = _tree(old)
@@ -281,6 +288,7 @@ def test_a_run_without_a_window_fails_in_one_line_and_commits_nothing(old, input
     assert not (tmp_path / "new" / "dataset.json").exists()
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_video_failed_commits_nothing(tmp_path, capsys):
     # three videos of one id: each fails as a duplicate
     write_videos(str(tmp_path / "bad"), random_videos(np.random.default_rng(2), 3), files=1,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job, solid_frames,
-                     write_frame_folder, write_manifest, write_records, write_videos)
+from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job,
+                     solid_frames, write_frame_folder, write_manifest, write_records, write_videos)
 from readers import inspect, preview
 
 
@@ -101,6 +101,7 @@ def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path,
     assert red.any() and blue.any()   # the masked frame's cross, the label curves
 
 
+@pytest.mark.slow
 def test_preview_changes_when_the_data_changes(tmp_path, capsys):
     images = []
     for level in (0, 9):
@@ -170,6 +171,7 @@ def test_a_directory_without_dataset_json_is_refused(tmp_path, capsys):
     assert code == 2 and "not a finished dataset" in err
 
 
+@pytest.mark.slow
 def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path, capsys):
     write_records(str(tmp_path / "in" / "a.tfrecord"), [latent_example(np.full((12, 2), 0, np.float32), [0, 0])])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",

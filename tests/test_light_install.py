@@ -99,6 +99,7 @@ inspect.main([paths["latent"], "--stats"])
 """
 
 
+@pytest.mark.slow
 def test_the_readers_and_verify_work_in_the_light_install(datasets, tmp_path):
     import json
 

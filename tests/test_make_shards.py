@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from beam_jobs.cut.windows import window_starts
-from helpers import (latent_example, plain_name, random_videos, read_dataset_json,
-                     read_examples, run_job, write_records, write_videos)
+from helpers import (latent_example, plain_name, random_videos, read_dataset_json, read_examples,
+                     run_job, write_records, write_videos)
+
+
+pytestmark = pytest.mark.slow   # every test runs the job
 
 
 def _videos_by_id(paths, videos):

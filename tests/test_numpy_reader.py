@@ -52,6 +52,7 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(kinds, tmp_pat
     assert result.returncode == 1 and "record 0 at byte 0 does not match" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["latent", "float16", "long", "png", "jpeg"])
 def test_window_source_gives_the_tf_readers_values(kinds, kind):
     path = kinds[kind]
@@ -77,6 +78,7 @@ def _assert_same(ours: dict, theirs: dict) -> None:
             np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{key} {name}")
 
 
+@pytest.mark.slow
 def test_records_of_one_size_in_several_layouts_read_right_in_any_order(kinds):
     path = kinds["long"]
     theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
@@ -235,6 +237,7 @@ def test_batches_resume_exactly_at_any_step(kinds):
     assert not keys[0] & keys[1]
 
 
+@pytest.mark.slow
 def test_the_tf_reader_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
     path = kinds["latent"]
     windows = readers.load_spec(path).splits["train"].windows
@@ -311,6 +314,7 @@ def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
     assert len(seen) == len(set(seen)) == len(source)
 
 
+@pytest.mark.slow
 def test_grain_reads_a_window_source(kinds):
     grain = pytest.importorskip("grain.python")
     source = WindowSource(kinds["latent"], "train")
@@ -326,6 +330,7 @@ def test_grain_reads_a_window_source(kinds):
     assert len(seen) == len(set(seen)) == len(source)
 
 
+@pytest.mark.slow
 def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(kinds, tmp_path):
     """benchmarks/bench_gpu_feed.py, which no test machine can run on a GPU, at least
     runs: its model trains on batches from DataLoader workers over WindowSource."""

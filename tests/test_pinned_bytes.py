@@ -12,6 +12,9 @@ import pytest
 
 from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
 
+pytestmark = pytest.mark.slow   # six builds
+
+
 PINNED = {
     "latents_two_splits": {
         "train-00000-of-00002.tfrecord":

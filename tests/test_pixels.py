@@ -26,6 +26,7 @@ def _level(frame: np.ndarray) -> int:
     return int(round(frame.mean() / 8))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["png", "raw"])
 def test_frame_folders_window_in_natural_order_with_labels(tmp_path, encoding):
     write_frame_folder(tmp_path / "v1", solid_frames(12))          # frame_0 ... frame_11
@@ -60,6 +61,7 @@ def test_frame_folders_window_in_natural_order_with_labels(tmp_path, encoding):
     np.testing.assert_array_equal(frame, solid_frames(5)[4])
 
 
+@pytest.mark.slow
 def test_resize_grayscale_and_jpeg_within_tolerance(tmp_path, rng):
     from PIL import Image
 
@@ -84,6 +86,7 @@ def test_resize_grayscale_and_jpeg_within_tolerance(tmp_path, rng):
             assert diff.mean() < 4, diff.mean()  # JPEG at quality 95: stated tolerance
 
 
+@pytest.mark.slow
 def test_source_jpegs_of_the_right_size_pass_through(tmp_path):
     paths = write_frame_folder(tmp_path / "v", solid_frames(4), fmt="jpg")
     write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
@@ -92,6 +95,7 @@ def test_source_jpegs_of_the_right_size_pass_through(tmp_path):
     assert example["window.bytes"] == [open(p, "rb").read() for p in paths]
 
 
+@pytest.mark.slow
 def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     paths = write_frame_folder(tmp_path / "v", solid_frames(6))
     with open(paths[2], "wb") as f:
@@ -122,6 +126,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     assert row["video_id"] == "v" and "frame" in row["reason"] and "frame_2.png" in row["reason"]
 
 
+@pytest.mark.slow
 def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     write_video(tmp_path / "clips" / "a.mp4" if os.makedirs(tmp_path / "clips") is None else "",
                 solid_frames(30, size=(32, 48)), rate=10)
@@ -146,6 +151,7 @@ def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
 
 
+@pytest.mark.slow
 def test_memory_paths_and_csv_manifests_with_relative_paths(tmp_path):
     from PIL import Image
 
@@ -171,6 +177,7 @@ def test_memory_paths_and_csv_manifests_with_relative_paths(tmp_path):
     assert [e["video_id"] for e in read_examples(tmp_path / "mem")] == ["m"]
 
 
+@pytest.mark.slow
 def test_bad_videos_go_to_failures(tmp_path):
     write_frame_folder(tmp_path / "good", solid_frames(6))
     write_frame_folder(tmp_path / "big", solid_frames(6, size=(48, 64)))
@@ -217,6 +224,7 @@ def test_bad_videos_go_to_failures(tmp_path):
     assert read_dataset_json(tmp_path / "out")["failures"] == 10
 
 
+@pytest.mark.slow
 def test_reader_gives_keras_tuples_and_float_pixels(tmp_path):
     write_frame_folder(tmp_path / "v", solid_frames(8))
     write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v",

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from helpers import (index_offsets, latent_example, random_videos, read_dataset_json,
-                     read_examples, run_job, write_records, write_videos)
+from helpers import (index_offsets, latent_example, random_videos, read_dataset_json, read_examples,
+                     run_job, write_records, write_videos)
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,7 @@ def test_errors_name_the_problem(dataset, tmp_path):
         readers.load_spec(str(copy))
 
 
+@pytest.mark.slow
 def test_float16_and_gzip_datasets_read_back(tmp_path, rng):
     videos = [(f.astype(np.float16), r) for f, r in random_videos(rng, 4, lengths=(16, 17))]
     write_videos(str(tmp_path / "in"), videos, files=1)
@@ -132,6 +133,7 @@ def test_float16_and_gzip_datasets_read_back(tmp_path, rng):
         np.testing.assert_array_equal(window, by_id[vid.decode()][start:start + 8])
 
 
+@pytest.mark.slow
 def test_batches_mix_videos_like_uniform_sampling(tmp_path, rng):
     """Adjacent windows of a video must not cluster: compare with sampling at random."""
     write_videos(str(tmp_path / "in"), random_videos(rng, 40, lengths=(100, 101), dim=1),
@@ -146,17 +148,18 @@ def test_batches_mix_videos_like_uniform_sampling(tmp_path, rng):
     assert distinct >= 0.95 * uniform, (distinct, uniform)
 
 
+@pytest.mark.slow
 def test_import_readers_does_not_import_beam():
     code = "import sys, readers; readers.make_dataset; print('apache_beam' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
 
-# Three 5 MB blocks, as a trainer's batches come and go: touched, freed, taken again.
+# After the reader's set-up (argv[1], code), three 5 MB blocks, as a trainer's batches come
+# and go: touched, freed, taken again.
 _FAULTS_PER_PAGE = """
 import ctypes, resource, sys
-import readers
-readers.make_dataset(sys.argv[1], batch_size=2)
+exec(sys.argv[1])
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 size, rounds = 5 << 20, 4
@@ -173,18 +176,24 @@ print(faults / (rounds * 3 * size / 4096))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc only")
 @pytest.mark.parametrize("env, kept", [({}, True), ({"READERS_TUNE_MALLOC": "0"}, False),
                                        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=8"}, False)])
 def test_make_dataset_keeps_freed_batch_memory_unless_the_user_chose(dataset, env, kept):
-    """Without it, every batch's block comes back from the kernel as fresh pages."""
-    result = subprocess.run([sys.executable, "-c", _FAULTS_PER_PAGE, dataset],
+    """Without it, every batch's block comes back from the kernel as fresh pages.
+    make_dataset sets it (the first case); whether a user's choice stops it is decided
+    where it is set (readers/malloc.py), tested there without TensorFlow's start-up."""
+    setup = (f"import readers; readers.make_dataset({dataset!r}, batch_size=2)" if not env
+             else "from readers import malloc; malloc.keep_freed_memory()")
+    result = subprocess.run([sys.executable, "-c", _FAULTS_PER_PAGE, setup],
                             capture_output=True, text=True, env={**os.environ, **env})
     assert result.returncode == 0, result.stderr
     faults_per_page = float(result.stdout.strip().splitlines()[-1])
     assert (faults_per_page < 0.01) if kept else (faults_per_page > 0.5), result.stderr
 
 
+@pytest.mark.slow
 def test_the_reader_names_a_corrupt_or_short_shard(tmp_path):
     import tensorflow as tf
 

@@ -164,6 +164,7 @@ def test_the_constants_the_docs_quote():
     assert f"at most {data_format.MAX_SHARDS:,}" in flags_doc
 
 
+@pytest.mark.slow
 def test_the_index_format_the_docs_describe(tmp_path, rng):
     """docs/format.md: `<shard>.index` holds one `offset length` line per record, where its
     frame starts and how long it is, each frame ending where the next starts; dataset.json

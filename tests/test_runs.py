@@ -10,13 +10,14 @@ import time
 import pytest
 
 from beam_jobs import make_shards
-from helpers import (job_line, assert_verified, plain_dataset_json, plain_name, plain_names,
-                     random_videos, run_job, solid_frames, staged_files,
-                     write_frame_folder, write_manifest, write_videos)
+from helpers import (assert_verified, job_line, plain_dataset_json, plain_name, plain_names,
+                     random_videos, run_job, solid_frames, staged_files, write_frame_folder,
+                     write_manifest, write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng):
     write_videos(str(tmp_path / "in"), random_videos(rng, 2), files=1)
     cwd = os.getcwd()
@@ -66,24 +67,33 @@ def _same_shards(a, b):
     assert all(filecmp.cmp(ours[n], theirs[n], shallow=False) for n in ours)
 
 
+@pytest.mark.slow
 def test_fnapi_and_direct_runner_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "fnapi", *FLAGS, "--runner", "FnApiRunner")
     run_job(latents, tmp_path / "direct", *FLAGS, "--runner", "DirectRunner")
     _same_shards(tmp_path / "fnapi", tmp_path / "direct")
 
 
+@pytest.mark.slow
 def test_all_cores_runs_worker_processes_with_the_same_output(tmp_path, latents):
     """The command forks its workers (forked_workers); run() in a process that has run
-    pipelines starts Beam's own: the same bytes either way."""
+    pipelines starts Beam's own: the same bytes either way, as one process's, with a
+    spill after every few windows in each worker. The workers write their own progress
+    lines."""
     workers = ["--all_cores", "--direct_num_workers", "2"]   # workers, however small
     run_job(latents, tmp_path / "one", *FLAGS)
-    run_job(latents, tmp_path / "all", *FLAGS, *workers)
+    run_job(latents, tmp_path / "all", *FLAGS, *workers, "--spill_buffer_mb", "0.01")
     _same_shards(tmp_path / "one", tmp_path / "all")
-    command = subprocess.run(_job(latents, tmp_path / "forked", *workers),
-                             capture_output=True, text=True)
-    assert command.returncode == 0, command.stderr[-3000:]
+    command = subprocess.Popen(_job(latents, tmp_path / "forked", *workers,
+                                    "--progress_interval", "0.001"),
+                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    _, stderr = command.communicate()
+    assert command.returncode == 0, stderr[-3000:]
     assert_verified(tmp_path / "forked")
     _same_shards(tmp_path / "one", tmp_path / "forked")
+    pids = {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
+            if line.startswith("INFO beam_jobs.progress: worker")}
+    assert pids and str(command.pid) not in pids
 
 
 def _job(input_glob, output_dir, *extra):
@@ -91,6 +101,7 @@ def _job(input_glob, output_dir, *extra):
             "--output_dir", str(output_dir), *FLAGS, *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_when", ["spilled", "shard_written"])
 def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
         tmp_path, rng, kill_when):
@@ -124,17 +135,17 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
     assert plain_dataset_json(out)["splits"] == plain_dataset_json(tmp_path / "clean")["splits"]
 
 
-def test_progress_lines_and_summary_on_stderr(tmp_path, latents):
-    result = subprocess.run(_job(latents, tmp_path / "out", "--progress_interval", "0"),
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert_verified(tmp_path / "out")
-    progress = [l for l in result.stderr.splitlines() if "beam_jobs.progress" in l]
+@pytest.mark.slow
+def test_progress_lines_on_stderr_and_the_summary_in_the_log(tmp_path, latents, capsys,
+                                                            caplog):
+    caplog.set_level("INFO")
+    run_job(latents, tmp_path / "out", *FLAGS, "--progress_interval", "0")
+    progress = [l for l in capsys.readouterr().err.splitlines() if "beam_jobs.progress" in l]
     # --progress_interval 0: a line after every video (latents: no total known)
     done = [int(l.split(": ", 2)[2].split(" video")[0]) for l in progress]
     assert done == list(range(1, 11)), progress
     assert all("windows" in l and "frames/s" in l for l in progress)
-    table = result.stderr[result.stderr.index("split  videos"):]
+    table = caplog.text[caplog.text.index("split  videos"):]
     assert all(word in table for word in ("train", "val", "frames/s"))
 
 
@@ -147,6 +158,7 @@ def test_spill_on_a_distributed_runner_is_refused_in_one_line(tmp_path, latents,
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_group_on_a_local_runner_says_how_much_memory_it_needs(tmp_path, latents, caplog):
     run_job(latents, tmp_path / "out", *FLAGS, "--shuffle", "group")
     (line,) = [r.getMessage() for r in caplog.records if "--shuffle group" in r.getMessage()]
@@ -163,13 +175,13 @@ def _dry_run_graph_bytes(manifest) -> int:
         result = make_shards.run([
             "--input", str(manifest), "--output_dir", "gs://test-bucket/out", "--window", "2",
             "--runner", "DataflowRunner", "--dry_run=True", "--project", "test-project",
-            "--region", "us-central1", "--temp_location", "gs://test-bucket/tmp",
-            "--setup_file", "./setup.py"])
+            "--region", "us-central1", "--temp_location", "gs://test-bucket/tmp"])
     finally:
         os.chdir(cwd)
     return result.job.proto_pipeline.ByteSize()
 
 
+@pytest.mark.slow
 def test_the_job_graph_does_not_grow_with_the_manifest(tmp_path):
     """Dataflow limits a job graph to about 20 MB: manifest rows are read in the pipeline,
     not embedded in it (about 630 bytes a row would reach the limit at ~30,000 rows, and

@@ -39,6 +39,7 @@ def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
     return records
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["spill", "group"])
 @pytest.mark.parametrize("buckets", [1, 3, 50])
 def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
@@ -58,6 +59,7 @@ def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
         assert _shard_records(tmp_path / "out", split) == [e.example for e in expected]
 
 
+@pytest.mark.slow
 def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_path):
     """A spill after every element stands for Dataflow's tiny bundles: in spill mode it
     makes a temp file per element and split; group mode has no per-bundle state, so its

@@ -112,6 +112,7 @@ def test_verify_names_an_edited_tfds_file(kinds, tmp_path, capsys):
         "  features.json: missing"]
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_tfds_files_and_a_gzip_dataset_has_none(kinds, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(kinds["latent"], out)

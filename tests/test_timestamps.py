@@ -6,8 +6,12 @@ import json
 import os
 
 import av
+import pytest
 
 from helpers import read_examples, run_job, solid_frames, write_video
+
+pytestmark = pytest.mark.slow   # every test runs the job
+
 
 FPS = 10
 

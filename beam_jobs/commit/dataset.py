@@ -8,7 +8,6 @@ from typing import Any, Mapping, Optional, Sequence
 from beam_jobs import __version__
 from beam_jobs.commit.tally import Tally, empty_counts
 from beam_jobs.core.configs import WindowConfig
-from beam_jobs.core.records import WrittenShard
 from readers import format as data_format
 from readers.format import tfds_info
 
@@ -28,14 +27,13 @@ class DatasetConfig:
     labels: Optional[Mapping[str, Any]] = None
 
 
-def build_spec(config: DatasetConfig, run_id: str, tally: Tally,
-               written: Sequence[WrittenShard], sidecars: Sequence[str],
+def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Sequence[str],
                base: Optional[data_format.DatasetSpec] = None) -> data_format.DatasetSpec:
-    """The dataset.json of run `run_id`: one generation of `written` shards with the
-    counts of `tally`, listing every file of the dataset (the shards, their indexes,
-    `sidecars` and the TFDS files); with `base`, that dataset with this generation added.
-    RuntimeError when the shards do not hold the windows cut."""
-    shards = sorted(written)
+    """The dataset.json of run `run_id`: one generation of the tally's shards, with its
+    counts, listing every file of the dataset (the shards, their indexes, `sidecars` and
+    the TFDS files); with `base`, that dataset with this generation added. RuntimeError
+    when the shards do not hold the windows cut."""
+    shards = tally.shards
     counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
     for split in config.splits:
         in_shards = sum(s.examples for s in shards if s.split == split)

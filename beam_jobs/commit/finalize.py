@@ -12,7 +12,7 @@ from beam_jobs import outdir
 from beam_jobs.commit import append, decide
 from beam_jobs.commit.dataset import DatasetConfig, build_spec
 from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
-from beam_jobs.commit.tally import BASE_ROW, FAILED, SKIPPED, VIDEO, Tally, TallyFn
+from beam_jobs.commit.tally import BASE_ROW, FAILED, SHARD, SKIPPED, VIDEO, Tally, TallyFn
 from beam_jobs.core import progress, storage
 from beam_jobs.core.records import VideoCount
 from beam_jobs.core.run_dir import RunDir
@@ -60,11 +60,11 @@ def _count(tally: Tally, decision: decide.Decision) -> None:
     progress.counter(SKIPPED_EXISTING).inc(tally.skipped)
 
 
-def finalize(written: list, tally: Tally, sidecars: list[str], *, run: RunDir,
-             config: DatasetConfig, base: Optional[data_format.DatasetSpec] = None) -> bool:
-    """After the sidecar files are written into the run folder (`sidecars`: their names),
-    commit the dataset when `decide` says so and this run still holds the directory's
-    lease; whether it committed.
+def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetConfig,
+             base: Optional[data_format.DatasetSpec] = None) -> bool:
+    """After the shards (`tally.shards`) and the sidecar files are written (`sidecars`:
+    their names, in the run folder), commit the dataset when `decide` says so and this
+    run still holds the directory's lease; whether it committed.
 
     Not committing leaves the directory, and any dataset in it, unchanged: the shards are
     removed again and the sidecars stay in the run folder, which stays (an append with
@@ -85,11 +85,11 @@ def finalize(written: list, tally: Tally, sidecars: list[str], *, run: RunDir,
         outdir.delete_run_folder(run)
         return False
     if not decision.commits:
-        storage.delete_files([run.output(name) for s in written
+        storage.delete_files([run.output(name) for s in tally.shards
                               for name in (s.file, s.offsets) if name], run.output_dir)
         outdir.delete_temp(run)
         return False
-    dataset = build_spec(config, run.run_id, tally, written, sidecars, base)
+    dataset = build_spec(config, run.run_id, tally, sidecars, base)
     if not outdir.holds_lease(run):
         raise RuntimeError(f"another run took the lease on {run.output_dir}; this run "
                            "does not commit its dataset")
@@ -127,7 +127,7 @@ def _release_lease(_, run: RunDir) -> None:
 class Finalize(beam.PTransform):
     """`FinalizeInputs` -> `finalize`, once, after the last shard and sidecar file is
     written, then the cleanup after a commit and the lease's release. Only small rows
-    reach its one task: a row per shard, the counts (one combine) and the sidecars'
+    reach its one task: the counts and a row per shard (one combine) and the sidecars'
     names. The sidecar files are written sorted in parts (`sidecars.WriteSortedJsonl`):
     videos.jsonl by (split, video_id), failures.jsonl by (source, record_index,
     video_id), bad_frames.jsonl by (video_id, source, frame).
@@ -146,6 +146,7 @@ class Finalize(beam.PTransform):
         video_rows = inputs.videos | "VideoRows" >> beam.Map(VideoCount.to_json)
         bad_frames = inputs.bad_frames
         tallied = [inputs.videos | "TallyVideos" >> beam.Map(lambda v: (VIDEO, v)),
+                   inputs.shards | "TallyShards" >> beam.Map(lambda s: (SHARD, s)),
                    inputs.failures | "TallyFailed" >> beam.Map(
                        lambda row: (FAILED, row.get("records", 1))),
                    inputs.skipped | "TallySkipped" >> beam.Map(lambda _: (SKIPPED, 1))]
@@ -157,10 +158,8 @@ class Finalize(beam.PTransform):
             run, SIDECAR_FILES)
         tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
                  | "Tally" >> beam.CombineGlobally(TallyFn()))
-        return (inputs.shards
-                | "GatherShards" >> beam.combiners.ToList()
-                | "Commit" >> beam.Map(
-                    finalize, beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(names),
-                    run=run, config=self._config, base=known and known.spec)
+        return (tally
+                | "Commit" >> beam.Map(finalize, beam.pvalue.AsSingleton(names), run=run,
+                                       config=self._config, base=known and known.spec)
                 | "CleanUp" >> beam.Map(_clean_up, run=run)
                 | "ReleaseLease" >> beam.Map(_release_lease, run=run))

@@ -1,6 +1,7 @@
-"""A run's counts, in one combine: per split the videos, windows, frames and bad frames of
-the videos that gave no failure, the encoder devices that cut them, the longest video,
-the failed records, the videos an --append skipped and the rows it adds to."""
+"""What the commit needs of a run, in one combine: per split the videos, windows, frames
+and bad frames of the videos that gave no failure, the encoder devices that cut them, the
+longest video, the failed records, the videos an --append skipped and the rows it adds
+to, and the shards written (a small row each)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -8,19 +9,20 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from beam_jobs.commit.decide import Counts
-from beam_jobs.core.records import VideoCount
+from beam_jobs.core.records import VideoCount, WrittenShard
 
 SPLIT_COUNTS = ("videos", "windows", "skipped_short", "frames", "bad_frames")
 
 
 class Tally(NamedTuple):
-    """What finalize counts of the run: per split {"videos", "windows", "skipped_short",
+    """What finalize knows of the run: per split {"videos", "windows", "skipped_short",
     "frames", "bad_frames"} (SplitInfo's counts) of the videos that gave no failure, the
-    sorted encoder devices that cut them, the longest video's frames, the failed input
-    records or videos, the videos an --append skipped, and the rows of the videos.jsonl
-    it adds to."""
+    sorted encoder devices that cut them, the shards written (sorted), the longest
+    video's frames, the failed input records or videos, the videos an --append skipped,
+    and the rows of the videos.jsonl it adds to."""
     counts: dict
     devices: list
+    shards: list
     longest: int = 0
     failed: int = 0
     skipped: int = 0
@@ -40,20 +42,24 @@ def empty_counts() -> dict:
 
 
 # Rows of the combine: (kind, value).
-VIDEO, FAILED, SKIPPED, BASE_ROW = "video", "failed", "skipped", "base_row"
+VIDEO, SHARD, FAILED, SKIPPED, BASE_ROW = "video", "shard", "failed", "skipped", "base_row"
 _SUMMED = {FAILED: "failed", SKIPPED: "skipped", BASE_ROW: "base_rows"}
 
 
 class TallyFn(beam.CombineFn):
-    """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (FAILED, records),
-    (SKIPPED, 1), (BASE_ROW, 1). One step for every count, where a combine each would cost
-    the job a fixed time each to build and run."""
+    """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (SHARD, WrittenShard),
+    (FAILED, records), (SKIPPED, 1), (BASE_ROW, 1). One step for every count and the
+    shards, where a combine each would cost the job a fixed time each to build and run."""
 
     def create_accumulator(self) -> Tally:
-        return Tally({}, set())
+        return Tally({}, set(), [])
 
     def add_input(self, tally: Tally, row) -> Tally:
         kind, value = row
+        if kind == SHARD:
+            shard: WrittenShard = value
+            tally.shards.append(shard)
+            return tally
         if kind != VIDEO:
             return tally._replace(**{_SUMMED[kind]: getattr(tally, _SUMMED[kind]) + value})
         video: VideoCount = value
@@ -74,10 +80,11 @@ class TallyFn(beam.CombineFn):
                 for name, value in counts.items():
                     into[name] += value
             merged.devices.update(tally.devices)
+            merged.shards.extend(tally.shards)
             merged = merged._replace(longest=max(merged.longest, tally.longest), **{
                 name: getattr(merged, name) + getattr(tally, name)
                 for name in _SUMMED.values()})
         return merged
 
     def extract_output(self, tally: Tally) -> Tally:
-        return tally._replace(devices=sorted(tally.devices))
+        return tally._replace(devices=sorted(tally.devices), shards=sorted(tally.shards))

@@ -3,9 +3,9 @@
 
 Each config's fields are its group's flags, named as the flags are and in --help order
 (job/flags.py builds them, and holds the defaults; tests/test_cli.py checks the match),
-so dataset.json records a run's flags by walking these. Frozen: what differs later (the shuffle mode once the
-runner is known, a ModelHandler given to `run`) is a new config, made with
-dataclasses.replace.
+so dataset.json records a run's flags by walking these. Frozen: what differs later (the
+shuffle mode once the runner is known, a ModelHandler given to `run`) is a new config,
+made with dataclasses.replace.
 """
 from __future__ import annotations
 

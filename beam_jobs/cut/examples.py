@@ -170,8 +170,8 @@ class _CutVideo(beam.DoFn):
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames
-        (index, where, reason: not their pixels) as they are read, `info` what the source tells of itself (a video
-        file's frame rate)."""
+        (index, where, reason: not their pixels) as they are read, `info` what the source
+        tells of itself (a video file's frame rate)."""
         def counted(frames):
             for cut.frames, frame in enumerate(frames, start=1):
                 if not frame.valid:

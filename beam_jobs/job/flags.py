@@ -295,26 +295,13 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
     if args.append and args.overwrite:
         raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
                       "it: give one")
-    try:
-        output_dir = paths.normalize(args.output_dir)
-    except ValueError as e:
-        raise Refused(f"--output_dir {e}") from None
-    if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
-        raise Refused(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
-                      "give a directory whose name is")
+    output_dir = _output_dir(args.output_dir)
     patterns = tuple(inputs.absolute(p) for p in args.input)
     try:
         input_files, input_kind = inputs.resolve(patterns)
     except inputs.InputError as e:
         raise Refused(f"--input: {e}") from None
-    if args.encoder and input_kind == "latents":
-        raise Refused("--encoder: encodes frames; --input holds latents already (give a "
-                      "manifest or video files)")
-    if args.encoder and missing_extra(args.encoder):
-        raise Refused(f"--encoder: {missing_extra(args.encoder)}")
-    if encoder_handler is not None and (args.encoder or input_kind == "latents"):
-        raise Refused("encoder=: a ModelHandler encodes frames: give it without --encoder, "
-                      "with a manifest or video files as --input")
+    _check_encoder(args.encoder, encoder_handler, input_kind)
     values = {**vars(args), "input": patterns, "output_dir": output_dir,
               "stride": args.window if args.stride is None else args.stride}
     groups = {cls: cls(**{name: values[name] for name in flag_names(cls)})
@@ -324,6 +311,30 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
         dataclasses.replace(groups[EncoderConfig], handler=encoder_handler),
         groups[WindowConfig], groups[ShardsConfig],
         Inputs(tuple(input_files), input_kind, paths.common_root(patterns))), pipeline_args
+
+
+def _output_dir(given: str) -> str:
+    """--output_dir in its one spelling (paths.normalize), or `Refused`."""
+    try:
+        output_dir = paths.normalize(given)
+    except ValueError as e:
+        raise Refused(f"--output_dir {e}") from None
+    if not ids.is_text(output_dir):  # its paths cross Beam's coders, which take UTF-8 only
+        raise Refused(f"--output_dir '{ids.printable(output_dir)}' is not UTF-8 text; "
+                      "give a directory whose name is")
+    return output_dir
+
+
+def _check_encoder(encoder: Optional[str], handler: Any, input_kind: str) -> None:
+    """`Refused` for an encoder of latents, or whose library is not installed."""
+    if encoder and input_kind == "latents":
+        raise Refused("--encoder: encodes frames; --input holds latents already (give a "
+                      "manifest or video files)")
+    if encoder and missing_extra(encoder):
+        raise Refused(f"--encoder: {missing_extra(encoder)}")
+    if handler is not None and (encoder or input_kind == "latents"):
+        raise Refused("encoder=: a ModelHandler encodes frames: give it without --encoder, "
+                      "with a manifest or video files as --input")
 
 
 def flag_names(group) -> list[str]:

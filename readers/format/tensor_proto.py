@@ -4,9 +4,9 @@ Serialized-tensor records (docs/format.md) hold their latents as TensorProtos in
 Examples. Reading them with TensorFlow made the latent job import it (seconds of start-up
 per process, and a heavier Dataflow worker) for one message of a few fields: dtype (1),
 tensor_shape (2) and tensor_content (4), the array's bytes in host (little-endian) order,
-which is all that `serialize_tensor` writes for a numeric tensor. `tf.make_tensor_proto` may write small
-tensors in the typed fields instead (float_val, int_val, half_val, ...: a few values
-standing for all, the last one repeated), and `parse_tensor` reads those as
+which is all that `serialize_tensor` writes for a numeric tensor. `tf.make_tensor_proto`
+may write small tensors in the typed fields instead (float_val, int_val, half_val, ...: a
+few values standing for all, the last one repeated), and `parse_tensor` reads those as
 `tf.make_ndarray` does. Strings, complex numbers, quantized and other dtypes are refused.
 """
 from __future__ import annotations
