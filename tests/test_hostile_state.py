@@ -16,6 +16,8 @@ import time
 import numpy as np
 import pytest
 
+from beam_jobs import make_shards
+from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
 from helpers import (assert_verified, job_line, random_videos, read_dataset_json, run_job,
                      write_videos)
@@ -68,7 +70,6 @@ def _lease(**changes) -> bytes:
     return json.dumps({**fields, **changes}).encode()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("content", [
     _lease(pid="1"),                 # was a TypeError (os.kill)
     _lease(started=1e300),           # was an OverflowError (time.localtime)
@@ -89,6 +90,14 @@ def test_a_lease_this_job_cannot_read_is_refused_in_one_line(old, inputs, capsys
         assert f"{path} is not a lease this job can read (" in line
         assert line.endswith(f"if no run is writing {old}, delete it")
         assert _tree(old) == before
+
+
+def test_a_lease_deleted_as_its_refusal_says_lets_the_next_run_commit(old, inputs):
+    path = old / "_make_shards" / "lease.json"
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    with pytest.raises(Refused, match="delete it"):
+        make_shards.run(_job(inputs["small"], old))
     path.unlink()
     run_job(inputs["small"], old, *FLAGS, "--overwrite")   # as it says
 
