@@ -5,7 +5,7 @@ this file with runpy, before anything is installed).
 Grain adapters and `readers.inspect --verify`, without TensorFlow or Beam. Each extra
 adds what one part needs. A Dataflow worker installs the sdist that --setup_file stages
 without extras, so the job stages the rest of what it imports (`worker_requirements`)
-as a requirements file of its own (beam_jobs/staging.py).
+as a requirements file of its own (beam_jobs/runtime/staging.py).
 """
 from __future__ import annotations
 

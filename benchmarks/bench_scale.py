@@ -186,7 +186,7 @@ sys.path.insert(0, {tests!r})
 import gcs_emulator
 gcs_emulator.anonymous_beam()
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.shuffle import write as shard_writer
+from beam_jobs.shuffle.write import WriteShard
 from beam_jobs.shuffle.plan import FileSpan, Segment, ShardTask
 process = psutil.Process()
 base = process.memory_info().rss
@@ -199,7 +199,7 @@ threading.Thread(target=sample, daemon=True).start()
 task = ShardTask("train", 0, 1, tuple(Segment(b, tuple(FileSpan(*f) for f in files), lo, hi)
                                      for b, files, lo, hi in json.loads({segments!r})))
 start = time.perf_counter()
-(written,) = shard_writer._WriteShard(RunDir({out!r}, "0" * 12, ""), "none", {buckets}).process(task)
+(written,) = WriteShard(RunDir({out!r}, "0" * 12, ""), "none", {buckets}).process(task)
 stop.set()
 peak[0] = max(peak[0], process.memory_info().rss)
 print(json.dumps({{"examples": written.examples, "peak_mb": (peak[0] - base) / 2**20,

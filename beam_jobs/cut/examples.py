@@ -24,11 +24,6 @@ from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 
-_VIDEO_COUNTS = "video_counts"
-_BAD_FRAMES = "bad_frames"
-_ABANDONED = "abandoned"
-
-
 @dataclasses.dataclass(frozen=True)
 class CutConfig:
     """Where windows start, which split a video goes to, and where a window sorts."""
@@ -69,6 +64,10 @@ class _Cut:
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
+
+
+# The tagged outputs of the cut, besides its examples and failure rows.
+_VIDEO_COUNTS, _BAD_FRAMES, _ABANDONED = "video_counts", "bad_frames", "abandoned"
 
 
 class CutOutputs(NamedTuple):

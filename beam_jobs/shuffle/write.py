@@ -176,7 +176,9 @@ def _counted(piece: SortedSlice) -> Iterator[bytes]:
         yield frame
 
 
-class _WriteShard(beam.DoFn):
+class WriteShard(beam.DoFn):
+    """A shard task -> its shard and offset index, written in the output directory."""
+
     def __init__(self, run: RunDir, compression: str, num_buckets: int):
         self._run, self._output_dir, self._compression = run, run.output_dir, compression
         self._num_buckets = num_buckets
@@ -247,4 +249,4 @@ class WriteShuffledShards(beam.PTransform):
             | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(
-                _WriteShard(self._run, config.compression, config.num_buckets)))
+                WriteShard(self._run, config.compression, config.num_buckets)))

@@ -1,5 +1,5 @@
 """A dataset's generations: the runs that added its windows, the first build and each
-`--append` (beam_jobs/append.py). A shard belongs to the generation whose run id its name
+`--append` (beam_jobs/commit/append.py). A shard belongs to the generation whose run id its name
 carries; dataset.json lists them (format 4 on), oldest first, and a reader checks that
 each generation's count is what its shards hold."""
 from __future__ import annotations
