@@ -15,12 +15,13 @@ READER = ["numpy>=1.26", "google-crc32c==1.9.0", "pillow==12.3.0", "fsspec==2026
 TENSORFLOW = ["tensorflow-cpu==2.21.0"]  # a GPU trainer may swap in its own tensorflow 2.21
 GCS = ["gcsfs==2026.10.1"]                         # gs:// through fsspec (about 80 MB)
 JOB = ["av==18.1.0", *GCS]                         # the job's own: video files, gs://
-BEAM = ["apache-beam[gcp]==2.77.0"]
+# Beam, and what the launcher alone uses: psutil stops its worker processes on SIGTERM
+BEAM = ["apache-beam[gcp]==2.77.0", "psutil==7.2.2"]
 ONNX = ["onnxruntime==1.32.0", "onnx==1.23.2"]     # ONNX encoders (onnx: Beam's handler)
 TORCH = ["torch==2.13.0"]                          # PyTorch encoders, the DataLoader adapter
 GRAIN = ["grain==0.2.18"]                          # the Grain adapter
-BENCH = ["psutil==7.2.2",                          # benchmarks/: process trees measured
-         "tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job
+BENCH = ["tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job (psutil,
+                                                   # in BEAM, measures process trees)
 # CI tests the ONNX and PyTorch encoders and the Grain and DataLoader adapters too. PyPI's
 # torch for Linux x86_64 is the CUDA build (17 more packages, several GB); its CPU build
 # (a 192 MB wheel, about 850 MB installed) is what CI's pip finds: docs/readers.md#pytorch.

@@ -15,6 +15,9 @@ import time
 from typing import Any, Optional
 
 _STARTED = time.monotonic()  # the command's start: the summary's elapsed time counts from it
+if __name__ == "__main__":
+    from beam_jobs.job import early_signals
+    early_signals.install()   # until main() installs the run's own (job/lifecycle.py)
 
 try:
     import apache_beam as beam
@@ -45,20 +48,23 @@ from readers import format as data_format
 def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers: int = 1,
                    base: Optional[data_format.DatasetSpec] = None) -> None:
     """Read the videos, cut them into windows, write the windows as shuffled shards
-    (leaving out those of duplicate ids and of videos that failed half-way), then write
-    the sidecar files and commit dataset.json. `base`: the committed dataset an --append
-    adds to (the videos it has are skipped)."""
-    source, cut_config = launch.source, launch.cut_config()
-    known = base and read_known(pipeline, run.output_dir, base)
+    (leaving out those of duplicate ids, of videos whose frames another has, and of
+    videos that failed half-way), then write the sidecar files and commit dataset.json.
+    `base`: the committed dataset an --append adds to (the videos it has are skipped)."""
+    source, cut_config, io = launch.source, launch.cut_config(), launch.config.io
+    known = base and read_known(pipeline, run.output_dir, base, io.retry_failed)
     videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(known and known.ids)
     cut = videos | "CutWindows" >> CutWindows(
         source.features, cut_config, source.pad_frame, source.encoder,
-        launch.progress_config(workers), launch.config.io.allow_nonfinite)
-    duplicates = (cut.videos, cut.abandoned) | "FindDuplicates" >> FindDuplicates(cut_config)
+        launch.progress_config(workers), io.allow_nonfinite)
+    known_digests = known.digests if known else pipeline | "NoDigests" >> beam.Create([])
+    duplicates = ((cut.videos, cut.abandoned, cut.bad_frames, known_digests)
+                  | "FindDuplicates" >> FindDuplicates(cut_config))
     shards = cut.examples | "WriteShards" >> WriteShuffledShards(
         run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped))
     failures = (read_failures, cut.failures, duplicates.failures) | "AllFailures" >> beam.Flatten()
-    (FinalizeInputs(shards, duplicates.unique, failures, cut.bad_frames, skipped)
+    skipped = (skipped, duplicates.aliases) | "AllSkipped" >> beam.Flatten()
+    (FinalizeInputs(shards, duplicates.unique, failures, duplicates.bad_frames, skipped)
      | "Finalize" >> Finalize(run, launch.dataset_config, known))
 
 
@@ -75,8 +81,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     Args:
       argv: the command line without the program name: the job's flags (--help lists
         them) and Beam pipeline options.
-      started: time.monotonic() when the command started, for the summary's elapsed
-        time (default: now).
+      started: time.monotonic() when the command started (default: now).
       encoder: any Beam RunInference ModelHandler, the frame encoder instead of an
         --encoder file (its load_model once per worker, its run_inference on each batch
         of --encoder_batch_size frames).
@@ -115,8 +120,9 @@ def _run(launch: Launch, run_dir: RunDir, base: Optional[data_format.DatasetSpec
         launch.check_append(base)
     launch.note_group_memory()
     options = launch.options(forked_workers=workers is not None)
-    pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if workers
-                             else None, options=options)
+    with lifecycle.beam_temp_in(run_dir):   # Beam's temp folder: where a kill leaves it
+        pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if workers
+                                 else None, options=options)
     build_pipeline(pipeline, launch, run_dir,
                    options.view_as(DirectOptions).direct_num_workers, base)
     return outcome.finish(pipeline.run(), launch, run_dir, appending=base is not None)
@@ -134,7 +140,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{flags.PROG}: error: {e}", file=sys.stderr, flush=True)
             return 2 if isinstance(e, Refused) else 1
         except KeyboardInterrupt as e:  # one line, no traceback
-            print(f"{flags.PROG}: interrupted: {e or 'nothing was committed'}",
+            print(f"{flags.PROG}: interrupted: {str(e) or lifecycle.held()}",
                   file=sys.stderr, flush=True)
             return lifecycle.INTERRUPTED_STATUS
     return 0

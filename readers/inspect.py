@@ -51,11 +51,11 @@ class _Files:
         return self.fs.open(self.path(name), mode, compression=compression)
 
 
-def _failure_rows(path: str) -> list[dict]:
-    files = _Files(path)
-    if not files.exists(data_format.FAILURES_JSONL):
+def _failure_rows(path: str, dataset: data_format.DatasetSpec) -> list[dict]:
+    files, name = _Files(path), dataset.sidecars.get("failures")
+    if name is None or not files.exists(name):
         return []
-    with files.open(data_format.FAILURES_JSONL, "r") as f:
+    with files.open(name, "r") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -86,7 +86,7 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         lines += [f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
                   f"{g.skipped_existing} input videos skipped as already in the dataset"
                   for g in dataset.generations]
-    reasons = collections.Counter(row["reason"] for row in _failure_rows(path))
+    reasons = collections.Counter(row["reason"] for row in _failure_rows(path, dataset))
     lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
     return "\n".join(lines)
@@ -175,9 +175,10 @@ def _verify_index(path: str, shard: data_format.Shard,
 
 
 def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]:
-    """dataset_info.json and features.json, where dataset.json lists them (a dataset
-    written before them has neither): each must be the bytes readers.format.tfds_info
-    makes from dataset.json, else TFDS reads other shard lengths or features than ours."""
+    """The TFDS files dataset.json lists (dataset_info.json; features.json too before
+    format 5; none before there were any): each must be the bytes
+    readers.format.tfds_info makes from dataset.json, else TFDS reads other shard
+    lengths or features than ours."""
     listed = [name for name in data_format.TFDS_FILES if name in dataset.files]
     try:
         expected = data_format.tfds_info.files(dataset) if listed else {}
@@ -192,10 +193,45 @@ def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]
             problems.append(_missing(path, dataset, name))
         else:
             with files.open(name) as f:
-                if f.read() != expected[name]:
-                    problems.append(f"{name}: not what dataset.json gives (regenerate it "
-                                    "with readers.format.tfds_info.files)")
+                found = f.read()
+            if found != expected[name] and not _a_whole_earlier_view(files, name, found):
+                problems.append(f"{name}: not what dataset.json gives, nor the view of an "
+                                "earlier commit whose shards are all there (regenerate it "
+                                "with readers.format.tfds_info.files)")
     return problems
+
+
+def _a_whole_earlier_view(files: "_Files", name: str, found: bytes) -> bool:
+    """Whether a dataset_info.json that is not dataset.json's is the one of the commit
+    before, whole: every shard it names there with the records it says (its index's
+    lines). A kill between a commit and this file's rewrite leaves it so: TFDS then
+    reads that dataset, whole, until the next run in the directory rewrites the file."""
+    if name != data_format.DATASET_INFO_JSON:
+        return False
+    try:
+        shards = data_format.tfds_info.shards_of(json.loads(found))
+    except ValueError:
+        return False
+    for shard, records in shards:
+        index = data_format.index_name(shard)
+        if not (files.exists(shard) and files.exists(index)):
+            return False
+        with files.open(index) as f:
+            if sum(1 for _ in f) != records:
+                return False
+    return True
+
+
+def _verify_videos_file(path: str, dataset: data_format.DatasetSpec) -> list[str]:
+    """The videos file dataset.json names, against it (readers/format/videos_file.py)."""
+    name = dataset.sidecars.get("videos")
+    files = _Files(path)
+    if name is None:
+        return []
+    if not files.exists(name):
+        return [_missing(path, dataset, name)]
+    problem = data_format.videos_file.problem(lambda: files.open(name), dataset)
+    return [f"{name}: {problem}"] if problem else []
 
 
 def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
@@ -203,7 +239,7 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
     the problems found. DatasetChanged when the dataset is rewritten or deleted
     meanwhile."""
     jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
-    problems: list[str] = _verify_tfds_files(path, dataset)
+    problems: list[str] = _verify_tfds_files(path, dataset) + _verify_videos_file(path, dataset)
     split_of: dict[bytes, str] = {}
     seen: set[tuple[str, bytes, int]] = set()
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
@@ -332,7 +368,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if args.verify:
         problems = verify(args.path, dataset)
         if problems:
-            print(f"verify: {len(problems)} problems; the first:", file=sys.stderr)
+            print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
+                  file=sys.stderr)
             for problem in problems[:MAX_PROBLEMS]:
                 print(f"  {problem}", file=sys.stderr)
             sys.exit(1)

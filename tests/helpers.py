@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pickle
 import re
 import subprocess
@@ -90,8 +91,8 @@ def command(*args: str, cwd=None, env=None, timeout: float = 600
 
 
 def failures_by_video(out) -> dict:
-    """The rows of a dataset's failures.jsonl by video id (or `row N` without one)."""
-    with open(os.path.join(out, "failures.jsonl")) as f:
+    """The rows of a dataset's failures file by video id (or `row N` without one)."""
+    with open(sidecar(out, "failures")) as f:
         return {(r["video_id"] or f"row {r['record_index']}"): r for r in map(json.loads, f)}
 
 
@@ -113,11 +114,25 @@ def run_jobs(root, jobs) -> dict[str, str]:
     return made
 
 
-_RUN_ID_IN_NAME = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord)")
+_RUN_ID_IN_NAME = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord|\.jsonl)")
+
+
+def sidecar(output_dir, kind: str) -> pathlib.Path:
+    """The side file of `kind` (videos, failures, bad_frames) of the dataset in
+    `output_dir`, as its dataset.json names it; of the one run that did not commit
+    there (over the failure threshold) when there is no dataset.json."""
+    meta = os.path.join(str(output_dir), "dataset.json")
+    if os.path.exists(meta):
+        with open(meta) as f:
+            name = json.load(f)[f"{kind}_file"]
+        assert name, f"the dataset in {output_dir} has no {kind} file"
+        return pathlib.Path(output_dir) / name
+    return pathlib.Path(failed_run_file(output_dir, kind))
 
 
 def plain_name(name: str) -> str:
-    """A shard's or index's name without its run id: `train-00000-of-00002.tfrecord`."""
+    """A shard's, index's or side file's name without its run id:
+    `train-00000-of-00002.tfrecord`, `videos.jsonl`."""
     return _RUN_ID_IN_NAME.sub("", name)
 
 
@@ -130,12 +145,12 @@ def plain_names(names) -> list[str]:
     return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
 
 
-def failed_run_file(output_dir, name: str = "failures.jsonl") -> str:
+def failed_run_file(output_dir, kind: str = "failures") -> str:
     """A sidecar of the one run in `output_dir` that did not commit (over the failure
-    threshold): it lies in that run's folder."""
+    threshold): it lies in that run's folder, named by its run id."""
     runs = os.path.join(str(output_dir), "_make_shards", "runs")
     (run,) = os.listdir(runs)
-    return os.path.join(runs, run, name)
+    return os.path.join(runs, run, f"{kind}-{run}.jsonl")
 
 
 def assert_verified(output_dir) -> None:

@@ -15,7 +15,7 @@ from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.sources.tfrecords import PagedRecord
 from helpers import (assert_verified, dataset_bytes, job_line, latent_example, random_videos,
-                     read_dataset_json, read_examples, run_job, solid_frames, start_job,
+                     read_dataset_json, read_examples, run_job, sidecar, solid_frames, start_job,
                      write_frame_folder, write_manifest, write_records)
 from readers.format import SpecError, tfds_info
 from readers.numpy import WindowSource
@@ -68,7 +68,7 @@ def test_an_append_adds_a_generation_and_leaves_earlier_shards_as_they_were(grow
         assert files[:2] == [s["file"] for s in json.loads(before["dataset.json"])[
             "splits"][split]["shards"]]
         assert all(second["run_id"] in name for name in files[2:])
-    assert meta["failures"] == 0 and not after["failures.jsonl"]
+    assert meta["failures"] == 0 and not after[meta["failures_file"]]
     assert_verified(out)
 
 
@@ -81,8 +81,8 @@ def test_the_union_holds_what_a_full_build_holds_each_window_once(grown):
     assert sum(len(read_examples(str(root / "out"), s)) for s in SPLITS) == len(full)
     for key, window in full.items():
         np.testing.assert_array_equal(appended[key], window)
-    assert (root / "out" / "videos.jsonl").read_bytes() == \
-        (root / "full" / "videos.jsonl").read_bytes()
+    assert (sidecar(root / "out", "videos")).read_bytes() == \
+        (sidecar(root / "full", "videos")).read_bytes()
     for split in SPLITS:
         mine = read_dataset_json(root / "out")["splits"][split]
         theirs = read_dataset_json(root / "full")["splits"][split]
@@ -251,21 +251,40 @@ def test_overwrite_rebuilds_one_generation(grown, tmp_path):
     assert sorted(os.listdir(copy)) == sorted(["dataset.json", *meta["files"]])
 
 
+def _edited(lines: list[bytes]) -> dict[str, list[bytes]]:
+    """Ways a videos file can differ from the one its dataset.json was committed with."""
+    row = json.loads(lines[3])
+    return {"not JSON": lines[:3] + [b"{oops\n"] + lines[4:],
+            "no id": lines[:3] + [json.dumps({**row, "video_id": 7}).encode() + b"\n"]
+                     + lines[4:],
+            "a row twice": lines[:3] + [lines[5]] + lines[4:],
+            "a row less": lines[1:],
+            "empty": [],
+            "a long line": lines[:3] + [b"x" * (2 << 20) + b"\n"] + lines[4:]}
+
+
 @pytest.mark.slow
-def test_an_append_refuses_a_videos_jsonl_that_is_not_the_datasets(grown, tmp_path):
-    """A videos.jsonl that lists fewer videos than dataset.json (a commit stopped
-    half-way, or an edit) cannot say which ids to skip: the append fails, the dataset
-    stays as it was."""
+def test_an_append_refuses_a_videos_file_that_is_not_the_datasets(grown, tmp_path, capsys):
+    """The ids an append skips are its videos file's: one that is not what dataset.json
+    was committed with is refused in one line naming the file and the line, before any
+    video is read; the dataset stays as it was."""
     root, _ = grown
     copy = tmp_path / "copy"
     shutil.copytree(root / "out", copy)
-    lines = (copy / "videos.jsonl").read_bytes().splitlines(keepends=True)
-    (copy / "videos.jsonl").write_bytes(b"".join(lines[1:]))
-    before = dataset_bytes(copy)
-    with pytest.raises(Exception, match="lists 16 videos, its dataset.json 17"):
-        make_shards.run(["--input", str(root / "in" / "*"), "--output_dir", str(copy),
-                         *FLAGS, "--append"])
-    assert dataset_bytes(copy) == before
+    path = sidecar(copy, "videos")
+    lines = path.read_bytes().splitlines(keepends=True)
+    expected = {"not JSON": "line 4 is not a JSON row", "no id": "line 4 has no 'video_id'",
+                "a row twice": "lines 4 and 6 both list video",
+                "a row less": "split 'train' has",
+                "empty": "split 'train' has 0 videos with windows",
+                "a long line": "line 4 is longer than 1,048,576 bytes"}
+    for case, edited in _edited(lines).items():
+        path.write_bytes(b"".join(edited))
+        before = dataset_bytes(copy)
+        line = job_line(capsys, "--input", root / "in" / "*", "--output_dir", copy, *FLAGS,
+                        "--append")
+        assert f"{path}: {expected[case]}" in line and "the dataset is damaged" in line, case
+        assert dataset_bytes(copy) == before, case
 
 
 def test_dataset_json_of_generations_is_checked(grown):

@@ -3,6 +3,7 @@ errors, quiet output with progress from every worker, and a dataset.json from wh
 stranger's code parses every kind of dataset."""
 import dataclasses
 import json
+import re
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import readers
 from beam_jobs import make_shards
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.job import flags
-from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job,
+from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job, sidecar,
                      write_videos)
 
 NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
@@ -194,11 +195,12 @@ def test_dataset_json_says_what_the_data_is(kinds):
     assert read_dataset_json(kinds["gzip"])["tf_compression_type"] == "GZIP"
     assert "frame_encoding" not in latent["flags"] and "sequence_feature" in latent["flags"]
     assert "sequence_feature" not in pixels["flags"] and "encoder" not in pixels["flags"]
-    with open(os.path.join(kinds["png"], "videos.jsonl")) as f:
+    with open(sidecar(kinds["png"], "videos")) as f:
         row = json.loads(f.readline())
     assert row == {"video_id": "a", "split": "train", "source": row["source"],
                    "record_index": 0, "frames": 7, "windows": 3, "bad_frames": 0,
-                   "source_fps": None}
+                   "source_fps": None, "digest": row["digest"]}
+    assert re.fullmatch("[0-9a-f]{32}", row["digest"])
 
 
 def test_each_help_group_builds_its_config_and_the_flag_table_names_real_flags():

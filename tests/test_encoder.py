@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import readers
-from helpers import (job_line, read_dataset_json, read_examples, run_job, solid_frames,
+from helpers import (job_line, read_dataset_json, read_examples, run_job, sidecar, solid_frames,
                      write_frame_folder, write_manifest)
 
 
@@ -123,7 +123,7 @@ def test_a_model_failing_on_one_video_fails_only_that_video(tmp_path, videos):
                         signatures={"serving_default": picky.serve})
     run_job(manifest, tmp_path / "out", "--window", "4", "--encoder", str(tmp_path / "picky"),
             "--max_failure_fraction", "0.5")
-    (row,) = [json.loads(line) for line in open(tmp_path / "out" / "failures.jsonl")]
+    (row,) = [json.loads(line) for line in open(sidecar(tmp_path / "out", "failures"))]
     assert row["video_id"] == "a" and "the encoder failed" in row["reason"]
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"b"}
 

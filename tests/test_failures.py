@@ -9,12 +9,12 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed
-from helpers import (job_line, latent_example, random_videos, read_dataset_json, read_examples,
-                     run_job, write_records, write_videos)
+from helpers import (job_line, latent_example, plain_names, random_videos, read_dataset_json,
+                     read_examples, run_job, sidecar, write_records, write_videos)
 
 
 def _failures(out):
-    with open(os.path.join(out, "failures.jsonl")) as f:
+    with open(sidecar(out, "failures")) as f:
         return [json.loads(line) for line in f]
 
 
@@ -81,10 +81,10 @@ def test_too_many_failures_stop_the_job_without_a_dataset(tmp_path, rng, capsys)
     assert sorted(os.listdir(tmp_path / "out")) == ["_make_shards"]
     (run,) = os.listdir(tmp_path / "out" / "_make_shards" / "runs")
     folder = tmp_path / "out" / "_make_shards" / "runs" / run
-    assert f"see {folder / 'failures.jsonl'}" in message
-    assert len(_failures(folder)) == 4
-    assert sorted(os.listdir(folder)) == ["failures.jsonl", "run.json", "shards.json",
-                                          "videos.jsonl"]
+    assert f"see {folder / f'failures-{run}.jsonl'}" in message
+    assert len(_failures(tmp_path / "out")) == 4
+    assert sorted(os.listdir(folder)) == [f"failures-{run}.jsonl", "run.json", "shards.json",
+                                          f"videos-{run}.jsonl"]
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,8 @@ def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, smal
     assert len(read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]) == 4
     run_job(small_input, tmp_path / "out", "--window", "5", "--num_shards", "2", "--overwrite")
     shards = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
-    assert sorted(os.listdir(tmp_path / "out")) == sorted(
-        ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json", "videos.jsonl"]
+    assert plain_names(os.listdir(tmp_path / "out")) == plain_names(
+        ["dataset.json", "dataset_info.json", "failures.jsonl", "videos.jsonl"]
         + [name for s in shards for name in (s["file"], s["index"])])
     assert len(shards) == 2
 

@@ -18,13 +18,13 @@ import pytest
 
 from beam_jobs import make_shards
 from beam_jobs.commit import sidecars
-from beam_jobs.commit.decide import (COMMIT, NO_WINDOW, NOTHING_NEW, TOO_MANY_FAILURES,
-                                     Counts, decide)
+from beam_jobs.commit.decide import (COMMIT, IDS_TWICE, NO_WINDOW, NOTHING_NEW,
+                                     TOO_MANY_FAILURES, Counts, decide)
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.job.flags import parse_args
 from beam_jobs.job.launch import Launch
 from beam_jobs.sources import build_source
-from helpers import (assert_verified, latent_example, read_dataset_json, read_examples,
+from helpers import (assert_verified, latent_example, read_dataset_json, read_examples, sidecar,
                      solid_frames, write_frame_folder, write_manifest, write_records)
 
 
@@ -47,17 +47,18 @@ def test_a_video_that_fails_half_way_leaves_none_of_its_streamed_windows(tmp_pat
         {"video_id": "short_labels", "frames": "v", "labels": list(range(4))},
         # 8 labels: all three windows are emitted before the count is found wrong
         {"video_id": "long_labels", "frames": "v", "labels": list(range(8))},
-        {"video_id": "ok2", "frames": "v", "labels": list(range(6))}])
+        # the same frames with other labels: another video (one content is one video)
+        {"video_id": "ok2", "frames": "v", "labels": list(range(1, 7))}])
     out = tmp_path / "out"
     result = make_shards.run(["--input", str(tmp_path / "m.jsonl"), "--output_dir", str(out),
                               "--window", "2", "--stride", "2", "--max_failure_fraction", "0.5"])
     assert_verified(out)
     assert _counter(result, "windows_abandoned") == 2 + 3
     assert sorted(e["video_id"] for e in read_examples(out)) == ["ok"] * 3 + ["ok2"] * 3
-    failures = {r["video_id"]: r["reason"] for r in _jsonl(out / "failures.jsonl")}
+    failures = {r["video_id"]: r["reason"] for r in _jsonl(sidecar(out, "failures"))}
     assert failures == {"long_labels": "8 labels for 6 frames",
                         "short_labels": "4 labels, but the video has more frames"}
-    assert [r["video_id"] for r in _jsonl(out / "videos.jsonl")] == ["ok", "ok2"]
+    assert [r["video_id"] for r in _jsonl(sidecar(out, "videos"))] == ["ok", "ok2"]
     meta = read_dataset_json(out)
     assert meta["failures"] == 2 and meta["splits"]["train"]["windows"] == 6
 
@@ -68,13 +69,14 @@ def test_a_half_way_failure_with_the_id_of_a_good_video_fails_both(tmp_path):
     write_manifest(tmp_path / "m.jsonl", [
         {"video_id": "a", "frames": "v", "labels": list(range(6))},
         {"video_id": "a", "frames": "v", "labels": list(range(4))},
-        *({"video_id": f"b{i}", "frames": "v", "labels": list(range(6))} for i in range(3))])
+        *({"video_id": f"b{i}", "frames": "v", "labels": list(range(i, i + 6))}
+          for i in range(3))])
     out = tmp_path / "out"
     make_shards.run(["--input", str(tmp_path / "m.jsonl"), "--output_dir", str(out),
                      "--window", "2", "--stride", "2", "--max_failure_fraction", "0.5"])
     assert_verified(out)
     assert {e["video_id"] for e in read_examples(out)} == {"b0", "b1", "b2"}
-    rows = _jsonl(out / "failures.jsonl")
+    rows = _jsonl(sidecar(out, "failures"))
     assert [(r["video_id"], r["record_index"]) for r in rows] == [("a", 0), ("a", 1)]
     assert "appears 2 times" in rows[0]["reason"]
     assert rows[1]["reason"] == "4 labels, but the video has more frames"
@@ -96,7 +98,7 @@ def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rn
                      "--window", "4", "--stride", "2", "--splits", "train=0.7,test=0.3",
                      "--max_failure_fraction", "0.1"])
     assert_verified(out)
-    videos = _jsonl(out / "videos.jsonl")
+    videos = _jsonl(sidecar(out, "videos"))
     assert len(videos) == 600 - 12
     assert videos == sorted(videos, key=lambda r: (r["split"], r["video_id"]))
     meta = read_dataset_json(out)
@@ -104,7 +106,7 @@ def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rn
         mine = [v for v in videos if v["split"] == split]
         assert info["windows"] == sum(v["windows"] for v in mine)
         assert info["videos"] + info["skipped_short"] == len(mine)
-    failures = _jsonl(out / "failures.jsonl")
+    failures = _jsonl(sidecar(out, "failures"))
     assert [(r["source"], r["record_index"]) for r in failures] == sorted(
         (str(tmp_path / "in" / f"part-{i % 3}.tfrecord"), i // 3) for i in range(600) if i % 50 == 7)
     assert meta["failures"] == 12
@@ -183,6 +185,8 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
      "no window to commit: no video was read (3 failed)"),
     (Counts(good=0, failed=3, windows=0, longest=0), 0.5, True, TOO_MANY_FAILURES,
      "3 of 3 videos failed (100.0%), more than --max_failure_fraction 0.5"),
+    (Counts(good=5, failed=0, windows=9, longest=9, twice=1), 0.05, True, IDS_TWICE,
+     "1 video id would be listed twice in the videos file, which a dataset never does"),
 ])
 def test_the_decision_to_commit(counts, threshold, appending, outcome, reason):
     """Pure: from the counts, the threshold, the window and whether the run appends, the

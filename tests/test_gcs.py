@@ -44,7 +44,7 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
     run_job("gs://bkt/latents/*.tfrecord", "gs://bkt/out", "--window", "10", "--stride", "5",
             "--num_shards", "2")
     names = plain_names(gcs.ls("bkt/out"))
-    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json",
+    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.index",
                      "train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.index",
                      "videos.jsonl"]
@@ -158,12 +158,12 @@ def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
     run_job("gs://bkt/safe/in/*.tfrecord", "gs://bkt//safe/out/", "--window", "5")
     assert "already holds a dataset" in refused("gs://bkt/safe/out")
     names = plain_names(gcs.ls("bkt/safe/out", refresh=True))
-    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json",
+    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00001.tfrecord", "train-00000-of-00001.tfrecord.index",
                      "videos.jsonl"]
     _download(gcs, "bkt/safe/out", tmp_path / "copy")
     meta = json.loads(gcs.cat("bkt/safe/out/dataset.json"))
-    assert plain_names(meta["files"]) == ["dataset_info.json", "failures.jsonl", "features.json",
+    assert plain_names(meta["files"]) == ["dataset_info.json", "failures.jsonl",
                                           "train-00000-of-00001.tfrecord",
                                           "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
 
@@ -185,11 +185,12 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
             "--temp_location", str(temp))
     counts = gcs_emulator.counts()
     # created on GCS: the lease, run.json, shards.json, 2 shards and their 2 indexes,
-    # failures.jsonl, videos.jsonl, the two TFDS files and dataset.json; no spilled sorted file
-    assert counts.get("create", 0) == 12, counts
+    # the failures and videos files, dataset.json and dataset_info.json; no spilled
+    # sorted file
+    assert counts.get("create", 0) == 11, counts
     assert not os.listdir(temp)   # the local spill files are gone
     names = plain_names(gcs.ls("bkt/spill_out", refresh=True))
-    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl", "features.json",
+    assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.index",
                      "train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.index",
                      "videos.jsonl"]
@@ -225,8 +226,7 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
     second = json.loads(gcs.cat("bkt/swap/dataset.json"))
     names = sorted(p.rsplit("/", 1)[-1] for p in gcs.ls("bkt/swap", refresh=True))
     assert names == sorted(second["files"] + ["dataset.json"])
-    assert not set(first["files"]) & set(names) - {"failures.jsonl", "videos.jsonl",
-                                                    "dataset_info.json", "features.json"}
+    assert not set(first["files"]) & set(names) - {"dataset_info.json"}
     # the old shards and indexes went in one checked batch request, not one by one
     assert gcs_emulator.counts().get("delete", 0) <= 1     # single deletes: the lease
     _download(gcs, "bkt/swap", tmp_path / "copy")
@@ -260,12 +260,12 @@ def test_an_append_on_gcs_writes_only_the_new_generation(gcs, tmp_path):
     run_job(*argv)
     counts = gcs_emulator.counts()
     assert {path: gcs.info(path)["generation"] for path in old} == old
-    # created: the lease, run.json, shards.json, 2 new shards and their indexes,
-    # failures.jsonl and videos.jsonl, the two TFDS files and dataset.json
-    assert counts.get("create", 0) == 12, counts
-    # copied: the five files moved from the run folder (a rename on GCS); the old shards
-    # are never a copy's source or target
-    assert counts.get("post", 0) == 5, counts
+    # created: the lease, run.json, shards.json, 2 new shards and their indexes, the
+    # failures and videos files, dataset.json and dataset_info.json
+    assert counts.get("create", 0) == 11, counts
+    # copied: the three files moved from the run folder (a rename on GCS); the old
+    # shards are never a copy's source or target
+    assert counts.get("post", 0) == 3, counts
     meta = json.loads(gcs.cat("bkt/grow/dataset.json"))
     assert [g["videos"] for g in meta["generations"]] == [6, 1]
     assert meta["generations"][1]["skipped_existing"] == 6

@@ -10,8 +10,8 @@ from PIL import Image
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (inspect_run, failed_run_file, failures_by_video, job_line, latent_example,
-                     read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder,
+from helpers import (failures_by_video, inspect_run, job_line, latent_example, read_dataset_json,
+                     read_examples, run_job, sidecar, solid_frames, write_frame_folder,
                      write_manifest, write_records, write_video)
 
 
@@ -53,7 +53,7 @@ def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path
     open(path, "wb").write(bytes(data))
     with pytest.raises(Failed, match="15 of 20 videos failed"):  # 15 of 20 lost: far over 5%
         run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4")
-    (row,) = failures_by_video(os.path.dirname(failed_run_file(tmp_path / "out"))).values()
+    (row,) = failures_by_video(tmp_path / "out").values()
     assert row["record_index"] == 5 and row["records"] == 15
     assert "length frame is corrupt" in row["reason"] and "about 15 records" in row["reason"]
 
@@ -152,7 +152,7 @@ def test_frame_paths_that_are_not_frames_are_masked_with_a_reason(tmp_path):
     assert "not a regular file" in failures_by_video(tmp_path / "out")["clip"]["reason"]
     (e,) = read_examples(tmp_path / "out")
     assert e["mask"].tolist() == [1, 0, 0, 0, 1]
-    rows = [json.loads(l) for l in open(tmp_path / "out" / "bad_frames.jsonl")]
+    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "bad_frames"))]
     reasons = {r["frame"]: r["reason"] for r in rows}
     assert "not a regular file" in reasons[1] and "not a regular file" in reasons[2]
     assert "over --max_frame_bytes" in reasons[3]
@@ -298,12 +298,12 @@ def test_bfloat16_latents_are_kept(tmp_path):
 
 @pytest.mark.slow
 def test_files_with_the_same_name_in_different_folders_stay_apart(tmp_path):
-    for day in ("day1", "day2"):
+    for k, day in enumerate(("day1", "day2")):   # other content: another video
         write_records(str(tmp_path / "lat" / day / "part-0.tfrecord"),
-                      [latent_example(_frames(i), [i, 0]) for i in range(2)])
+                      [latent_example(_frames(i + 2 * k), [i, 0]) for i in range(2)])
         os.makedirs(tmp_path / "clips" / day.replace("day", "cam"))
         write_video(tmp_path / "clips" / day.replace("day", "cam") / "0001.mp4",
-                    solid_frames(8, size=(32, 48)))
+                    solid_frames(8, size=(32, 48), start=100 * k))
     run_job(str(tmp_path / "lat" / "*" / "*.tfrecord"), tmp_path / "lat_out", "--window", "4")
     assert {e["video_id"] for e in read_examples(tmp_path / "lat_out")} == {
         "day1/part-0.tfrecord:0", "day1/part-0.tfrecord:1",
@@ -320,10 +320,12 @@ def test_duplicate_ids_fail_every_copy_and_merge_nothing(tmp_path, frames_dir):
         {"video_id": "twice", "frames": frames_dir, "split": "train"},
         {"video_id": "twice", "frames": [os.path.join(frames_dir, "frame_0.png")] * 4,
          "split": "test"},
-        {"video_id": "b", "frames": frames_dir}])
+        # a's frames in another order: another video
+        {"video_id": "b", "frames": [os.path.join(frames_dir, f"frame_{i}.png")
+                                     for i in reversed(range(6))]}])
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--splits", "train=0.5,test=0.5", "--max_failure_fraction", "0.5")
-    rows = [json.loads(l) for l in open(tmp_path / "out" / "failures.jsonl")]
+    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "failures"))]
     assert [(r["video_id"], r["record_index"]) for r in rows] == [("twice", 1), ("twice", 2)]
     assert all("appears 2 times" in r["reason"] for r in rows)
     meta = read_dataset_json(tmp_path / "out")
@@ -338,4 +340,4 @@ def test_duplicate_ids_fail_every_copy_and_merge_nothing(tmp_path, frames_dir):
     run_job(str(tmp_path / "lat" / "*"), tmp_path / "lat_out", "--window", "4", "--stride", "2",
             "--id_feature", "vid", "--max_failure_fraction", "0.5", "--num_shards", "2")
     assert {e["video_id"] for e in read_examples(tmp_path / "lat_out")} == {"y", "z", "w"}
-    assert [r["record_index"] for r in map(json.loads, open(tmp_path / "lat_out" / "failures.jsonl"))] == [0, 2]
+    assert [r["record_index"] for r in map(json.loads, open(sidecar(tmp_path / "lat_out", "failures")))] == [0, 2]

@@ -13,8 +13,8 @@ import pytest
 from beam_jobs.core import ids
 from beam_jobs.cut import keys
 from helpers import (failures_by_video, job_line, latent_example, read_dataset_json, read_examples,
-                     run_job, solid_frames, write_frame_folder, write_manifest, write_records,
-                     write_video)
+                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
+                     write_records, write_video)
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
 
@@ -66,7 +66,7 @@ def test_latent_files_named_in_any_bytes_get_escaped_nfc_ids(tmp_path):
     by_id = {e["video_id"]: e for e in read_examples(out)}
     assert by_id["lat\\xe9.tfrecord:1"]["window"][0].tolist() == [21, 21]
     assert len(by_id) == 22 and not any(NFC in i or NFD in i for i in by_id)
-    failures = _strict_json(out / "failures.jsonl")
+    failures = _strict_json(sidecar(out, "failures"))
     assert [r["video_id"] for r in failures] == [f"{NFC}.tfrecord:0"] * 2
     assert all("appears 2 times" in r["reason"] for r in failures)
     assert read_dataset_json(out)["flags"]["input"] == [str(tmp_path) + "/in\\xff/*"]
@@ -75,14 +75,13 @@ def test_latent_files_named_in_any_bytes_get_escaped_nfc_ids(tmp_path):
 @pytest.mark.slow
 def test_id_feature_spellings_of_one_text_are_one_id(tmp_path):
     """`--id_feature` ids are NFC too: NFD and NFC `café` records are duplicates."""
-    frames = np.zeros((8, 2), np.float32)
-    write_records(str(tmp_path / "in" / "a.tfrecord"), [
-        latent_example(frames, video_id=name) for name in [f"v{i}" for i in range(8)] + [
-            NFC, NFD]])
+    write_records(str(tmp_path / "in" / "a.tfrecord"), [   # each its own frames
+        latent_example(np.full((8, 2), i, np.float32), video_id=name)
+        for i, name in enumerate([f"v{i}" for i in range(8)] + [NFC, NFD])])
     out = tmp_path / "out"
     run_job(str(tmp_path / "in" / "*"), out, "--window", "4", "--id_feature", "vid",
             "--metadata_feature", "", "--max_failure_fraction", "0.2")
-    assert [r["video_id"] for r in _strict_json(out / "failures.jsonl")] == [NFC] * 2
+    assert [r["video_id"] for r in _strict_json(sidecar(out, "failures"))] == [NFC] * 2
     assert {e["video_id"] for e in read_examples(out)} == {f"v{i}" for i in range(8)}
 
 
@@ -93,18 +92,18 @@ def test_video_files_named_in_any_bytes_get_escaped_ids_that_collide_loudly(tmp_
     latter is given by name: Beam's `*` never matches a backslash.)"""
     folder = os.fsencode(str(tmp_path / "clips"))
     os.makedirs(folder)
-    write_video(tmp_path / "clips" / "a.mp4", solid_frames(8))
-    for name in (b"d\xff\xfe.mp4", b"caf\xe9.mp4", b"caf\\xe9.mp4"):
-        shutil.copy(tmp_path / "clips" / "a.mp4", folder + b"/" + name)
+    for i, name in enumerate((b"a.mp4", b"d\xff\xfe.mp4", b"caf\xe9.mp4", b"caf\\xe9.mp4")):
+        write_video(tmp_path / "tmp.mp4", solid_frames(8, start=i))   # each its own frames
+        shutil.move(tmp_path / "tmp.mp4", folder + b"/" + name)
     out = tmp_path / "out"
     run_job(str(tmp_path / "clips" / "*.mp4"), out, "--input",
             str(tmp_path / "clips" / "caf\\xe9.mp4"), "--window", "4",
             "--max_failure_fraction", "0.5")
     _check_written(out)
     assert {e["video_id"] for e in read_examples(out)} == {"a", "d\\xff\\xfe"}
-    videos = {r["video_id"]: r for r in _strict_json(out / "videos.jsonl")}
+    videos = {r["video_id"]: r for r in _strict_json(sidecar(out, "videos"))}
     assert videos["d\\xff\\xfe"]["source"] == str(tmp_path / "clips" / "d\\xff\\xfe.mp4")
-    failures = _strict_json(out / "failures.jsonl")
+    failures = _strict_json(sidecar(out, "failures"))
     assert [r["source"] for r in failures] == [str(tmp_path / "clips" / "caf\\xe9.mp4")] * 2
     assert all(r["video_id"] == "caf\\xe9" and "appears 2 times" in r["reason"]
                for r in failures)
@@ -115,16 +114,17 @@ def test_lone_surrogates_in_manifest_fields_are_failure_rows(tmp_path):
     """One bad row among 30 good ones: a lone surrogate in the id, a frame path or a
     labels path makes that row a failure naming the field; the rest is cut."""
     write_frame_folder(tmp_path / "v", solid_frames(6))
-    rows = [{"video_id": f"ok{i}", "frames": "v"} for i in range(30)] + [
-        {"video_id": "bad\ud800", "frames": "v"},
-        {"video_id": "frames", "frames": "v\udce9"},
-        {"video_id": "frame_list", "frames": ["v/frame_0.png", "v/frame_1\udfff.png"]},
-        {"video_id": "labels", "frames": "v", "labels": "l\ud800.csv"}]
+    rows = [{"video_id": f"ok{i}", "frames": "v", "metadata": [i]} for i in range(30)] + [
+        {"video_id": "bad\ud800", "frames": "v", "metadata": [0]},
+        {"video_id": "frames", "frames": "v\udce9", "metadata": [0]},
+        {"video_id": "frame_list", "frames": ["v/frame_0.png", "v/frame_1\udfff.png"],
+         "metadata": [0]},
+        {"video_id": "labels", "frames": "v", "labels": "l\ud800.csv", "metadata": [0]}]
     write_manifest(tmp_path / "m.jsonl", rows)      # json.dumps writes "\ud800" escapes
     out = tmp_path / "out"
     run_job(str(tmp_path / "m.jsonl"), out, "--window", "3", "--max_failure_fraction", "0.2")
     _check_written(out)
-    failures = {r["record_index"]: r for r in _strict_json(out / "failures.jsonl")}
+    failures = {r["record_index"]: r for r in _strict_json(sidecar(out, "failures"))}
     assert sorted(failures) == [30, 31, 32, 33]
     assert failures[30]["video_id"] is None
     assert failures[30]["reason"] == ("video_id is not valid Unicode text (a lone "
@@ -146,7 +146,7 @@ def test_a_frame_named_in_any_bytes_is_a_masked_frame_with_an_escaped_path(tmp_p
     out = tmp_path / "out"
     run_job(str(tmp_path / "m.jsonl"), out, "--window", "7")
     _check_written(out)
-    (row,) = _strict_json(out / "bad_frames.jsonl")
+    (row,) = _strict_json(sidecar(out, "bad_frames"))
     assert row["where"] == str(tmp_path / "v" / "frame_3\\xe9.png") and row["frame"] == 4
     (e,) = read_examples(out)
     assert e["mask"].tolist() == [1, 1, 1, 1, 0, 1, 1]
@@ -159,9 +159,8 @@ def test_manifest_ids_are_never_stripped_and_are_nfc(tmp_path):
     id alone is stored, and hashed into its split, as NFC."""
     write_frame_folder(tmp_path / "v", solid_frames(6))
     naive = unicodedata.normalize("NFD", "naïve")
-    rows = [{"video_id": " padded ", "frames": "v"}, {"video_id": "plain", "frames": "v"},
-            {"video_id": NFC, "frames": "v"}, {"video_id": NFD, "frames": "v"},
-            {"video_id": naive, "frames": "v"}]
+    rows = [{"video_id": video_id, "frames": "v", "metadata": [i]}   # each its own video
+            for i, video_id in enumerate([" padded ", "plain", NFC, NFD, naive])]
     write_manifest(tmp_path / "m.jsonl", rows)
     out = tmp_path / "out"
     run_job(str(tmp_path / "m.jsonl"), out, "--window", "3", "--splits",
@@ -171,8 +170,8 @@ def test_manifest_ids_are_never_stripped_and_are_nfc(tmp_path):
     assert set(failures) == {" padded ", NFC}
     assert "has spaces around it" in failures[" padded "]["reason"]
     assert "appears 2 times" in failures[NFC]["reason"]
-    assert len(_strict_json(out / "failures.jsonl")) == 3
-    videos = {r["video_id"]: r for r in _strict_json(out / "videos.jsonl")}
+    assert len(_strict_json(sidecar(out, "failures"))) == 3
+    videos = {r["video_id"]: r for r in _strict_json(sidecar(out, "videos"))}
     nfc_naive = unicodedata.normalize("NFC", naive)
     assert set(videos) == {"plain", nfc_naive}
     splits = {"train": 0.5, "validation": 0.5}
@@ -205,8 +204,9 @@ def test_a_glob_that_matches_only_manifests_reads_them_as_manifests(tmp_path):
     """(They were read as TFRecords of latents.)"""
     write_frame_folder(tmp_path / "v", solid_frames(6))
     (tmp_path / "m").mkdir()
-    write_manifest(tmp_path / "m" / "a.jsonl", [{"video_id": "a", "frames": "../v"}])
-    write_manifest(tmp_path / "m" / "b.jsonl", [{"video_id": "b", "frames": "../v"}])
+    for i, name in enumerate("ab"):   # one frame folder, two videos (their metadata)
+        write_manifest(tmp_path / "m" / f"{name}.jsonl",
+                       [{"video_id": name, "frames": "../v", "metadata": [i]}])
     run_job(str(tmp_path / "m" / "*"), tmp_path / "out", "--window", "3")
     assert {e["video_id"] for e in read_examples(tmp_path / "out")} == {"a", "b"}
 

@@ -46,7 +46,7 @@ def test_the_base_install_is_the_light_reader_and_each_extra_adds_its_part(tmp_p
     assert requires[""] == {"numpy", "google-crc32c", "pillow", "fsspec"}
     assert requires["tf"] == {"tensorflow-cpu"}
     # the job imports no TensorFlow: its install (and its sample) goes without it
-    assert requires["beam"] == {"apache-beam", "av", "gcsfs"}
+    assert requires["beam"] == {"apache-beam", "av", "gcsfs", "psutil"}
     # CI runs the Grain and PyTorch adapters' tests
     assert {"tensorflow-cpu", "apache-beam", "grain", "torch", "pytest"} <= requires["dev"]
 

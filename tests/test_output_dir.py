@@ -96,7 +96,7 @@ def test_every_spelling_of_the_output_dir_gets_the_same_protection(
     run_job(small_input, arg, "--window", "6", "--overwrite")
     assert read_dataset_json(real)["run_id"] != first
     assert plain_names(os.listdir(real)) == ["dataset.json", "dataset_info.json",
-                                             "failures.jsonl", "features.json",
+                                             "failures.jsonl",
                                              "train-00000-of-00001.tfrecord",
                                              "train-00000-of-00001.tfrecord.index",
                                              "videos.jsonl"]
@@ -201,6 +201,6 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng, capsys):
     assert read_dataset_json(out)["window"]["length"] == 8
     assert_verified(out)
     assert plain_names(os.listdir(out)) == [
-        "dataset.json", "dataset_info.json", "failures.jsonl", "features.json"] + [
+        "dataset.json", "dataset_info.json", "failures.jsonl"] + [
         f"train-0000{i}-of-00003.tfrecord{x}" for i in range(3) for x in ("", ".index")] + [
         "videos.jsonl"]

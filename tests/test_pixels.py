@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failed_run_file, read_dataset_json, read_examples, run_job, solid_frames,
-                     write_frame_folder, write_manifest, write_video)
+from helpers import (failed_run_file, read_dataset_json, read_examples, run_job, sidecar,
+                     solid_frames, write_frame_folder, write_manifest, write_video)
 
 
 def _by_video(examples):
@@ -112,7 +112,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     assert _level(e["window"][5]) == 4
     meta = read_dataset_json(tmp_path / "out")
     assert meta["splits"]["train"]["bad_frames"] == 2
-    rows = [json.loads(l) for l in open(tmp_path / "out" / "bad_frames.jsonl")]
+    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "bad_frames"))]
     assert [(r["video_id"], r["frame"], os.path.basename(r["where"])) for r in rows] == [
         ("v", 2, "frame_2.png"), ("v", 4, "gone.png")]
     assert rows[0]["reason"] == "not an image file Pillow can decode"
@@ -186,8 +186,8 @@ def test_bad_videos_go_to_failures(tmp_path):
     (tmp_path / "corrupt").mkdir()
     for i in range(3):
         (tmp_path / "corrupt" / f"f{i}.png").write_bytes(b"garbage")
-    rows = [{"video_id": f"ok{i}", "frames": "good", "labels": [0] * 6, "metadata": [1]}
-            for i in range(3)]
+    rows = [{"video_id": f"ok{i}", "frames": "good", "labels": [0] * 6, "metadata": [i]}
+            for i in range(3)]   # one frame folder, three videos (their metadata)
     rows += [
         {"video_id": "short_labels", "frames": "good", "labels": [0] * 5, "metadata": [1]},
         {"video_id": "long_labels", "frames": "good", "labels": [0] * 7, "metadata": [1]},
@@ -206,13 +206,13 @@ def test_bad_videos_go_to_failures(tmp_path):
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--max_failure_fraction", "0.9")
     reasons = {r["video_id"]: r["reason"]
-               for r in map(json.loads, open(tmp_path / "out" / "failures.jsonl"))}
+               for r in map(json.loads, open(sidecar(tmp_path / "out", "failures")))}
     assert "5 labels, but the video has more frames" in reasons["short_labels"]
     assert "7 labels for 6 frames" in reasons["long_labels"]
     assert "metadata has 2 values, expected 1" in reasons["meta"]
     assert "48x64" in reasons["size"] and "--frame_size" in reasons["size"]
     assert "cannot decode video" in reasons["unreadable"]
-    rows = {r["video_id"]: r for r in map(json.loads, open(tmp_path / "out" / "failures.jsonl"))}
+    rows = {r["video_id"]: r for r in map(json.loads, open(sidecar(tmp_path / "out", "failures")))}
     assert (rows["unreadable"]["source"], rows["unreadable"]["record_index"]) == (
         str(tmp_path / "m.jsonl"), 7)   # video rows name the manifest and row too
     assert reasons["nothing"] == "no frames"

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.records import KeyedExample, VideoCount
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.cut.examples import CutConfig, CutWindows
+from beam_jobs.cut.examples import CutConfig, CutWindows, FrameDigest
 from beam_jobs.shuffle.config import ShardConfig
 from beam_jobs.shuffle.plan import (BucketSpan, FileSpan, Segment, ShardTask, SortedFile,
                                     bucket_of, num_shards_for, plan_shards)
@@ -143,6 +143,34 @@ def test_plan_cuts_ranks_across_buckets_evenly():
     assert len(_plan(files, ("train",), 4, shard_bytes=40)) == 4  # 150 bytes / 40 a shard
 
 
+def _digest(frames) -> str:
+    """A video's digest, its frames given one at a time (the cut takes a latent
+    sequence whole: both give the same)."""
+    digest = FrameDigest()
+    for one in frames:
+        digest.add(one)
+    return digest.hexdigest()
+
+
+def test_a_video_is_known_by_its_frames_labels_and_metadata():
+    frames = np.arange(12, dtype=np.float32).reshape(6, 2)
+    whole = FrameDigest()
+    whole.add_sequence(frames)
+    assert whole.hexdigest() == _digest(frames)
+    assert _digest(frames[:5]) != _digest(frames) != _digest(frames[::-1])
+    assert _digest(frames.astype(np.float64)) != _digest(frames)
+    labelled = [FrameDigest(), FrameDigest(), FrameDigest(np.ones(2, np.float32))]
+    for i, one in enumerate(frames):
+        labelled[0].add(one, label=np.float32(i))
+        labelled[1].add(one, label=np.float32(-i))
+        labelled[2].add(one, label=np.float32(i))
+    assert len({d.hexdigest() for d in labelled} | {_digest(frames)}) == 4
+    masked = FrameDigest()
+    for i, one in enumerate(frames):
+        masked.add(one, valid=i != 3)
+    assert masked.hexdigest() != _digest(frames)
+
+
 def test_cut_windows_keys_and_counts():
     features = data_format.window_features(data_format.FeatureSpec.for_array("window", (4, 2),
                                                                        "float32"))
@@ -152,8 +180,9 @@ def test_cut_windows_keys_and_counts():
         out = (p | beam.Create([video, short])
                | CutWindows(features, CutConfig(WindowConfig(4, 3, "align_end"),
                                                 {"train": 1.0})))
-        assert_that(out.videos, equal_to([VideoCount("train", 3, 0, 10, "v"),
-                                                  VideoCount("train", 0, 0, 3, "s")]),
+        digests = [_digest(video.sequence), _digest(short.sequence)]
+        assert_that(out.videos, equal_to([VideoCount("train", 3, 0, 10, "v", digest=digests[0]),
+                                          VideoCount("train", 0, 0, 3, "s", digest=digests[1])]),
                     label="Counts")
         starts = out.examples | beam.Map(
             lambda e: tf.train.Example.FromString(e.example).features.feature["start"]

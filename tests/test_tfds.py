@@ -1,6 +1,7 @@
 """TensorFlow Datasets reads the job's kinds as they are: `tfds.builder_from_directory`
-on the dataset_info.json and features.json the job writes, with the values of our readers,
-for every encoding; --verify checks the two files and --overwrite replaces them."""
+on the dataset_info.json the job writes (the features inside it), with the values of our
+readers, for every encoding; --verify checks it, --overwrite replaces it, and a run
+rewrites one a kill left behind."""
 import dataclasses
 import json
 import os
@@ -18,7 +19,7 @@ from helpers import (read_dataset_json, run_job)
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-TFDS_FILES = ["dataset_info.json", "features.json"]
+TFDS_FILES = ["dataset_info.json"]
 
 
 @tfds.decode.make_decoder()
@@ -101,15 +102,17 @@ def test_verify_names_an_edited_tfds_file(kinds, tmp_path, capsys):
     info = json.loads((copy / "dataset_info.json").read_text())
     info["splits"][0]["shardLengths"][0] = str(int(info["splits"][0]["shardLengths"][0]) + 1)
     (copy / "dataset_info.json").write_text(json.dumps(info))
-    (copy / "features.json").unlink()
     with pytest.raises(SystemExit) as exit:
         inspect.main([str(copy), "--verify"])
     problems = capsys.readouterr().err.splitlines()
-    assert exit.value.code == 1 and problems[0] == "verify: 2 problems; the first:"
+    assert exit.value.code == 1 and problems[0] == "verify: 1 problem; the first:"
     assert problems[1:] == [
-        "  dataset_info.json: not what dataset.json gives (regenerate it with "
-        "readers.format.tfds_info.files)",
-        "  features.json: missing"]
+        "  dataset_info.json: not what dataset.json gives, nor the view of an earlier commit "
+        "whose shards are all there (regenerate it with readers.format.tfds_info.files)"]
+    (copy / "dataset_info.json").unlink()
+    with pytest.raises(SystemExit):
+        inspect.main([str(copy), "--verify"])
+    assert "dataset_info.json: missing" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import os
 import av
 import pytest
 
-from helpers import read_examples, run_job, solid_frames, write_video
+from helpers import read_examples, run_job, sidecar, solid_frames, write_video
 
 pytestmark = pytest.mark.slow   # every test runs the job
 
@@ -22,8 +22,8 @@ def _clip(tmp_path, name: str, times: list[float]) -> str:
                        times=times)
 
 
-def _rows(out, name: str) -> dict:
-    with open(os.path.join(out, name)) as f:
+def _rows(out, kind: str) -> dict:
+    with open(sidecar(out, kind)) as f:
         return {row["video_id"]: row for row in map(json.loads, f)}
 
 
@@ -52,7 +52,7 @@ def _the_failure(tmp_path) -> dict:
     run_job(str(tmp_path / "clips" / "*.mp4"), tmp_path / "out", "--window", "10",
             "--tail", "drop", "--fps", str(FPS), "--frame_encoding", "raw",
             "--max_failure_fraction", "0.5")
-    (row,) = _rows(tmp_path / "out", "failures.jsonl").values()
+    (row,) = _rows(tmp_path / "out", "failures").values()
     return row
 
 
@@ -68,7 +68,7 @@ def test_a_timestamp_jump_fails_its_video_and_a_pause_under_the_bound_does_not(t
     levels = _levels(tmp_path / "out")
     assert levels == {"steady": steady}
     assert _longest_run(levels["steady"]) <= 5 * FPS + 1
-    assert _rows(tmp_path / "out", "videos.jsonl")["steady"]["frames"] == len(steady)
+    assert _rows(tmp_path / "out", "videos")["steady"]["frames"] == len(steady)
 
 
 def test_a_timeline_past_the_declared_duration_fails_unless_the_bound_is_raised(tmp_path):
@@ -89,7 +89,7 @@ def test_a_timeline_past_the_declared_duration_fails_unless_the_bound_is_raised(
     run_job(str(tmp_path / "clips" / "drift.mp4"), tmp_path / "raised", "--window", "10",
             "--tail", "drop", "--fps", str(FPS), "--frame_encoding", "raw",
             "--max_timestamp_gap", "10")
-    assert not os.path.getsize(tmp_path / "raised" / "failures.jsonl")
+    assert not os.path.getsize(sidecar(tmp_path / "raised", "failures"))
     (drift,) = _levels(tmp_path / "raised").values()
     made = list(range(6)) + [6] * 40 + [7] * 40 + [8] * 40 + [9] * 40   # 4 s: 40 copies
     assert drift == made[:160]                                         # whole windows

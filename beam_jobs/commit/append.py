@@ -29,7 +29,7 @@ from readers import format as data_format
 # Flags that decide how the job runs or how windows are cut into shards, not what a
 # window holds: an append may give other values.
 FREE_FLAGS = frozenset({
-    "input", "output_dir", "overwrite", "append", "detach", "all_cores",
+    "input", "output_dir", "overwrite", "append", "retry_failed", "detach", "all_cores",
     "progress_interval", "num_shards", "shard_size_mb", "max_failure_fraction", "shuffle",
     "shuffle_bucket_mb", "spill_buffer_mb", "encoder_device", "encoder_batch_size"})
 APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one
@@ -38,24 +38,33 @@ class Known(NamedTuple):
     spec: data_format.DatasetSpec
     videos: beam.PCollection        # the rows of its videos.jsonl
     bad_frames: beam.PCollection    # the rows of its bad_frames.jsonl
-    ids: beam.pvalue.AsSideInput    # the set of its video ids
+    failures: beam.PCollection      # the rows of its failures.jsonl
+    ids: beam.pvalue.AsSideInput    # the ids to skip: its videos', and its failures'
+                                    # unless --retry_failed
+    digests: beam.PCollection       # (frame digest, video id) of its videos that have one
 
 
-def read_known(pipeline: beam.Pipeline, output_dir: str,
-               spec: data_format.DatasetSpec) -> Known:
+def read_known(pipeline: beam.Pipeline, output_dir: str, spec: data_format.DatasetSpec,
+               retry_failed: bool = False) -> Known:
     """The committed dataset's rows and ids, read by the pipeline (a distributed runner's
     workers read them, not the launcher)."""
-    def rows(name: str) -> beam.PCollection:
-        if name not in spec.files:
-            return pipeline | f"No{name}" >> beam.Create([])
-        return (pipeline | f"Read{name}" >> beam.io.ReadFromText(paths.join(output_dir, name))
-                | f"Parse{name}" >> beam.Map(json.loads))
+    def rows(kind: str) -> beam.PCollection:
+        name = spec.sidecars.get(kind)
+        if name is None:
+            return pipeline | f"No{kind}" >> beam.Create([])
+        return (pipeline | f"Read{kind}" >> beam.io.ReadFromText(paths.join(output_dir, name))
+                | f"Parse{kind}" >> beam.Map(json.loads))
 
-    videos = rows(data_format.VIDEOS_JSONL)
-    ids = (videos | "KnownIds" >> beam.Map(lambda row: row["video_id"])
-           | "IdSet" >> beam.combiners.ToSet())
-    return Known(spec, videos, rows(data_format.BAD_FRAMES_JSONL),
-                 beam.pvalue.AsSingleton(ids))
+    videos, failures = rows("videos"), rows("failures")
+    ids = [videos | "KnownIds" >> beam.Map(lambda row: row["video_id"])]
+    if not retry_failed:
+        ids.append(failures | "FailedIds" >> beam.FlatMap(
+            lambda row: [row["video_id"]] if row.get("video_id") else []))
+    id_set = ids | "AllKnownIds" >> beam.Flatten() | "IdSet" >> beam.combiners.ToSet()
+    digests = videos | "KnownDigests" >> beam.FlatMap(
+        lambda row: [(row["digest"], row["video_id"])] if row.get("digest") else [])
+    return Known(spec, videos, rows("bad_frames"), failures,
+                 beam.pvalue.AsSingleton(id_set), digests)
 
 
 def _shown(value: Any) -> str:

@@ -42,7 +42,8 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                                f"{counts[split]['windows']} windows cut")
     dataset = data_format.DatasetSpec(
         window=config.windows.to_json(), features=tuple(config.features),
-        compression=config.compression, failures=tally.failed, flags=dict(config.flags),
+        compression=config.compression, failures=tally.failed + tally.remembered,
+        flags=dict(config.flags),
         run_id=run_id, generations=(data_format.Generation(
             run_id, tally.total("videos"), tally.total("windows"),
             tally.total("skipped_short"), tally.failed, tally.skipped, __version__),),
@@ -51,6 +52,8 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
             **config.encoder, "devices_used": tally.devices},
+        sidecars={kind: name for kind in data_format.SIDECAR_KINDS for name in sidecars
+                  if name == data_format.sidecar_name(kind, run_id)},
         splits={split: data_format.SplitInfo(
                     **counts[split],
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
@@ -62,8 +65,9 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
 def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
            ) -> data_format.DatasetSpec:
     """`base` with `new` (one generation, this run's) added: per split the counts summed
-    and the new shards after the old; every file of both; the generations in order.
-    The rest (flags, failures: those of failures.jsonl) is the new run's."""
+    and the new shards after the old; every file of both but the base's sidecars and
+    TFDS files, which the new ones replace; the generations in order. The rest (flags,
+    failures: those of failures.jsonl) is the new run's."""
     splits = {}
     for name in new.splits:
         old, added = base.splits[name], new.splits[name]
@@ -76,6 +80,9 @@ def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
     return data_format.DatasetSpec(
         window=new.window, features=new.features, compression=new.compression,
         splits=splits, failures=new.failures, flags=new.flags, encoder=encoder,
-        run_id=new.run_id, files=tuple(sorted({*base.files, *new.files})),
+        run_id=new.run_id, files=tuple(sorted(
+            {*base.files, *new.files} - {*base.sidecars.values(), *data_format.TFDS_FILES}
+            | set(new.files))),
         job_version=new.job_version, input_kind=new.input_kind, frame=new.frame,
-        labels=new.labels, generations=(*base.generations, *new.generations))
+        labels=new.labels, generations=(*base.generations, *new.generations),
+        sidecars=new.sidecars)

@@ -12,7 +12,8 @@ COMMIT = "commit"
 NOTHING_NEW = "nothing new"              # an append whose every video the dataset has
 TOO_MANY_FAILURES = "too many failures"  # over --max_failure_fraction
 NO_WINDOW = "no window"                  # nothing to commit: every video too short, or none read
-OUTCOMES = (COMMIT, NOTHING_NEW, TOO_MANY_FAILURES, NO_WINDOW)
+IDS_TWICE = "ids twice"                  # videos.jsonl would list a video twice
+OUTCOMES = (COMMIT, NOTHING_NEW, TOO_MANY_FAILURES, NO_WINDOW, IDS_TWICE)
 
 
 class Counts(NamedTuple):
@@ -21,6 +22,7 @@ class Counts(NamedTuple):
     failed: int    # failed input records or videos
     windows: int   # the good videos' windows
     longest: int   # the longest good video's frames
+    twice: int = 0  # the video ids the new videos.jsonl would list more than once
 
 
 class Decision(NamedTuple):
@@ -38,6 +40,10 @@ def decide(counts: Counts, max_failure_fraction: float, window: int,
     none has a window (too short: their ids are then known); an append with no new video
     at all commits nothing and is no error."""
     good, failed = counts.good, counts.failed
+    if counts.twice:   # never committed: a dataset that fails --verify
+        return Decision(IDS_TWICE, f"{counts.twice} video id{'s' * (counts.twice > 1)} "
+                                   "would be listed twice in the videos file, which a "
+                                   "dataset never does")
     if appending and not good and not failed:
         return Decision(NOTHING_NEW, "every input video is in the dataset already")
     if failed and failed / (failed + good) > max_failure_fraction:

@@ -11,22 +11,24 @@ import apache_beam as beam
 from beam_jobs import outdir
 from beam_jobs.commit import append, decide
 from beam_jobs.commit.dataset import DatasetConfig, build_spec
+from beam_jobs.commit.failures import MergeFailures
 from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
-from beam_jobs.commit.tally import BASE_ROW, FAILED, SHARD, SKIPPED, VIDEO, Tally, TallyFn
+from beam_jobs.commit.tally import FAILED, SHARD, SKIPPED, TWICE, VIDEO, Tally, TallyFn
 from beam_jobs.core import progress, storage
 from beam_jobs.core.records import VideoCount
 from beam_jobs.core.run_dir import RunDir
 from readers import format as data_format
-from readers.format import tfds_info
 
 # The counters the launcher reads: one per outcome, and the counts a decision takes.
 OUTCOME_COUNTERS = {decide.COMMIT: "datasets_committed",
                     decide.NOTHING_NEW: "appends_with_nothing_new",
                     decide.TOO_MANY_FAILURES: "runs_with_too_many_failures",
-                    decide.NO_WINDOW: "datasets_without_windows"}
+                    decide.NO_WINDOW: "datasets_without_windows",
+                    decide.IDS_TWICE: "datasets_with_ids_twice"}
 GOOD_VIDEOS, FAILED_VIDEOS, WINDOWS = "videos_ok", "videos_failed", "windows_committed"
 LONGEST_VIDEO = "longest_video_frames"   # a distribution: its max
 SKIPPED_EXISTING = "videos_skipped_existing"
+IDS_TWICE = "video_ids_twice"
 
 
 class FinalizeInputs(NamedTuple):
@@ -43,11 +45,15 @@ def _failure_key(row: dict) -> tuple:
             row["video_id"] or "")
 
 
-SIDECAR_FILES = (
-    JsonlFile(data_format.VIDEOS_JSONL, lambda row: (row["split"], row["video_id"])),
-    JsonlFile(data_format.FAILURES_JSONL, _failure_key),
-    JsonlFile(data_format.BAD_FRAMES_JSONL,
-              lambda row: (row["video_id"], row["source"], row["frame"]), when_empty=False))
+def sidecar_files(run_id: str) -> tuple[JsonlFile, ...]:
+    """The sidecars a run writes, named by its run id, and the order of their rows."""
+    def name(kind: str) -> str:
+        return data_format.sidecar_name(kind, run_id)
+    return (JsonlFile(name("videos"), lambda row: (row["split"], row["video_id"])),
+            JsonlFile(name("failures"), _failure_key),
+            JsonlFile(name("bad_frames"),
+                      lambda row: (row["video_id"], row["source"], row["frame"]),
+                      when_empty=False))
 
 
 def _count(tally: Tally, decision: decide.Decision) -> None:
@@ -58,6 +64,7 @@ def _count(tally: Tally, decision: decide.Decision) -> None:
     progress.counter(WINDOWS).inc(counts.windows)
     progress.distribution(LONGEST_VIDEO).update(counts.longest)
     progress.counter(SKIPPED_EXISTING).inc(tally.skipped)
+    progress.counter(IDS_TWICE).inc(tally.twice)
 
 
 def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetConfig,
@@ -71,47 +78,61 @@ def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetC
     nothing new leaves no run folder). `base`: the dataset an --append adds a
     generation to.
     """
-    if base is not None:
-        listed = sum(s.videos + s.skipped_short for s in base.splits.values())
-        if tally.base_rows != listed:
-            raise RuntimeError(
-                f"{run.output(data_format.VIDEOS_JSONL)} lists {tally.base_rows} videos, its "
-                f"dataset.json {listed}: it is not the dataset's own (a commit stopped "
-                "half-way?), so the ids to skip are not known; rebuild with --overwrite")
     decision = decide.decide(tally.decision_counts(), config.max_failure_fraction,
                              config.windows.window, appending=base is not None)
     _count(tally, decision)
-    if decision.outcome == decide.NOTHING_NEW:
-        outdir.delete_run_folder(run)
-        return False
-    if not decision.commits:
+    if not decision.commits:   # shards of no window (nothing new) go too
         storage.delete_files([run.output(name) for s in tally.shards
                               for name in (s.file, s.offsets) if name], run.output_dir)
-        outdir.delete_temp(run)
+        if decision.outcome == decide.NOTHING_NEW:
+            outdir.delete_run_folder(run)
+        else:
+            outdir.delete_temp(run)
         return False
     dataset = build_spec(config, run.run_id, tally, sidecars, base)
+    lost = outdir.LeaseLost(f"another run took the lease on {run.output_dir} (this run "
+                            "was paused or stopped renewing it): this run commits nothing; "
+                            "what it wrote there the next run removes")
     if not outdir.holds_lease(run):
-        raise RuntimeError(f"another run took the lease on {run.output_dir}; this run "
-                           "does not commit its dataset")
-    commit(run, dataset, sidecars)
+        raise lost
+    try:
+        commit(run, dataset, sidecars)
+    except (FileNotFoundError, FileExistsError):
+        if outdir.holds_lease(run):
+            raise
+        raise lost from None
     return True
 
 
 def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
-    """The commit: dataset.json and the TFDS files (tfds_info, from the same spec)
-    written into the run folder (a full disk stops the run here, before anything in the
-    directory changed), the sidecars and TFDS files moved from the run folder into the
+    """The commit: dataset.json written into the run folder (a full disk stops the run
+    here, before anything in the directory changed), the sidecars (named by this run's
+    id, so no reader of the dataset before sees them) moved from the run folder into the
     directory, then dataset.json moved over the directory's (locally a rename; on GCS one
-    copy, atomic), which names this run's shards. Until this move, the directory's
-    dataset is the one before, whole (its shards untouched); from it on, this one."""
+    copy, atomic), which names this run's shards and sidecars. Until this move, the
+    directory's dataset is the one before, whole; from it on, this one. Then the derived
+    TFDS file is rewritten (outdir/derived.py; where a kill comes first, the next run
+    does it)."""
     staged = run.in_run_folder(data_format.DATASET_JSON)
-    storage.write_bytes(staged, dataset.to_json().encode("utf-8"))
-    tfds_files = tfds_info.files(dataset)
-    for name, data in tfds_files.items():
-        storage.write_bytes(run.in_run_folder(name), data)
-    for name in [*sidecars, *tfds_files]:
+    # Fenced by the lease: a run that took the lease over deleted this run's folder
+    # first (nothing to move then), and on GCS dataset.json must be the one it was.
+    storage.write_bytes(staged, dataset.to_json().encode("utf-8"), make_dirs=False)
+    for name in sidecars:
         storage.place(run.in_run_folder(name), run.output(name))
-    storage.place(staged, run.output(data_format.DATASET_JSON))
+    storage.place(staged, run.output(data_format.DATASET_JSON), run.dataset_generation)
+    outdir.write_derived(run.output_dir, dataset)
+
+
+class _IdsTwice(beam.PTransform):
+    """Rows of the videos.jsonl about to be committed -> (TWICE, 1) per video id they
+    list more than once (none, unless the committed videos file was tampered with): the
+    commit's own check that it lists each video once, as `--verify` will."""
+
+    def expand(self, rows):
+        return (rows | "Ids" >> beam.Map(lambda row: (row["video_id"], 1))
+                | "Count" >> beam.CombinePerKey(sum)
+                | "Twice" >> beam.Filter(lambda kv: kv[1] > 1)
+                | "Tally" >> beam.Map(lambda _: (TWICE, 1)))
 
 
 def _clean_up(committed: bool, run: RunDir) -> None:
@@ -132,8 +153,8 @@ class Finalize(beam.PTransform):
     videos.jsonl by (split, video_id), failures.jsonl by (source, record_index,
     video_id), bad_frames.jsonl by (video_id, source, frame).
 
-    `known`: what an --append knows of the dataset it adds to; the new videos.jsonl and
-    bad_frames.jsonl keep its rows (failures.jsonl is the run's own).
+    `known`: what an --append knows of the dataset it adds to; the new sidecars keep its
+    rows (failures: commit/failures.py).
     """
 
     def __init__(self, run: RunDir, config: DatasetConfig,
@@ -145,17 +166,21 @@ class Finalize(beam.PTransform):
         run, known = self._run, self._known
         video_rows = inputs.videos | "VideoRows" >> beam.Map(VideoCount.to_json)
         bad_frames = inputs.bad_frames
-        tallied = [inputs.videos | "TallyVideos" >> beam.Map(lambda v: (VIDEO, v)),
-                   inputs.shards | "TallyShards" >> beam.Map(lambda s: (SHARD, s)),
-                   inputs.failures | "TallyFailed" >> beam.Map(
-                       lambda row: (FAILED, row.get("records", 1))),
-                   inputs.skipped | "TallySkipped" >> beam.Map(lambda _: (SKIPPED, 1))]
+        failures = inputs.failures
+        failed = failures | "TallyFailed" >> beam.Map(lambda row: (FAILED, row.get("records", 1)))
         if known is not None:
             video_rows = (video_rows, known.videos) | "AllVideoRows" >> beam.Flatten()
             bad_frames = (bad_frames, known.bad_frames) | "AllBadFrames" >> beam.Flatten()
-            tallied.append(known.videos | "TallyBaseRows" >> beam.Map(lambda _: (BASE_ROW, 1)))
-        names = (video_rows, inputs.failures, bad_frames) | "Sidecars" >> WriteSortedJsonl(
-            run, SIDECAR_FILES)
+            failures, failed = (
+                failures, known.failures,
+                inputs.videos | "GoodIds" >> beam.Map(lambda v: v.video_id)
+            ) | "RememberFailures" >> MergeFailures()
+        tallied = [inputs.videos | "TallyVideos" >> beam.Map(lambda v: (VIDEO, v)),
+                   inputs.shards | "TallyShards" >> beam.Map(lambda s: (SHARD, s)), failed,
+                   inputs.skipped | "TallySkipped" >> beam.Map(lambda _: (SKIPPED, 1))]
+        tallied.append(video_rows | "IdsTwice" >> _IdsTwice())
+        names = (video_rows, failures, bad_frames) | "Sidecars" >> WriteSortedJsonl(
+            run, sidecar_files(run.run_id))
         tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
                  | "Tally" >> beam.CombineGlobally(TallyFn()))
         return (tally

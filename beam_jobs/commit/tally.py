@@ -1,7 +1,7 @@
 """What the commit needs of a run, in one combine: per split the videos, windows, frames
 and bad frames of the videos that gave no failure, the encoder devices that cut them, the
-longest video, the failed records, the videos an --append skipped and the rows it adds
-to, and the shards written (a small row each)."""
+longest video, the failed records, the videos an --append skipped, the video ids the
+new videos.jsonl would list twice, and the shards written (a small row each)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,14 +19,16 @@ class Tally(NamedTuple):
     "frames", "bad_frames"} (SplitInfo's counts) of the videos that gave no failure, the
     sorted encoder devices that cut them, the shards written (sorted), the longest
     video's frames, the failed input records or videos, the videos an --append skipped,
-    and the rows of the videos.jsonl it adds to."""
+    the video ids the new videos.jsonl would list more than once, and the failed records
+    of earlier runs it keeps (commit/failures.py)."""
     counts: dict
     devices: list
     shards: list
     longest: int = 0
     failed: int = 0
     skipped: int = 0
-    base_rows: int = 0
+    twice: int = 0
+    remembered: int = 0
 
     def total(self, name: str) -> int:
         """A count (one of SPLIT_COUNTS) summed over the splits."""
@@ -34,7 +36,7 @@ class Tally(NamedTuple):
 
     def decision_counts(self) -> Counts:
         return Counts(self.total("videos") + self.total("skipped_short"), self.failed,
-                      self.total("windows"), self.longest)
+                      self.total("windows"), self.longest, self.twice)
 
 
 def empty_counts() -> dict:
@@ -42,13 +44,14 @@ def empty_counts() -> dict:
 
 
 # Rows of the combine: (kind, value).
-VIDEO, SHARD, FAILED, SKIPPED, BASE_ROW = "video", "shard", "failed", "skipped", "base_row"
-_SUMMED = {FAILED: "failed", SKIPPED: "skipped", BASE_ROW: "base_rows"}
+VIDEO, SHARD, FAILED, SKIPPED, TWICE = "video", "shard", "failed", "skipped", "twice"
+REMEMBERED = "remembered"
+_SUMMED = {FAILED: "failed", SKIPPED: "skipped", TWICE: "twice", REMEMBERED: "remembered"}
 
 
 class TallyFn(beam.CombineFn):
     """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (SHARD, WrittenShard),
-    (FAILED, records), (SKIPPED, 1), (BASE_ROW, 1). One step for every count and the
+    (FAILED, records), (SKIPPED, 1), (TWICE, 1), (REMEMBERED, records). One step for every count and the
     shards, where a combine each would cost the job a fixed time each to build and run."""
 
     def create_accumulator(self) -> Tally:

@@ -20,6 +20,7 @@ class IoConfig:
     output_dir: str                 # normalized
     overwrite: bool
     append: bool
+    retry_failed: bool
     detach: bool
     all_cores: bool
     progress_interval: float

@@ -28,13 +28,14 @@ class VideoCount(NamedTuple):
     record_index: Optional[int] = None
     source_fps: Optional[float] = None   # a video file's frame rate
     encoder_device: Optional[str] = None # where the encoder ran on its frames
+    digest: str = ""                     # of its frames as given (cut/examples.py)
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""
         row = {"video_id": self.video_id, "split": self.split, "source": self.source,
                "record_index": self.record_index, "frames": self.frames,
                "windows": self.windows, "bad_frames": self.bad_frames,
-               "source_fps": self.source_fps}
+               "source_fps": self.source_fps, "digest": self.digest}
         if self.encoder_device:
             row["encoder_device"] = self.encoder_device
         return row

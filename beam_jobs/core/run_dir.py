@@ -6,8 +6,11 @@ writes is handed, and the layout of the directory's state folder.
         run.json                     run id, where its temp data lives, its side files, and
                                      the files of the dataset it replaces; deleted last
         shards.json                  the shard files it will write (before it writes them)
-        failures.jsonl ...           the sidecars of a run that did not commit
+        failures-RUN.jsonl ...       the sidecars of a run that did not commit
         tmp/                         its temp data (unless on local disk elsewhere)
+        lost_lease.json              only this, once cleared, for a run whose stale
+                                     lease another took over while it may still run:
+                                     a file it writes later is still known as its own
 
 What a run may claim, write and delete there is the output directory's part (outdir/);
 this is only the map, shared by the parts that write.
@@ -26,6 +29,7 @@ RUNS = "runs"
 LEASE_FILE = "lease.json"
 RUN_JSON = "run.json"
 SHARDS_JSON = "shards.json"
+LOST_LEASE = "lost_lease.json"
 TEMP = "tmp"
 
 
@@ -38,6 +42,11 @@ class RunDir:
     # The lease's token when the pipeline itself releases the lease (a distributed
     # runner: the launcher may be gone by then); None when the launcher does.
     lease_token: Optional[str] = None
+    # On GCS, dataset.json's generation when the run took the lease (0: none): its
+    # commit replaces only that one (storage.place), so a run that lost its lease never
+    # commits over the run that took it. Locally the commit's move finds nothing to
+    # move instead: the run that takes a lease deletes the loser's folder first.
+    dataset_generation: Optional[int] = None
 
     @property
     def state_dir(self) -> str:

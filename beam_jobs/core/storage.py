@@ -167,19 +167,21 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a small file whole (readers see the old or the new content, never half)."""
+def write_bytes(path: str, data: bytes, make_dirs: bool = True) -> None:
+    """Write a small file whole (readers see the old or the new content, never half).
+    `make_dirs=False`: FileNotFoundError where its local folder is gone."""
     if is_gcs(path):
         gcs_blob(path).upload_from_string(data)
         return
-    write_via_temp(path, data, os.replace)
+    write_via_temp(path, data, os.replace, make_dirs)
 
 
-def write_via_temp(path: str, data: bytes, put) -> None:
+def write_via_temp(path: str, data: bytes, put, make_dirs: bool = True) -> None:
     """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
     the temp file is gone afterwards, also when the write fails (a full disk: the
     OSError then names `path`, not the temp file or, as a failed write does, nothing)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if make_dirs:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
     temp = f"{path}.{uuid.uuid4().hex}.tmp"
     try:
         with open(temp, "wb") as f:
@@ -196,15 +198,31 @@ def write_via_temp(path: str, data: bytes, put) -> None:
             pass
 
 
-def place(source: str, target: str) -> None:
+def place(source: str, target: str, if_generation: Optional[int] = None) -> None:
     """Put a finished file of a run's folder at `target`, replacing it whole: locally one
     rename; on GCS a server-side copy, the source left for the run folder's deletion
-    after the commit (batched there, not one request here)."""
+    after the commit (batched there, not one request here), only while `target` is at
+    generation `if_generation` when given (0: absent), else FileExistsError."""
     if is_gcs(source):
+        from google.api_core import exceptions
         blob = gcs_blob(source)
-        blob.bucket.copy_blob(blob, gcs_blob(target).bucket, gcs_blob(target).name)
+        try:
+            blob.bucket.copy_blob(blob, gcs_blob(target).bucket, gcs_blob(target).name,
+                                  if_generation_match=if_generation)
+        except exceptions.PreconditionFailed:
+            raise FileExistsError(f"{target} changed") from None
         return
     os.replace(source, target)
+
+
+def generation(path: str) -> Optional[int]:
+    """A GCS object's generation (0 when absent), what `place` may be conditioned on;
+    None for a local path."""
+    if not is_gcs(path):
+        return None
+    blob = gcs_client().bucket(path[len("gs://"):].partition("/")[0]).get_blob(
+        path[len("gs://"):].partition("/")[2])
+    return 0 if blob is None else blob.generation
 
 
 def make_dirs(path: str) -> None:

@@ -1,5 +1,6 @@
-"""Videos whose id comes more than once: no copy of them is used; and the window keys that
-the shard writer must leave out.
+"""Videos whose id comes more than once: no copy of them is used; videos whose content
+another video has (the same frame digest, cut/examples.py): one is kept; and the window
+keys that the shard writer must leave out.
 
 Two videos with one id would share window keys and a split, and a reader could not tell
 them apart, so every copy is a failure. Duplicates are only known once every video is
@@ -9,6 +10,11 @@ copy is reported as a failure. The windows that a video which failed half-way ha
 already emitted (`Abandoned`) are left out the same way, and such a video counts as a
 copy of its id: its keys are those of any other video with that id.
 
+A video whose frames are those of a video the dataset has (an --append's `known`
+digests), or of another video of this run with a smaller id, is an alias: it is skipped
+(as a known id is) and its windows are left out, so one recording reached by two globs,
+a wider glob or a new file name is stored once, under one id, in one split.
+
 Nothing here gathers every video: ids are counted per key, only the ids that come more
 than once (and their copies) go on, and the side input holds only the keys to drop.
 """
@@ -16,17 +22,26 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
+import logging
+
 import apache_beam as beam
 
 from beam_jobs.core.records import VideoCount, failure
 from beam_jobs.cut.examples import CutConfig
 
 
+_LOG = logging.getLogger("beam_jobs.cut")
+ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process
+_ALIASES = "aliases"
+
+
 class Duplicates(NamedTuple):
     """The PCollections that `FindDuplicates` gives."""
-    unique: beam.PCollection     # VideoCount of every video whose id came once
+    unique: beam.PCollection     # VideoCount of every video whose id and content came once
     failures: beam.PCollection   # one failure row per copy of an id that came more than once
     dropped: beam.PCollection    # one dict {split: frozenset of keys}: a singleton side input
+    aliases: beam.PCollection    # the id of each video whose content another has
+    bad_frames: beam.PCollection # rows of bad_frames.jsonl, but those of aliases
 
 
 def copy_failures(video_id: str, copies: Iterable[VideoCount], times: int) -> list[dict]:
@@ -62,15 +77,49 @@ class _MergeKeys(beam.CombineFn):
         return {split: frozenset(keys) for split, keys in accumulator.items()}
 
 
+def _keys(video: VideoCount, config: CutConfig) -> tuple[str, list[int]]:
+    """(split, keys) of the windows a video gave."""
+    return video.split, [config.key(video.video_id, start)
+                         for start in config.starts(video.frames)]
+
+
+def _keep_one(element):
+    """(digest, {"new": VideoCounts, "known": ids}) -> the one video kept (none when the
+    dataset has the content), then each other as an alias of the one kept."""
+    _, groups = element
+    videos = sorted(groups["new"], key=lambda v: v.video_id)
+    kept = min(groups["known"], default=None)
+    for video in videos:
+        if kept is None:
+            kept = video.video_id
+            yield video
+        else:
+            yield beam.pvalue.TaggedOutput(_ALIASES, (video, kept))
+
+
+class _LogAliases(beam.DoFn):
+    """One line per alias, naming both ids, up to ALIASES_LOGGED per worker process."""
+    logged = 0
+
+    def process(self, alias):
+        video, kept = alias
+        if _LogAliases.logged < ALIASES_LOGGED:
+            _LogAliases.logged += 1
+            _LOG.info("skipped %r: its frames are those of %r%s", video.video_id, kept,
+                      "" if _LogAliases.logged < ALIASES_LOGGED else " (no more such lines)")
+        yield video.video_id
+
+
 class FindDuplicates(beam.PTransform):
-    """(VideoCounts, Abandoned) -> `Duplicates`."""
+    """(VideoCounts, Abandoned, bad frame rows, known) -> `Duplicates`. `known`: (digest,
+    video id) of each video the dataset an --append adds to has (none: a new dataset)."""
 
     def __init__(self, config: CutConfig):
         super().__init__()
         self._config = config
 
     def expand(self, inputs) -> Duplicates:
-        videos, abandoned = inputs
+        videos, abandoned, bad_frames, known = inputs
         config = self._config
         repeated = (
             (videos | "VideoIds" >> beam.Map(lambda v: v.video_id),
@@ -83,6 +132,12 @@ class FindDuplicates(beam.PTransform):
                               else v], beam.pvalue.AsDict(repeated)).with_outputs(
                                   "copies", main="unique")
         copies = parted.copies
+        by_content = (
+            {"new": parted.unique | "ByDigest" >> beam.Map(lambda v: (v.digest, v)),
+             "known": known}
+            | "GroupByDigest" >> beam.CoGroupByKey()
+            | "KeepOne" >> beam.FlatMap(_keep_one).with_outputs(_ALIASES, main="unique"))
+        aliases = by_content[_ALIASES]
         failures = (copies
                     | "KeyCopies" >> beam.Map(lambda v: (v.video_id, v))
                     | "GroupCopies" >> beam.GroupByKey()
@@ -91,9 +146,13 @@ class FindDuplicates(beam.PTransform):
                                                            times[group[0]]),
                         beam.pvalue.AsDict(repeated)))
         dropped = (
-            (copies | "KeysOfCopies" >> beam.Map(lambda v: (v.split, [
-                config.key(v.video_id, start) for start in config.starts(v.frames)])),
+            (copies | "KeysOfCopies" >> beam.Map(_keys, config),
+             aliases | "KeysOfAliases" >> beam.Map(lambda a: _keys(a[0], config)),
              abandoned | "KeysOfAbandoned" >> beam.Map(lambda a: (a.split, a.keys)))
             | "AllDropped" >> beam.Flatten()
             | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()))
-        return Duplicates(parted.unique, failures, dropped)
+        alias_ids = aliases | "LogAliases" >> beam.ParDo(_LogAliases())
+        bad_frames = bad_frames | "NotOfAliases" >> beam.Filter(
+            lambda row, ids: row["video_id"] not in ids,
+            beam.pvalue.AsSingleton(alias_ids | "AliasSet" >> beam.combiners.ToSet()))
+        return Duplicates(by_content.unique, failures, dropped, alias_ids, bad_frames)

@@ -6,10 +6,15 @@ video turns out unusable (and may put facts about its source in the dict `info`)
 sequences and decoded pixel videos both fit. A video whose frames are already one array in
 memory, all valid (a latent sequence), may also have it as `sequence` [T, ...]: its
 windows are then slices of it, with no Python work per frame.
+
+A video is recognised by its content: the digest of its frames as the source gives them
+(before an encoder), each frame's bytes, whether it is valid and its labels, in order,
+and its metadata (`FrameDigest`).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Iterator, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
@@ -57,13 +62,56 @@ class ProgressConfig:
     interval: float = 10.0
 
 
+class FrameDigest:
+    """The digest of a video: sha256 (about 1 GB/s a core) of its frames' bytes in order,
+    then of each frame's validity, size and labels, then of one frame's dtype and shape
+    and of the video's metadata; 32 hex digits. Frames given one at a time (`add`) or as
+    one array (`add_sequence`, no work per frame) give the same digest."""
+
+    def __init__(self, metadata: Any = None):
+        self._hash, self._trailer, self._header = hashlib.sha256(), bytearray(), b""
+        self._metadata = b"" if metadata is None else _bytes(np.asarray(metadata))
+
+    def _note(self, frame: Any) -> None:
+        if not self._header and isinstance(frame, np.ndarray):
+            self._header = f"{frame.dtype.str}{frame.shape}".encode()
+
+    def add(self, data: Any, valid: bool = True, label: Any = None) -> None:
+        self._note(data)
+        data = _bytes(data) if isinstance(data, np.ndarray) else data
+        self._hash.update(data)
+        self._trailer += (b"\1" if valid else b"\0") + len(data).to_bytes(8, "little")
+        if label is not None:
+            self._trailer += _bytes(np.asarray(label))
+
+    def add_sequence(self, sequence: np.ndarray) -> None:
+        """All frames of a video at once: `sequence` [T, ...], every frame valid."""
+        if not len(sequence):
+            return
+        self._note(sequence[0])
+        self._hash.update(np.ascontiguousarray(sequence).view(np.uint8))
+        record = b"\1" + (sequence[0].nbytes).to_bytes(8, "little")
+        self._trailer += record * len(sequence)
+
+    def hexdigest(self) -> str:
+        digest = self._hash.copy()
+        for part in (bytes(self._trailer), self._header, self._metadata):
+            digest.update(part)
+        return digest.hexdigest()[:32]
+
+
+def _bytes(array: np.ndarray) -> memoryview:
+    return np.ascontiguousarray(array).view(np.uint8).data
+
+
 @dataclasses.dataclass
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
-    where, reason)."""
+    where, reason), the digest of its frames."""
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
+    digest: FrameDigest = dataclasses.field(default_factory=FrameDigest)
 
 
 # The tagged outputs of the cut, besides its examples and failure rows.
@@ -138,7 +186,7 @@ class _CutVideo(beam.DoFn):
         self._progress.start()
         split = self._config.split_of(video)
         info: dict = {}
-        cut = _Cut()
+        cut = _Cut(digest=FrameDigest(getattr(video, "metadata", None)))
         try:
             for example in self._examples(video, split, info, cut):
                 cut.keys.append(example.key)
@@ -165,7 +213,8 @@ class _CutVideo(beam.DoFn):
                 "reason": ids.printable(reason)})
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
-            video.record_index, info.get("source_fps"), info.get("encoder_device")))
+            video.record_index, info.get("source_fps"), info.get("encoder_device"),
+            cut.digest.hexdigest()))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames
@@ -173,6 +222,7 @@ class _CutVideo(beam.DoFn):
         tells of itself (a video file's frame rate)."""
         def counted(frames):
             for cut.frames, frame in enumerate(frames, start=1):
+                cut.digest.add(frame.data, frame.valid, frame.label)
                 if not frame.valid:
                     cut.bad.append((cut.frames - 1, frame.where, frame.reason))
                 yield frame
@@ -199,6 +249,7 @@ class _CutVideo(beam.DoFn):
         work per frame. The same windows as the streaming path."""
         length = self._config.windows.window
         cut.frames = len(sequence)
+        cut.digest.add_sequence(sequence)
         full = np.ones(length, np.float32)
         for start in self._config.starts(len(sequence)):
             window, mask = sequence[start:start + length], full

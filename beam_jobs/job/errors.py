@@ -53,6 +53,21 @@ def os_error(exception: BaseException, directory: str) -> Optional[str]:
     return None
 
 
+def one_line(exception: BaseException, kind: type) -> Optional[str]:
+    """The message of an exception of `kind` (whose message is one line, said as it is)
+    in the chain Beam wraps it in, in this process or as a worker's text; or None."""
+    seen, marker = set(), f"{kind.__name__}: "
+    while exception is not None and id(exception) not in seen:
+        seen.add(id(exception))
+        if isinstance(exception, kind):
+            return str(exception)
+        text = str(exception)
+        if marker in text:
+            return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
+        exception = exception.__cause__ or exception.__context__
+    return None
+
+
 def unless_an_os_error(record: logging.LogRecord) -> bool:
     """Beam logs a DoFn's error with its traceback where it happens (a worker process's
     through the job service, as text); a logging filter that drops an OS error's, which

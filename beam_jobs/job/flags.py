@@ -109,11 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace a finished dataset in --output_dir (default: refuse; the "
                          "leftovers of an unfinished run are always cleared)")
     io.add_argument("--append", action="store_true",
-                    help="add to the dataset in --output_dir the input videos whose ids it "
-                         "does not have, as a new generation of shards (others are skipped "
+                    help="add to the dataset in --output_dir the input videos whose ids and "
+                         "frames it does not have, as a new generation of shards (others are skipped "
                          "unread; earlier shards stay as they are); the flags that shape "
                          "windows must be those of its first run; without a dataset there, "
                          "build one")
+    io.add_argument("--retry_failed", action="store_true",
+                    help="with --append, read again the input videos that failed in an "
+                         "earlier run (default: they are remembered in failures.jsonl and "
+                         "skipped unread; a failure that comes again is not counted against "
+                         "--max_failure_fraction)")
     io.add_argument("--detach", action="store_true",
                     help="on a distributed runner (Dataflow), submit the job and exit: the "
                          "job commits, cleans up and releases the directory on its own "
@@ -295,6 +300,9 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
     if args.append and args.overwrite:
         raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
                       "it: give one")
+    if args.retry_failed and not args.append:
+        raise Refused("--retry_failed reads again the failed videos of the dataset an "
+                      "--append adds to: give --append too")
     output_dir = _output_dir(args.output_dir)
     patterns = tuple(inputs.absolute(p) for p in args.input)
     try:

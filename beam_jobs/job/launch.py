@@ -12,7 +12,7 @@ from typing import Optional
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
                                                   TestOptions)
 
-from beam_jobs.commit import append
+from beam_jobs.commit import append, videos_file
 from beam_jobs.commit.dataset import DatasetConfig
 from beam_jobs.core import paths
 from beam_jobs.core.configs import JobConfig
@@ -137,8 +137,10 @@ class Launch:
             input_kind=self.config.inputs.kind, frame=source.frame, labels=source.labels)
 
     def check_append(self, base: data_format.DatasetSpec) -> None:
-        """`Refused` when this run may not add to `base` (commit/append.problem)."""
-        why = append.problem(base, self.config.io.output_dir, self.dataset_config,
-                             flag_defaults())
+        """`Refused` when this run may not add to `base` (commit/append.problem), or
+        its videos file is not the one it was committed with (commit/videos_file)."""
+        out = self.config.io.output_dir
+        why = (append.problem(base, out, self.dataset_config, flag_defaults())
+               or videos_file.problem(out, base))
         if why:
             raise Refused(why)

@@ -9,12 +9,14 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 from typing import Iterator, Optional
 
 from beam_jobs import outdir
+from beam_jobs.core import paths
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.job.errors import Failed, Refused, os_error, unless_an_os_error
+from beam_jobs.job.errors import Failed, Refused, one_line, os_error, unless_an_os_error
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
 
@@ -24,6 +26,7 @@ from beam_jobs.runtime import forked_workers
 INTERRUPTED = threading.Event()
 JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
 INTERRUPTED_STATUS = 130   # the exit status a shell reports for Ctrl-C
+SIGNALS = (signal.SIGINT, signal.SIGTERM)   # both stop a run the same way
 
 
 def quiet_logging() -> None:
@@ -54,49 +57,90 @@ def exit_now(status: int) -> None:
 
 
 def _interrupt(signum, frame) -> None:
-    """Ctrl-C: stop the run. Beam logs the interrupt as an error with its traceback
+    """Ctrl-C (or SIGTERM): stop the run. Beam logs the interrupt as an error with its traceback
     where a DoFn was running; the one line that matters is main's."""
     INTERRUPTED.set()
     for name in ("apache_beam", JOB_SERVICE):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    threading.excepthook = _quiet   # a runner's threads fail as their workers stop
+    if signum == signal.SIGTERM:
+        _stop_workers()
     raise KeyboardInterrupt
+
+
+def _quiet(args) -> None:
+    """After an interrupt, the one line that matters is main's."""
+
+
+def _stop_workers() -> None:
+    """SIGTERM reaches this process alone, where Ctrl-C reaches its whole process group:
+    pass it on to the worker processes (Beam's end on it; forked ones ignore it and end
+    with their connection, as on Ctrl-C), which the runner would otherwise wait for."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
 
 
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
-    """Ctrl-C handled as the command handles it, for the block: `_interrupt`, then the
-    handler before it again."""
+    """Ctrl-C and SIGTERM handled as the command handles them, for the block:
+    `_interrupt`, then the handlers before it again."""
     INTERRUPTED.clear()
-    before = signal.signal(signal.SIGINT, _interrupt)
+    before = {signum: signal.signal(signum, _interrupt) for signum in SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+# The run that claimed the output directory last in this process, for what an
+# interrupt outside the claim says (`held`).
+_CLAIMED: list[RunDir] = []
 
 
 @contextlib.contextmanager
 def claimed(launch: Launch) -> Iterator[outdir.Claim]:
     """The output directory claimed for the block (outdir.claimed). A directory that
     cannot take the run is `Refused`; a machine's error (a full disk) is `Failed`; an
-    interrupt is a KeyboardInterrupt; each says what the directory holds now."""
+    interrupt is a KeyboardInterrupt; each says what the directory holds now, found
+    once what the run wrote is abandoned (so a commit still in flight finds nothing to
+    move, and the line is true when it is printed)."""
     io, out = launch.config.io, launch.config.io.output_dir
+    run = None
     try:
         with outdir.claimed(out, io.overwrite, [p for p, _ in launch.config.inputs.files],
                             io.input, launch.local_temp(), launch.job_name, io.append,
                             keep_lease=io.detach) as claim:
-            try:
-                yield claim
-            except BaseException as e:
-                told = _told(e, claim.run)
-                if told is None:
-                    raise
-                raise told from None
+            run = claim.run
+            _CLAIMED[:] = [run]
+            yield claim
     except outdir.OutputDirError as e:
         raise Refused(str(e)) from None
-    except OSError as e:   # the claim itself, before the run
-        if (error := os_error(e, out)) is None:
+    except BaseException as e:
+        if run is None:   # the claim itself, before the run
+            if isinstance(e, OSError) and (error := os_error(e, out)) is not None:
+                raise Failed(f"{error}; nothing was committed") from None
             raise
-        raise Failed(f"{error}; nothing was committed") from None
+        told = _told(e, run)
+        if told is None:
+            raise
+        raise told from None
+
+
+def held() -> str:
+    """What the output directory holds, said after an interrupt: nothing committed
+    before a claim, else whether the last run that claimed it committed."""
+    if not _CLAIMED:
+        return "nothing was committed"
+    run = _CLAIMED[0]
+    if outdir.committed(run):
+        return f"{run.output_dir} holds the dataset this run committed"
+    return f"nothing was committed; {run.output_dir} holds what it held before"
 
 
 def _told(error: BaseException, run: RunDir) -> Optional[BaseException]:
@@ -104,13 +148,28 @@ def _told(error: BaseException, run: RunDir) -> Optional[BaseException]:
     saying what the directory holds; None to raise `error` as it is (a refusal, a
     failure that said its line already, or a bug, which keeps its traceback)."""
     interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
+    if not interrupted and (lost := one_line(error, outdir.LeaseLost)) is not None:
+        return Failed(lost)
     reason = None if interrupted else os_error(error, run.output_dir)
     if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
         return None
-    held = (f"{run.output_dir} holds the dataset this run committed"
-            if outdir.committed(run) else
-            f"nothing was committed; {run.output_dir} holds what it held before")
-    return KeyboardInterrupt(held) if interrupted else Failed(f"{reason}; {held}")
+    return KeyboardInterrupt(held()) if interrupted else Failed(f"{reason}; {held()}")
+
+
+@contextlib.contextmanager
+def beam_temp_in(run: RunDir) -> Iterator[None]:
+    """Beam's Pipeline makes a folder in the system's temp directory when it is built
+    and removes it when it ends: for the block, that folder goes into the run's own
+    local temp data instead, which the next run removes if this one is killed."""
+    if not run.temp_dir or paths.has_scheme(run.temp_dir):
+        yield
+        return
+    os.makedirs(run.temp_dir, exist_ok=True)
+    before, tempfile.tempdir = tempfile.tempdir, run.temp_dir
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
 
 
 def workers(launch: Launch, fork: bool):

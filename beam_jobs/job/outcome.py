@@ -11,7 +11,8 @@ from apache_beam.runners.runner import PipelineResult
 
 from beam_jobs.commit import decide
 from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO,
-                                       OUTCOME_COUNTERS, SKIPPED_EXISTING, WINDOWS)
+                                       IDS_TWICE, OUTCOME_COUNTERS, SKIPPED_EXISTING,
+                                       WINDOWS)
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
 from beam_jobs.core.run_dir import RunDir
@@ -43,7 +44,7 @@ def finish(result: PipelineResult, launch: Launch, run: RunDir,
         return result
     decision = decide.decide(decide.Counts(
         _counter(result, GOOD_VIDEOS), _counter(result, FAILED_VIDEOS),
-        _counter(result, WINDOWS), _longest(result)),
+        _counter(result, WINDOWS), _longest(result), _counter(result, IDS_TWICE)),
         config.shards.max_failure_fraction, config.windows.window, appending)
     skipped = _counter(result, SKIPPED_EXISTING)
     if decision.outcome == decide.NOTHING_NEW:
@@ -51,7 +52,7 @@ def finish(result: PipelineResult, launch: Launch, run: RunDir,
                   skipped, config.io.output_dir)
         return result
     if not _counter(result, OUTCOME_COUNTERS[decide.COMMIT]):
-        see = (f"; see {run.in_run_folder(data_format.FAILURES_JSONL)}"
+        see = (f"; see {run.in_run_folder(data_format.sidecar_name('failures', run.run_id))}"
                if decision.outcome == decide.TOO_MANY_FAILURES or
                _counter(result, FAILED_VIDEOS) else "")
         raise Failed(f"{decision.reason}{see}. No dataset.json was written; a dataset "
@@ -94,7 +95,10 @@ def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.append(f"failed videos: {dataset.failures} (see {data_format.FAILURES_JSONL}); "
+    remembered = dataset.failures - dataset.generations[-1].failures
+    earlier = f", {remembered} of them remembered from earlier runs" if remembered else ""
+    lines.append(f"failed videos: {dataset.failures} (see {dataset.sidecars.get('failures')}"
+                 f"{earlier}); "
                  f"elapsed {duration(elapsed)} from the command's start; overall "
                  f"{total_frames / max(elapsed, 1e-9):,.0f} frames/s and "
                  f"{total_windows / max(elapsed, 1e-9):,.0f} windows/s")

@@ -4,6 +4,7 @@ what it may delete. The parts that write into it use these names only.
 - `claim`: a run's claim on the directory (`claimed`, a context manager), its release.
 - `inventory`: what lies in the directory, and whose it is.
 - `cleanup`: deleting what a run provably wrote, and nothing the committed dataset lists.
+- `derived`: the files derived from the committed dataset.json (TFDS's), kept in step.
 - `lease`: one run at a time; `swap`: compare and swap on one small file, its primitive.
 """
 from beam_jobs.outdir.claim import (  # noqa: F401
@@ -11,4 +12,7 @@ from beam_jobs.outdir.claim import (  # noqa: F401
 from beam_jobs.outdir.cleanup import (  # noqa: F401
     abandon, clean_up_after_commit, committed, delete_run_folder, delete_temp, holds_lease,
     release_lease)
+from beam_jobs.outdir.derived import repair as repair_derived  # noqa: F401
+from beam_jobs.outdir.derived import write as write_derived  # noqa: F401
 from beam_jobs.outdir.inventory import OutputDirError  # noqa: F401
+from beam_jobs.outdir.lease import LeaseLost  # noqa: F401

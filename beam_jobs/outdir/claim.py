@@ -20,9 +20,10 @@ import uuid
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
+from beam_jobs.core.run_dir import LOST_LEASE, RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
 from beam_jobs.outdir import lease
 from beam_jobs.outdir.cleanup import TEMP_MARKER, abandon, delete_local_temp
+from beam_jobs.outdir.derived import repair as repair_derived
 from beam_jobs.outdir.inventory import OutputDirError, take_inventory
 from readers import format as data_format
 
@@ -36,6 +37,7 @@ def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) 
             raise OutputDirError(f"--output_dir: {out} holds the input file {path}; "
                                  "write the dataset somewhere else")
     probes = [paths.join(out, n) for n in (data_format.DATASET_JSON, data_format.FAILURES_JSONL,
+                                           data_format.sidecar_name("videos", "0" * 12),
                                            data_format.shard_name("train", 0, 1, "none"),
                                            data_format.shard_name("train", 0, 1, "gzip"),
                                            data_format.shard_name("train", 0, 1, "none",
@@ -93,19 +95,30 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
         run = dataclasses.replace(run, lease_token=held.token)
     base = None
     try:
-        replaces = _clear(out, overwrite or append)
-        if append and replaces:   # a committed dataset: the one to add to
-            base = _base_spec(out)
+        # A committed dataset's derived files first: one a kill left stale names the
+        # shards of the dataset before, which clearing the leftovers deletes.
+        committed = _committed_spec(out)
+        if committed is not None:
+            repair_derived(out, committed)
+        if not held.still_held():   # paused past its expiry: deleting is not its part now
+            raise OutputDirError(f"--output_dir: {out}: another run took the lease while "
+                                 "this one started (it was paused past its expiry); run "
+                                 "again once that run is done")
+        replaces = _clear(out, overwrite or append, held.took_over)
+        if append and committed is not None:
+            base = committed   # the dataset to add a generation to
         temp = paths.join(run.run_path, TEMP)
         if local_temp is not None:
             temp = os.path.join(local_temp, f"make_shards-{run_id}")
             os.makedirs(temp)
             with open(os.path.join(temp, TEMP_MARKER), "w") as f:
                 json.dump({"run_id": run_id, "output_dir": out}, f)
-        run = dataclasses.replace(run, temp_dir=temp)
+        run = dataclasses.replace(run, temp_dir=temp, dataset_generation=storage.generation(
+            paths.join(out, data_format.DATASET_JSON)))
         storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
             {"run_id": run_id, "temp_dir": temp,
-             "sidecars": [*data_format.SIDECARS, *data_format.TFDS_FILES],
+             "sidecars": [data_format.sidecar_name(kind, run_id)
+                          for kind in data_format.SIDECAR_KINDS],
              "replaces": replaces}).encode("utf-8"))
     except BaseException:
         release(Claim(run, held, created))
@@ -113,9 +126,14 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
     return Claim(run, held, created, base)
 
 
-def _base_spec(out: str) -> data_format.DatasetSpec:
+def _committed_spec(out: str) -> Optional[data_format.DatasetSpec]:
+    """The committed dataset's spec (read once the lease is held), or None."""
     path = paths.join(out, data_format.DATASET_JSON)
-    return data_format.DatasetSpec.from_json(storage.read_bytes(path), source=path)
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    return data_format.DatasetSpec.from_json(data, source=path)
 
 
 def release(claim: Claim) -> None:
@@ -129,10 +147,13 @@ def release(claim: Claim) -> None:
         storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
 
 
-def _clear(out: str, overwrite: bool) -> list[str]:
+def _clear(out: str, overwrite: bool, took_over: Optional[str] = None) -> list[str]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
     run folder); refuse a committed dataset without `overwrite`. Returns the committed
-    dataset's files, which the new run deletes once it has committed."""
+    dataset's files, which the new run deletes once it has committed. The folder of a
+    run that lost its lease while it may still run (`took_over`, or marked so before)
+    is cleared but keeps its marker (`LOST_LEASE`), so what that run writes later is
+    still its own to the next run, not foreign."""
     entries, runs, _, committed = take_inventory(out)
     for past in runs:
         try:
@@ -142,13 +163,23 @@ def _clear(out: str, overwrite: bool) -> list[str]:
             if past.temp_dir and past.temp_dir != paths.join(folder, TEMP):
                 delete_local_temp(past.temp_dir, past.run_id)   # else it goes with folder
             storage.delete_tree(folder, out, last=RUN_JSON)
+            if past.lost_lease:
+                _mark_lost(out, past.run_id)
         except OSError as e:
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
                          "run tries again", past.run_id, out, e)
+    if took_over is not None:
+        _mark_lost(out, took_over)
     if data_format.DATASET_JSON in entries and not overwrite:
         raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
                              "--overwrite to replace it, or --append to add new videos to it")
     return sorted(committed)
+
+
+def _mark_lost(out: str, run_id: str) -> None:
+    """Mark the (cleared) folder of a run that lost its lease while it may still run."""
+    storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE),
+                        json.dumps({"run_id": run_id}).encode("utf-8"))
 
 
 def local_temp_base(temp_location: Optional[str]) -> str:

@@ -70,14 +70,21 @@ def abandon(run: RunDir) -> None:
     """Clear what a run that stopped half-way wrote: its listed shards and temp data,
     and its folder unless it holds the run's failures.jsonl. A run that committed is
     only cleaned up after: nothing its dataset.json lists is touched. Best-effort: what
-    is left, the next run removes."""
+    is left, the next run removes. A run that lost its lease touches nothing: the
+    directory is another run's now."""
     try:
+        if not holds_lease(run):
+            return
+        # The staged dataset.json first: a commit still in flight (a worker's) then has
+        # nothing to move, and whether this run committed cannot change after.
+        storage.delete_files([run.in_run_folder(data_format.DATASET_JSON)], run.output_dir)
         if committed(run):
             clean_up_after_commit(run)
             return
         listed = job_files(read_json(run.in_run_folder(SHARDS_JSON)))
         storage.delete_files(sorted(run.output(name) for name in listed), run.output_dir)
-        if storage.kind(run.in_run_folder(data_format.FAILURES_JSONL)) == "file":
+        if storage.kind(run.in_run_folder(
+                data_format.sidecar_name("failures", run.run_id))) == "file":
             delete_temp(run)
         else:
             delete_run_folder(run)

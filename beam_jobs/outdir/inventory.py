@@ -1,9 +1,11 @@
 """What lies in an output directory, and whose it is: the committed dataset's files,
 the files earlier runs listed in their folders, and anything else, which is foreign.
 
-A file is the job's when dataset.json or a run's lists name it; anything else in the
-directory (a file named like a shard included, and every symbolic link) is foreign, and
-a directory holding foreign files is refused, never cleared.
+A file is the job's when dataset.json or a run's lists name it, or when its name carries
+the id of a run whose folder is there (a run that lost its lease may still write a shard
+after the next run cleared its folder: that folder keeps a marker, core/run_dir.py);
+anything else in the directory (a file named like a shard included, and every symbolic
+link) is foreign, and a directory holding foreign files is refused, never cleared.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import json
 from typing import NamedTuple, Optional
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import LEASE_FILE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR
+from beam_jobs.core.run_dir import LEASE_FILE, LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR
 from readers import format as data_format
 
 
@@ -22,10 +24,12 @@ class OutputDirError(ValueError):
 
 @dataclasses.dataclass
 class PastRun:
-    """A run folder found in the directory: its run, temp data, and the files it named."""
+    """A run folder found in the directory: its run, temp data, the files it named (and,
+    once the inventory is taken, those named with its id), whether it lost its lease."""
     run_id: str
     temp_dir: Optional[str]
     files: set[str]
+    lost_lease: bool = False
 
 
 class Inventory(NamedTuple):
@@ -61,9 +65,10 @@ def past_runs(out: str, foreign: list[str]) -> list[PastRun]:
         run_json = read_json(paths.join(runs_dir, name, RUN_JSON))
         if not (isinstance(run_json, dict) and run_json.get("run_id") == name):
             run_json = {}
+        lost = read_json(paths.join(runs_dir, name, LOST_LEASE)) is not None
         runs.append(PastRun(name, run_json.get("temp_dir"), job_files(
             read_json(paths.join(runs_dir, name, SHARDS_JSON))) | job_files(
-            run_json.get("sidecars")) | job_files(run_json.get("replaces"))))
+            run_json.get("sidecars")) | job_files(run_json.get("replaces")), lost))
     return runs
 
 
@@ -102,6 +107,11 @@ def take_inventory(out: str) -> Inventory:
     state = entries.get(STATE_DIR)
     runs = past_runs(out, foreign) if state is not None and state.kind == "dir" else []
     committed_run, committed = committed_dataset(out, entries)
+    by_id = {run.run_id: run for run in runs}
+    for name in entries:
+        run = by_id.get(data_format.run_id_in(name))
+        if run is not None:
+            run.files.add(name)
     ours = committed | {data_format.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
     for name, entry in sorted(entries.items()):
         expected_kind = "dir" if name == STATE_DIR else "file"

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -57,9 +58,33 @@ class Holder:
     def stale(self, now: float) -> bool:
         if self.job is not None:
             return False
-        if self.host == socket.gethostname() and not _alive(self.pid):
-            return True
-        return now > self.expires
+        return self.dead() or now > self.expires
+
+    def dead(self) -> bool:
+        """Whether its process is known to be gone (on this host), so it writes nothing
+        more; a run whose lease merely expired may still be alive (paused, or on another
+        host whose clock or network failed)."""
+        return self.host == socket.gethostname() and not _alive(self.pid)
+
+
+LEFTOVER = re.compile(r"\.[0-9a-f]{32}\.(tmp|stale)")
+
+
+def _remove_leftovers(path: str) -> None:
+    """Remove the temp and aside files of writes and deletes of the lease
+    (`path.<hex>.tmp`, `path.<hex>.stale`, swap.py) that a kill left: the holder of the
+    lease does this. Local disk only: on GCS the lease is written in place. A racing
+    run whose file goes meanwhile tries again (swap.py)."""
+    folder, name = os.path.split(path)
+    if not os.path.isdir(folder):
+        return
+    for entry in os.scandir(folder):
+        if (entry.name.startswith(name) and LEFTOVER.fullmatch(entry.name[len(name):])
+                and entry.is_file(follow_symlinks=False)):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
 
 
 def _alive(pid: int) -> bool:
@@ -70,6 +95,11 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class LeaseLost(RuntimeError):
+    """This run's lease was taken over (it was paused, or stopped renewing past its
+    expiry): it commits nothing, and what it wrote is left for the next run to remove."""
 
 
 class LeaseHeld(Exception):
@@ -135,6 +165,8 @@ class Lease:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.lost = False
+        # The run whose stale lease this one took over while it may still be alive.
+        self.took_over: Optional[str] = None
 
     def _content(self) -> bytes:
         return json.dumps(dataclasses.asdict(Holder(
@@ -147,6 +179,7 @@ class Lease:
         for _ in range(5):
             self._token = swap.create_exclusive(self.path, self._content())
             if self._token is not None:
+                _remove_leftovers(self.path)
                 if self.job is None:
                     self._thread = threading.Thread(target=self._heartbeat, daemon=True,
                                                     name="make_shards-lease")
@@ -166,12 +199,19 @@ class Lease:
             if not other.stale(time.time()):
                 raise LeaseHeld(other.describe(self.path))
             _LOG.warning("taking over the stale lease of run %s", other.run_id)
-            swap.delete_if(self.path, token)
+            if swap.delete_if(self.path, token) and not other.dead():
+                self.took_over = other.run_id
         raise LeaseHeld("another run keeps taking the lease")
 
     @property
     def token(self) -> Optional[str]:
         return self._token
+
+    def still_held(self) -> bool:
+        """Whether the lease file is still the one this run last wrote (a run paused
+        past its expiry may have lost it without its heartbeat knowing yet)."""
+        current = swap.read_with_token(self.path)
+        return current is not None and current[1] == self._token
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):

@@ -29,8 +29,8 @@ def create_exclusive(path: str, data: bytes) -> Optional[str]:
     # other run ever reads it empty or half-written and takes it for a broken lease.
     try:
         storage.write_via_temp(path, data, os.link)
-    except FileExistsError:
-        return None
+    except (FileExistsError, FileNotFoundError):  # not found: the lease's holder removed
+        return None                                # the temp file as a leftover; try again
     return _local_token(path)
 
 
@@ -97,5 +97,8 @@ def delete_if(path: str, token: str) -> bool:
         os.rename(path, aside)
     except FileNotFoundError:
         return False
-    os.remove(aside)
+    try:
+        os.remove(aside)
+    except FileNotFoundError:   # the lease's holder removed it as a leftover
+        pass
     return True

@@ -92,9 +92,11 @@ def _serve(listener: socket.socket, gone: int, folder: str) -> None:
     status = 0
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # its workers need no reaping
-        # Ctrl-C reaches the whole process group: the launcher stops the run, and its
-        # workers end with it (their connection to it closes), as quietly as it does.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Ctrl-C reaches the whole process group (SIGTERM, the launcher passes on): the
+        # launcher stops the run, and its workers end with it (their connection to it
+        # closes), as quietly as it does.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
         harness = None
         while True:
             ready, _, _ = select.select([listener, gone], [], [])
@@ -145,7 +147,8 @@ def _read_all(connection: socket.socket) -> bytes:
 def _relay(address: str) -> int:
     """The command the runner starts per worker: hand this environment to the zygote,
     wait for the worker's status, and exit with it (1 if it ended without one)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C: this ends with its worker
+    for signum in (signal.SIGINT, signal.SIGTERM):   # this ends with its worker
+        signal.signal(signum, signal.SIG_IGN)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(address)
         connection.sendall(json.dumps(dict(os.environ)).encode("utf-8"))

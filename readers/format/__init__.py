@@ -12,7 +12,9 @@
   input.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
-- `tfds_info`: dataset_info.json and features.json, what TensorFlow Datasets reads.
+- `tfds_info`: dataset_info.json (features.json before format 5), what TensorFlow
+  Datasets reads.
+- `videos_file`: a dataset's videos file checked against its dataset.json.
 
 Neither TensorFlow nor Apache Beam is imported here: the Beam job checks its flags and
 output directory against these names before it imports TensorFlow (whose import logs
@@ -20,13 +22,13 @@ lines of its own), and readers.numpy reads without either. A codec imports Tenso
 inside its tf.data methods only.
 """
 from readers.format import (  # noqa: F401 (submodules)
-    codecs, index, tensor_proto, tfds_info, tfrecord, wire)
+    codecs, index, tensor_proto, tfds_info, tfrecord, videos_file, wire)
 from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_INFO_JSON, DATASET_JSON, FAILURES_JSONL,
-    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECARS, TFDS_FILES, VIDEOS_JSONL,
-    index_name, is_dataset_file, is_index_name, is_shard_name, run_id_of, shard_name,
-    tf_compression_type)
+    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECAR_KINDS, SIDECARS, TFDS_FILES,
+    VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name, run_id_in,
+    run_id_of, shard_name, sidecar_name, tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
     SplitInfo, load_spec, window_features)

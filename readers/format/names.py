@@ -9,8 +9,13 @@ DATASET_JSON = "dataset.json"
 FAILURES_JSONL = "failures.jsonl"
 BAD_FRAMES_JSONL = "bad_frames.jsonl"
 VIDEOS_JSONL = "videos.jsonl"
+# The sidecars' plain names, those of datasets before format 5; since 5 each carries the
+# run id of the commit that wrote it (`sidecar_name`), so a commit never writes over the
+# sidecars of the dataset dataset.json names until dataset.json names its own.
 SIDECARS = (FAILURES_JSONL, BAD_FRAMES_JSONL, VIDEOS_JSONL)
-# What TensorFlow Datasets reads beside the shards (readers.format.tfds_info): names TFDS fixes.
+SIDECAR_KINDS = ("videos", "failures", "bad_frames")
+# What TensorFlow Datasets reads beside the shards (readers.format.tfds_info): names TFDS
+# fixes. Since format 5 only dataset_info.json, the features inside it.
 DATASET_INFO_JSON = "dataset_info.json"
 FEATURES_JSON = "features.json"
 TFDS_FILES = (DATASET_INFO_JSON, FEATURES_JSON)
@@ -24,6 +29,7 @@ RUN_ID = re.compile(r"^[0-9a-f]{12}$")   # a run's id: its shards' names end wit
 _SHARD_NAME = re.compile(
     r"(?P<split>[A-Za-z0-9_]+)-[0-9]{5}-of-[0-9]{5}(-(?P<run>[0-9a-f]{12}))?\.tfrecord(\.gz)?")
 INDEX_SUFFIX = ".index"
+_SIDECAR_NAME = re.compile(r"(?P<kind>videos|failures|bad_frames)(-(?P<run>[0-9a-f]{12}))?\.jsonl")
 
 
 def shard_name(split: str, index: int, num_shards: int, compression: str,
@@ -62,10 +68,32 @@ def is_index_name(name: str) -> bool:
             and is_shard_name(name[:-len(INDEX_SUFFIX)]))
 
 
+def sidecar_name(kind: str, run_id: str) -> str:
+    """`videos-RUNID.jsonl`: the sidecar of `kind` (one of SIDECAR_KINDS) a run commits."""
+    if kind not in SIDECAR_KINDS:
+        raise ValueError(f"no sidecar {kind!r}")
+    return f"{kind}-{run_id}.jsonl"
+
+
+def is_sidecar_name(name: str) -> bool:
+    """A sidecar's name: a plain one (format 4 and before) or one with a run id."""
+    return isinstance(name, str) and bool(_SIDECAR_NAME.fullmatch(name))
+
+
+def run_id_in(name: str) -> Optional[str]:
+    """The run id a dataset file's name carries (a shard, its index, a sidecar), or None:
+    such a file is that run's and no other's."""
+    if is_index_name(name):
+        name = name[:-len(INDEX_SUFFIX)]
+    match = (_SHARD_NAME.fullmatch(name) or _SIDECAR_NAME.fullmatch(name)
+             if isinstance(name, str) else None)
+    return match and match["run"]
+
+
 def is_dataset_file(name: str) -> bool:
     """Whether `name` may be a file of a dataset, listed in dataset.json's `files`: a
     shard, an index, a side file or a TFDS file, by its plain name."""
-    return (name in SIDECARS or name in TFDS_FILES or is_shard_name(name)
+    return (is_sidecar_name(name) or name in TFDS_FILES or is_shard_name(name)
             or is_index_name(name))
 
 

@@ -21,17 +21,20 @@ from readers.format.generations import (
     Generation, check_generation_counts, check_generations, generations_of, parse_generation)
 from readers.format.json_checks import Bad, at, count, get, shown, typed
 from readers.format.names import (
-    COMPRESSIONS, DATASET_JSON, RUN_ID, VIDEOS_JSONL, index_name, is_dataset_file,
-    is_shard_name, run_id_of, shard_suffix, tf_compression_type)
+    COMPRESSIONS, DATASET_JSON, RUN_ID, SIDECAR_KINDS, index_name, is_dataset_file,
+    is_shard_name, run_id_of, shard_suffix, sidecar_name, tf_compression_type)
 from readers.format.splits import Shard, SplitInfo
 from readers.format.tfrecord import FRAME_OVERHEAD
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # 2 added how features are stored, and the sidecars; 3 made the offset index text
 # (readers.format.index), which a reader of 1 and 2 would take for binary offsets; 4 added
 # generations (`--append`): a split's shards may be of several runs, which a reader of 3
-# would refuse as another dataset's
-READABLE_VERSIONS = (1, 2, 3, 4)
+# would refuse as another dataset's; 5 names the sidecars by the run that committed them
+# (`videos-RUNID.jsonl`, dataset.json's `videos_file` ...), so that one move of
+# dataset.json commits them too, and puts TFDS's features inside dataset_info.json
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
+_PLAIN_SIDECARS = {kind: f"{kind}.jsonl" for kind in SIDECAR_KINDS}
 MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
                      "undecodable): its values are zeros and its label 0"}
@@ -109,6 +112,9 @@ class DatasetSpec:
     # The runs that added windows, oldest first; the last is `run_id`'s. A dataset.json
     # before version 4 has one, made from its counts (`generations_of`).
     generations: tuple[Generation, ...] = ()
+    # The sidecar of each kind (SIDECAR_KINDS) the dataset has, by name: since version 5
+    # `sidecar_name(kind, run_id)`, before it the plain `videos.jsonl` ...
+    sidecars: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -128,7 +134,7 @@ class DatasetSpec:
             "labels": None if self.labels is None else dict(self.labels),
             "compression": self.compression,
             "tf_compression_type": tf_compression_type(self.compression),
-            "videos_file": VIDEOS_JSONL if VIDEOS_JSONL in self.files else None,
+            **{f"{kind}_file": self.sidecars.get(kind) for kind in SIDECAR_KINDS},
             "failures": self.failures,
             "encoder": self.encoder,
             "splits": {name: {"videos": s.videos, "windows": s.windows,
@@ -223,15 +229,34 @@ def _parse(d: Any) -> dict:
         if not is_dataset_file(name):
             raise Bad(f"{at('files', i)}: {shown(name)} is not the plain name of "
                        "a shard, an index or a side file")
-    if d.get("videos_file") not in (None, VIDEOS_JSONL):
-        raise Bad(f"videos_file: {shown(d['videos_file'])} is not {VIDEOS_JSONL!r}")
+    sidecars = _sidecars(d, version, run_id, files)
     return dict(window=window, features=features, compression=compression, splits=splits,
                 failures=count(d, "failures", "", 0), flags=get(d, "flags", dict, "", {}),
                 encoder=get(d, "encoder", dict, "", None), format_version=version,
                 run_id=run_id, files=files, job_version=get(d, "job_version", str, "", None),
                 input_kind=get(d, "input_kind", str, "", None),
                 frame=get(d, "frame", dict, "", {}), labels=get(d, "labels", dict, "", None),
-                generations=generations)
+                generations=generations, sidecars=sidecars)
+
+
+def _sidecars(d: dict, version: int, run_id: Optional[str], files: tuple[str, ...]) -> dict:
+    """{kind: name} of the sidecars dataset.json names: since version 5 each `KIND_file`
+    is None or `KIND-RUNID.jsonl` of its run, listed among its files; before, the plain
+    names it lists (all of them, for a dataset.json that lists no files)."""
+    if version < 5:
+        return {kind: name for kind, name in _PLAIN_SIDECARS.items()
+                if name in files or not files}
+    sidecars = {}
+    for kind in SIDECAR_KINDS:
+        name = get(d, f"{kind}_file", str, "", None)
+        if name is None:
+            continue
+        expected = run_id and sidecar_name(kind, run_id)
+        if name != expected or name not in files:
+            raise Bad(f"{kind}_file: {shown(name)} is not {expected!r}, the {kind} sidecar "
+                       "of dataset.json's run, listed in its files")
+        sidecars[kind] = name
+    return sidecars
 
 
 def _feature(d: Any, where: str) -> FeatureSpec:

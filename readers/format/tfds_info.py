@@ -1,6 +1,7 @@
-"""The two files TensorFlow Datasets reads beside the shards, made from dataset.json's spec
-(numpy only; no TFDS here), so that `tfds.builder_from_directory(out)` opens a dataset as
-it is, with nothing renamed.
+"""What TensorFlow Datasets reads beside the shards, made from dataset.json's spec (numpy
+only; no TFDS here), so that `tfds.builder_from_directory(out)` opens a dataset as it is,
+with nothing renamed. It is derived: the commit rewrites it right after dataset.json
+moves, the next run rewrites it where a kill came in between, and `--verify` compares it.
 
 - dataset_info.json: DatasetInfo as protobuf JSON: a version x.y.z, `fileFormat:
   tfrecord`, and per split `shardLengths` (exact: TFDS reads that many records a shard)
@@ -8,12 +9,15 @@ it is, with nothing renamed.
   {SHARD_X_OF_Y}-RUNID.{FILEFORMAT}`, which TFDS formats into our shard names (five
   digits, as ours). A dataset of several generations (`--append`) has a TFDS split per
   split and generation, `train-g1`, `train-g2`, ... (`split_names`).
-- features.json: a FeaturesDict, one TFDS feature per FeatureSpec (`FEATURE_OF`): a
+- the features: a FeaturesDict, one TFDS feature per FeatureSpec (`FEATURE_OF`): a
   float, int64 or bytes list is a `Tensor` (encoding "none"); a raw array a `Tensor` of
   its dtype with encoding "bytes" (TFDS decodes it with `tf.io.decode_raw`, little endian,
-  as ours); the encoded frames of a png or jpeg window a `Sequence` of L `Image`s.
+  as ours); the encoded frames of a png or jpeg window a `Sequence` of L `Image`s. Since
+  format 5 inside dataset_info.json (its `features`, which `builder_from_directory`
+  reads before it looks for features.json), so that the TFDS view is one file, replaced
+  whole; before, in features.json.
 
-Gzip datasets get neither file: TFDS opens TFRecords without a compression type, so it
+Gzip datasets get none: TFDS opens TFRecords without a compression type, so it
 cannot read their shards (`files` is then empty). The bytes are deterministic (sorted
 keys), so `readers.inspect --verify` regenerates them and compares.
 """
@@ -23,7 +27,7 @@ import json
 from typing import Callable, Optional
 
 from readers.format.names import (
-    DATASET_INFO_JSON, FEATURES_JSON, TFDS_FILES, run_id_of, shard_name)
+    DATASET_INFO_JSON, FEATURES_JSON, run_id_of, shard_name)
 from readers.format.spec import DatasetSpec, FeatureSpec
 
 NAME = "video_window_shards"      # the builder's name TFDS shows
@@ -31,6 +35,7 @@ READABLE_COMPRESSIONS = ("none",)
 _TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
 _SEQUENCE = "tensorflow_datasets.core.features.sequence_feature.Sequence"
 _IMAGE = "tensorflow_datasets.core.features.image_feature.Image"
+_FEATURES_DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
 
 
 def _shape(shape) -> dict:
@@ -67,7 +72,7 @@ FEATURE_OF: dict[str, Callable[[FeatureSpec], dict]] = {
 def file_names(compression: str) -> tuple[str, ...]:
     """The TFDS files a dataset of `compression` has (none for gzip, which TFDS cannot
     read); dataset.json lists them among its `files`."""
-    return TFDS_FILES if compression in READABLE_COMPRESSIONS else ()
+    return (DATASET_INFO_JSON,) if compression in READABLE_COMPRESSIONS else ()
 
 
 def _json_bytes(value: dict) -> bytes:
@@ -88,6 +93,21 @@ def _split(spec: DatasetSpec, name: str, run_id: Optional[str], tfds_name: str) 
                          f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
     return {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
             "filepathTemplate": f"{name}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
+
+
+def shards_of(info: dict) -> list[tuple[str, int]]:
+    """(shard name, records) of every shard a dataset_info.json's splits name, as TFDS
+    would open them; ValueError when it is not such a file."""
+    try:
+        shards = []
+        for split in info["splits"]:
+            lengths = [int(n) for n in split.get("shardLengths", [])]
+            template = split["filepathTemplate"].replace("{FILEFORMAT}", "tfrecord")
+            shards += [(template.replace("{SHARD_X_OF_Y}", f"{i:05d}-of-{len(lengths):05d}"),
+                        length) for i, length in enumerate(lengths)]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not a dataset_info.json of this job ({e})") from None
+    return shards
 
 
 def split_names(spec: DatasetSpec, split: str) -> list[str]:
@@ -118,17 +138,21 @@ def dataset_info(spec: DatasetSpec) -> dict:
     }
 
 
-def features(spec: DatasetSpec) -> dict:
-    """features.json's content: the FeaturesDict of a window example."""
-    return {"type": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
-            "proto_cls": "tensorflow_datasets.FeaturesDict",
-            "content": {"features": {f.name: FEATURE_OF[f.encoding](f) for f in spec.features}}}
+def _features_dict(spec: DatasetSpec) -> dict:
+    """The FeaturesDict of a window example, as its proto's JSON."""
+    return {"features": {f.name: FEATURE_OF[f.encoding](f) for f in spec.features}}
 
 
 def files(spec: DatasetSpec) -> dict[str, bytes]:
-    """{name: bytes} of the TFDS files of `spec`'s dataset ({} for gzip); ValueError
-    when its shards are not named as TFDS would open them."""
-    if not file_names(spec.compression):
+    """{name: bytes} of the TFDS files of `spec`'s dataset ({} for gzip): since format 5
+    dataset_info.json alone, holding the features; before, features.json beside it.
+    ValueError when its shards are not named as TFDS would open them."""
+    if spec.compression not in READABLE_COMPRESSIONS:
         return {}
-    return {DATASET_INFO_JSON: _json_bytes(dataset_info(spec)),
-            FEATURES_JSON: _json_bytes(features(spec))}
+    info = dataset_info(spec)
+    if spec.format_version < 5:
+        return {DATASET_INFO_JSON: _json_bytes(info), FEATURES_JSON: _json_bytes({
+            "type": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+            "proto_cls": "tensorflow_datasets.FeaturesDict", "content": _features_dict(spec)})}
+    return {DATASET_INFO_JSON: _json_bytes({**info, "features": {
+        "pythonClassName": _FEATURES_DICT, "featuresDict": _features_dict(spec)}})}
