@@ -228,7 +228,7 @@ def run(iterations: int, seed: int = 0, work_dir: Optional[str] = None,
         span = clean_run_seconds(world, "overwrite") * 1.3
         counts, violations = collections.Counter(), []
         for i in range(iterations):
-            mode = ("append", "overwrite")[i // len(KILLS) % 2] if in_turn else rng.choice(
+            mode = ("append", "overwrite")[i % 2] if in_turn else rng.choice(
                 ("overwrite", "append"))
             if mode == "append":
                 world.add_input(2)

@@ -330,3 +330,11 @@ def write_manifest(path, rows: list[dict]) -> str:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     return str(path)
+
+
+def first_day(root, flags) -> pathlib.Path:
+    """`root`/R/day1 (16 latent videos in two files) built into `root`/out with `flags`,
+    as a dataset's first day."""
+    write_videos(str(root / "R" / "day1"), random_videos(np.random.default_rng(3), 16), files=2)
+    run_job(str(root / "R" / "day1" / "*.tfrecord"), root / "out", *flags)
+    return root

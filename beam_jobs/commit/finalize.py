@@ -90,9 +90,7 @@ def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetC
             outdir.delete_temp(run)
         return False
     dataset = build_spec(config, run.run_id, tally, sidecars, base)
-    lost = outdir.LeaseLost(f"another run took the lease on {run.output_dir} (this run "
-                            "was paused or stopped renewing it): this run commits nothing; "
-                            "what it wrote there the next run removes")
+    lost = outdir.LeaseLost(run.output_dir)
     if not outdir.holds_lease(run):
         raise lost
     try:

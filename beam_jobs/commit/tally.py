@@ -51,8 +51,9 @@ _SUMMED = {FAILED: "failed", SKIPPED: "skipped", TWICE: "twice", REMEMBERED: "re
 
 class TallyFn(beam.CombineFn):
     """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (SHARD, WrittenShard),
-    (FAILED, records), (SKIPPED, 1), (TWICE, 1), (REMEMBERED, records). One step for every count and the
-    shards, where a combine each would cost the job a fixed time each to build and run."""
+    (FAILED, records), (SKIPPED, 1), (TWICE, 1), (REMEMBERED, records). One step for
+    every count and the shards, where a combine each would cost the job a fixed time
+    each to build and run."""
 
     def create_accumulator(self) -> Tally:
         return Tally({}, set(), [])

@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "leftovers of an unfinished run are always cleared)")
     io.add_argument("--append", action="store_true",
                     help="add to the dataset in --output_dir the input videos whose ids and "
-                         "frames it does not have, as a new generation of shards (others are skipped "
-                         "unread; earlier shards stay as they are); the flags that shape "
+                         "frames it does not have, as a new generation of shards (others are "
+                         "skipped; earlier shards stay as they are); the flags that shape "
                          "windows must be those of its first run; without a dataset there, "
                          "build one")
     io.add_argument("--retry_failed", action="store_true",

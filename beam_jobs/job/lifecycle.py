@@ -85,22 +85,23 @@ def _stop_workers() -> None:
             pass
 
 
+# The run that claimed the output directory last in this process, for what an
+# interrupt outside the claim says (`held`).
+_CLAIMED: list[RunDir] = []
+
+
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
     """Ctrl-C and SIGTERM handled as the command handles them, for the block:
     `_interrupt`, then the handlers before it again."""
     INTERRUPTED.clear()
+    _CLAIMED.clear()
     before = {signum: signal.signal(signum, _interrupt) for signum in SIGNALS}
     try:
         yield
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
-
-
-# The run that claimed the output directory last in this process, for what an
-# interrupt outside the claim says (`held`).
-_CLAIMED: list[RunDir] = []
 
 
 @contextlib.contextmanager
@@ -111,22 +112,22 @@ def claimed(launch: Launch) -> Iterator[outdir.Claim]:
     once what the run wrote is abandoned (so a commit still in flight finds nothing to
     move, and the line is true when it is printed)."""
     io, out = launch.config.io, launch.config.io.output_dir
-    run = None
+    held: Optional[outdir.Claim] = None
     try:
         with outdir.claimed(out, io.overwrite, [p for p, _ in launch.config.inputs.files],
                             io.input, launch.local_temp(), launch.job_name, io.append,
                             keep_lease=io.detach) as claim:
-            run = claim.run
-            _CLAIMED[:] = [run]
+            held = claim
+            _CLAIMED[:] = [claim.run]
             yield claim
     except outdir.OutputDirError as e:
         raise Refused(str(e)) from None
     except BaseException as e:
-        if run is None:   # the claim itself, before the run
+        if held is None:   # the claim itself, before the run
             if isinstance(e, OSError) and (error := os_error(e, out)) is not None:
                 raise Failed(f"{error}; nothing was committed") from None
             raise
-        told = _told(e, run)
+        told = _told(e, held)
         if told is None:
             raise
         raise told from None
@@ -143,13 +144,16 @@ def held() -> str:
     return f"nothing was committed; {run.output_dir} holds what it held before"
 
 
-def _told(error: BaseException, run: RunDir) -> Optional[BaseException]:
+def _told(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
     """What a run that stopped with `error` ends with: an interrupt or a machine's error
-    saying what the directory holds; None to raise `error` as it is (a refusal, a
-    failure that said its line already, or a bug, which keeps its traceback)."""
+    saying what the directory holds, or the lost lease (whatever failed then: the run
+    that took it over cleared this one's files); None to raise `error` as it is (a
+    refusal, a failure that said its line already, or a bug, which keeps its
+    traceback)."""
+    run = claim.run
     interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
-    if not interrupted and (lost := one_line(error, outdir.LeaseLost)) is not None:
-        return Failed(lost)
+    if not interrupted and (claim.lease.lost or one_line(error, outdir.LeaseLost)):
+        return Failed(str(outdir.LeaseLost(run.output_dir)))
     reason = None if interrupted else os_error(error, run.output_dir)
     if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
         return None

@@ -101,6 +101,11 @@ class LeaseLost(RuntimeError):
     """This run's lease was taken over (it was paused, or stopped renewing past its
     expiry): it commits nothing, and what it wrote is left for the next run to remove."""
 
+    def __init__(self, output_dir: str):
+        super().__init__(f"another run took the lease on {output_dir} (this run was paused "
+                         "or stopped renewing it): this run commits nothing; what it wrote "
+                         "there the next run removes")
+
 
 class LeaseHeld(Exception):
     """Another live run holds the directory's lease."""
@@ -233,5 +238,6 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         if self._token is not None and not self.lost:
-            swap.delete_if(self.path, self._token)
+            # not deleted: another run has it now (this one was paused past its expiry)
+            self.lost = not swap.delete_if(self.path, self._token)
         self._token = None
