@@ -220,9 +220,9 @@ def generation(path: str) -> Optional[int]:
     None for a local path."""
     if not is_gcs(path):
         return None
-    blob = gcs_client().bucket(path[len("gs://"):].partition("/")[0]).get_blob(
-        path[len("gs://"):].partition("/")[2])
-    return 0 if blob is None else blob.generation
+    blob = gcs_blob(path)
+    found = blob.bucket.get_blob(blob.name)
+    return 0 if found is None else found.generation
 
 
 def make_dirs(path: str) -> None:
