@@ -61,7 +61,7 @@ def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers
     duplicates = ((cut.videos, cut.abandoned, cut.bad_frames, known_digests)
                   | "FindDuplicates" >> FindDuplicates(cut_config))
     shards = cut.examples | "WriteShards" >> WriteShuffledShards(
-        run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped))
+        run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped, default_value={}))
     failures = (read_failures, cut.failures, duplicates.failures) | "AllFailures" >> beam.Flatten()
     skipped = (skipped, duplicates.aliases) | "AllSkipped" >> beam.Flatten()
     (FinalizeInputs(shards, duplicates.unique, failures, duplicates.bad_frames, skipped)

@@ -58,11 +58,19 @@ FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]
 SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}
 
 
-class World:
-    """The inputs, the output directory and the temp directory the runs share."""
+def start_command(argv: list[str], env: dict) -> subprocess.Popen:
+    """`python -m beam_jobs.make_shards ARGV`, in a new interpreter."""
+    return subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
-    def __init__(self, root: str, seed: int):
-        self.root, self.rng = root, np.random.default_rng(seed)
+
+class World:
+    """The inputs, the output directory and the temp directory the runs share; `start`
+    starts the command: start_command, or another function that takes (argv, env) and
+    returns what a Popen of it would give (poll, wait, send_signal, pid, stderr)."""
+
+    def __init__(self, root: str, seed: int, start=start_command):
+        self.root, self.rng, self._start = root, np.random.default_rng(seed), start
         self.inputs = os.path.join(root, "in")
         self.out = os.path.join(root, "out")
         self.temp = os.path.join(root, "tmp")
@@ -80,15 +88,10 @@ class World:
         os.rename(path, os.path.join(self.inputs, f"part-{self.files:04d}.tfrecord"))
         self.files += 1
 
-    def command(self, mode: str) -> list[str]:
-        return [sys.executable, "-m", "beam_jobs.make_shards", "--input",
-                os.path.join(self.inputs, "*.tfrecord"), "--output_dir", self.out,
+    def start(self, mode: str):
+        argv = ["--input", os.path.join(self.inputs, "*.tfrecord"), "--output_dir", self.out,
                 *FLAGS, f"--{mode}"]
-
-    def start(self, mode: str) -> subprocess.Popen:
-        env = {**os.environ, "TMPDIR": self.temp}
-        return subprocess.Popen(self.command(mode), env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        return self._start(argv, {**os.environ, "TMPDIR": self.temp})
 
 
 def _digest(path: str) -> str:
@@ -218,13 +221,14 @@ def clean_run_seconds(world: World, mode: str) -> float:
 
 
 def run(iterations: int, seed: int = 0, work_dir: Optional[str] = None,
-        log=print, in_turn: bool = False) -> dict:
+        log=print, in_turn: bool = False, start=start_command) -> dict:
     """`iterations` killed runs in a fresh world; the counts and the violations.
-    `in_turn`: each kill and mode in turn (a short run covers them all), not at random."""
+    `in_turn`: each kill and mode in turn (a short run covers them all), not at random.
+    `start`: how a run is started (World)."""
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="chaos-", dir=work_dir)
     try:
-        world = World(root, seed)
+        world = World(root, seed, start)
         span = clean_run_seconds(world, "overwrite") * 1.3
         counts, violations = collections.Counter(), []
         for i in range(iterations):

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from beam_jobs import make_shards
+from job_process import JobProcess
 
 
 def latent_example(frames: np.ndarray, recipe: Optional[Sequence[float]] = None,
@@ -178,10 +179,10 @@ def dataset_bytes(out) -> dict:
     return {name: data for name, data in files.items() if data is not None}
 
 
-def start_job(command, out):
-    """Start the job; return once it is writing its own shards (never the old ones)."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+def start_job(argv, out) -> JobProcess:
+    """Start the command with `argv` (job_process.py); return once it is writing its own
+    shards (never the old ones)."""
+    process = JobProcess(argv)
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:
         runs = out / "_make_shards" / "runs"

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 
 import numpy as np
 import pytest
@@ -228,9 +227,8 @@ def test_a_stopped_append_leaves_the_dataset_as_it_was(tmp_path, rng, stop):
     before = dataset_bytes(out)
     _write(tmp_path / "in" / "b.tfrecord",
            random_videos(rng, 40, lengths=(300, 400), dim=64), "b")
-    command = [sys.executable, "-m", "beam_jobs.make_shards", "--input",
-               str(tmp_path / "in" / "*"), "--output_dir", str(out), *FLAGS, "--append",
-               "--spill_buffer_mb", "0.2"]
+    command = ["--input", str(tmp_path / "in" / "*"), "--output_dir", str(out), *FLAGS,
+               "--append", "--spill_buffer_mb", "0.2"]
     process = start_job(command, out)
     os.killpg(process.pid, signal.SIGKILL if stop == "kill -9" else signal.SIGINT)
     process.wait()

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 
 import numpy as np
@@ -24,8 +23,7 @@ FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]
 
 
 def _job(input_glob, out, *extra):
-    return [sys.executable, "-m", "beam_jobs.make_shards", "--input", input_glob,
-            "--output_dir", str(out), *FLAGS, *extra]
+    return ["--input", input_glob, "--output_dir", str(out), *FLAGS, *extra]
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +111,8 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     (index,) = [n for n in before if n.startswith("train-00000") and n.endswith(".index")]
     os.remove(out / index)
     os.makedirs(out / index / "in the way")
-    stderr = process.communicate()[1]
-    assert process.returncode == 0, stderr[-2000:]
+    code, stderr = process.wait(), process.stderr.read()
+    assert code == 0, stderr[-2000:]
     assert "Traceback" not in stderr
     (warning,) = [l for l in stderr.splitlines() if "cleaning up after it failed" in l]
     assert "WARNING" in warning and "is committed" in warning

@@ -6,13 +6,10 @@ import os
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.internal import pickler
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.portability import common_urns
-from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.pipeline import PipelineVisitor
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms.combiners import ToListCombineFn
 
 import pytest
 
@@ -141,16 +138,22 @@ def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
     assert open(run.in_run_folder("kept.jsonl")).read() == ""
 
 
-def _to_list_steps(pipeline: beam.Pipeline) -> set[str]:
-    """The labels of the pipeline's ToList steps: each combine whose CombineFn (in the
-    job proto, pickled) is a ToListCombineFn, named by the step that applied ToList."""
+def _gathering_steps(pipeline: beam.Pipeline) -> set[str]:
+    """The labels of the steps that take a whole PCollection as one list: a ToList
+    combine, or a side input read as a list or an iterable (but a combine's default
+    value, one element)."""
     steps = set()
-    for t in pipeline.to_runner_api().components.transforms.values():
-        if t.spec.urn != common_urns.composites.COMBINE_PER_KEY.urn:
-            continue
-        combine = beam_runner_api_pb2.CombinePayload.FromString(t.spec.payload)
-        if isinstance(pickler.loads(combine.combine_fn.payload), ToListCombineFn):
-            steps.add(t.unique_name.rsplit("/", 2)[0])
+
+    class Visitor(PipelineVisitor):
+        def visit_transform(self, node):
+            if node.full_label.endswith("/InjectDefault"):
+                return
+            if isinstance(node.transform, beam.combiners.ToList) or any(
+                    isinstance(s, (beam.pvalue.AsList, beam.pvalue.AsIter))
+                    for s in node.side_inputs):
+                steps.add(node.full_label.rsplit("/", 1)[0])
+
+    pipeline.visit(Visitor())
     return steps
 
 
@@ -166,8 +169,8 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
         make_shards.build_pipeline(pipeline, launch, RunDir(str(tmp_path / "out"), "r", ""))
         # one row per sorted file, per sidecar part: none per video (the shards' rows go
         # with the counts, in finalize's one combine)
-        assert _to_list_steps(pipeline) == {"WriteShards/GatherSortedFiles",
-                                            "Finalize/Sidecars/GatherParts"}
+        assert _gathering_steps(pipeline) == {"WriteShards/PlanShards",
+                                              "Finalize/Sidecars/Concatenate"}
 
 
 @pytest.mark.parametrize("counts, threshold, appending, outcome, reason", [

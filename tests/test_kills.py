@@ -18,6 +18,7 @@ import readers
 from beam_jobs import make_shards
 from helpers import (assert_verified, dataset_bytes, first_day, random_videos, read_dataset_json,
                      run_job, write_videos)
+from job_process import JobProcess, die_at_commit_step
 from readers.format import tfds_info
 
 FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]
@@ -28,23 +29,6 @@ def day1(tmp_path_factory):
     return first_day(tmp_path_factory.mktemp("days"), FLAGS)
 
 
-_KILL_AT = r"""
-import os, sys
-from beam_jobs import make_shards, outdir
-from beam_jobs.core import storage
-step, calls = int(sys.argv[1]), [0]
-def dying(function):
-    def call(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == step:
-            os._exit(9)
-        return function(*args, **kwargs)
-    return call
-storage.place = dying(storage.place)                      # each side file, then dataset.json
-outdir.write_derived = dying(outdir.write_derived)          # dataset_info.json
-outdir.clean_up_after_commit = dying(outdir.clean_up_after_commit)
-sys.exit(make_shards.main(sys.argv[2:]))
-"""
 _STEPS = ["before the videos file moves", "before the failures file moves",
           "before dataset.json moves", "before dataset_info.json is rewritten",
           "before the cleanup"]
@@ -62,10 +46,9 @@ def test_a_kill_between_any_two_commit_steps_leaves_old_or_new_and_the_rerun_com
         out = tmp_path / f"out{step}"
         shutil.copytree(day1 / "out", out)
         old = dataset_bytes(out)
-        killed = subprocess.run(
-            [sys.executable, "-c", _KILL_AT, str(step), "--input", glob, "--output_dir",
-             str(out), *FLAGS, *window, mode], capture_output=True, text=True)
-        assert killed.returncode == 9, (where, killed.stderr[-2000:])
+        killed = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, *window, mode],
+                            prepare=die_at_commit_step(step))
+        assert killed.wait() == 9, (where, killed.stderr.read()[-2000:])
         now = dataset_bytes(out)
         meta = json.loads(now["dataset.json"])
         new = meta["run_id"] != json.loads(old["dataset.json"])["run_id"]
@@ -100,9 +83,8 @@ def test_a_paused_run_that_lost_its_lease_commits_nothing_and_blocks_no_one(day1
     out = tmp_path / "out"
     shutil.copytree(day1 / "out", out)
     glob = str(day1 / "R" / "day1" / "*.tfrecord")
-    a = subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", "--input", glob,
-                          "--output_dir", str(out), *FLAGS, "--stride", "3", "--overwrite"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    a = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, "--stride", "3",
+                    "--overwrite"])
     path = out / "_make_shards" / "lease.json"
     deadline = time.monotonic() + 120
     while not path.exists() and time.monotonic() < deadline:
@@ -139,10 +121,10 @@ def test_leftovers_of_the_lease_and_of_beam_go_with_the_next_run(tmp_path, rng):
                  files=2)
     out, temp = tmp_path / "out", tmp_path / "tmp"
     temp.mkdir()
-    argv = [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
-            "--output_dir", str(out), "--window", "4", "--spill_buffer_mb", "0.2"]
+    argv = ["--input", tmp_path / "in" / "*", "--output_dir", out, "--window", "4",
+            "--spill_buffer_mb", "0.2"]
     env = {**os.environ, "TMPDIR": str(temp)}
-    job = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = JobProcess(argv, env=env)
     runs = out / "_make_shards" / "runs"
     deadline = time.monotonic() + 120
     while not list(runs.glob("*/shards.json")) and time.monotonic() < deadline:
@@ -152,8 +134,8 @@ def test_leftovers_of_the_lease_and_of_beam_go_with_the_next_run(tmp_path, rng):
     assert not [n for n in os.listdir(temp) if n.startswith("beam-pipeline-temp")]
     for suffix in ("tmp", "stale"):
         (out / "_make_shards" / f"lease.json.{'ab' * 16}.{suffix}").write_text("{}")
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = JobProcess(argv, env=env)
+    assert done.wait() == 0, done.stderr.read()[-2000:]
     assert not (out / "_make_shards").exists()
     assert not [n for n in os.listdir(temp) if n.startswith("beam-pipeline-temp")]
     assert_verified(out)
@@ -196,10 +178,8 @@ def test_sigterm_stops_a_run_and_its_worker_processes_like_ctrl_c(day1, tmp_path
     out = tmp_path / "out"
     shutil.copytree(day1 / "out", out)
     before = dataset_bytes(out)
-    job = subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", "--input",
-                            str(day1 / "R" / "day1" / "*.tfrecord"), "--output_dir", str(out),
-                            *FLAGS, "--stride", "3", "--overwrite", *workers],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    job = JobProcess(["--input", day1 / "R" / "day1" / "*.tfrecord", "--output_dir", out,
+                      *FLAGS, "--stride", "3", "--overwrite", *workers])
     runs = out / "_make_shards" / "runs"
     deadline = time.monotonic() + 120
     while not list(runs.glob("*/shards.json")) and time.monotonic() < deadline:

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import (assert_verified, job_line, plain_names, random_videos, read_dataset_json,
                      run_job, write_videos)
+from job_process import JobProcess
 
 
 @pytest.fixture(scope="module")
@@ -179,11 +180,8 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng, capsys):
     write_videos(str(tmp_path / "in"), random_videos(rng, 8, lengths=(100, 120), dim=8),
                  files=2)
     out = tmp_path / "out"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "beam_jobs.make_shards", "--input", str(tmp_path / "in" / "*"),
-         "--output_dir", str(out), "--window", "8", "--stride", "4", "--num_shards", "3",
-         "--spill_buffer_mb", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
+    first = JobProcess(["--input", tmp_path / "in" / "*", "--output_dir", out, "--window", "8",
+                        "--stride", "4", "--num_shards", "3", "--spill_buffer_mb", "0.2"])
     deadline = time.monotonic() + 60
     while not (out / "_make_shards" / "lease.json").exists() and time.monotonic() < deadline:
         time.sleep(0.02)

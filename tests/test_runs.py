@@ -2,8 +2,6 @@
 import filecmp
 import os
 import signal
-import subprocess
-import sys
 import tarfile
 import time
 
@@ -13,6 +11,7 @@ from beam_jobs import make_shards
 from helpers import (assert_verified, job_line, plain_dataset_json, plain_name, plain_names,
                      random_videos, run_job, solid_frames, staged_files, write_frame_folder,
                      write_manifest, write_videos)
+from job_process import JobProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,11 +83,10 @@ def test_all_cores_runs_worker_processes_with_the_same_output(tmp_path, latents)
     run_job(latents, tmp_path / "one", *FLAGS)
     run_job(latents, tmp_path / "all", *FLAGS, *workers, "--spill_buffer_mb", "0.01")
     _same_shards(tmp_path / "one", tmp_path / "all")
-    command = subprocess.Popen(_job(latents, tmp_path / "forked", *workers,
-                                    "--progress_interval", "0.001"),
-                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    _, stderr = command.communicate()
-    assert command.returncode == 0, stderr[-3000:]
+    command = JobProcess(_job(latents, tmp_path / "forked", *workers,
+                              "--progress_interval", "0.001"))
+    code, stderr = command.wait(), command.stderr.read()
+    assert code == 0, stderr[-3000:]
     assert_verified(tmp_path / "forked")
     _same_shards(tmp_path / "one", tmp_path / "forked")
     pids = {line.split("worker ")[1].split(":")[0] for line in stderr.splitlines()
@@ -97,8 +95,7 @@ def test_all_cores_runs_worker_processes_with_the_same_output(tmp_path, latents)
 
 
 def _job(input_glob, output_dir, *extra):
-    return [sys.executable, "-m", "beam_jobs.make_shards", "--input", input_glob,
-            "--output_dir", str(output_dir), *FLAGS, *extra]
+    return ["--input", input_glob, "--output_dir", str(output_dir), *FLAGS, *extra]
 
 
 @pytest.mark.slow
@@ -109,8 +106,7 @@ def test_a_killed_run_leaves_no_dataset_and_the_same_command_then_succeeds(
                  files=8)
     latents, out = str(tmp_path / "in" / "*"), tmp_path / "out"
     command = _job(latents, out, "--spill_buffer_mb", "0.2")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = JobProcess(command)
     runs = out / "_make_shards" / "runs"
 
     def reached() -> bool:

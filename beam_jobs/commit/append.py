@@ -60,11 +60,12 @@ def read_known(pipeline: beam.Pipeline, output_dir: str, spec: data_format.Datas
     if not retry_failed:
         ids.append(failures | "FailedIds" >> beam.FlatMap(
             lambda row: [row["video_id"]] if row.get("video_id") else []))
-    id_set = ids | "AllKnownIds" >> beam.Flatten() | "IdSet" >> beam.combiners.ToSet()
+    id_set = (ids | "AllKnownIds" >> beam.Flatten() | "IdSet" >> beam.CombineGlobally(
+        beam.combiners.ToSetCombineFn()).without_defaults())
     digests = videos | "KnownDigests" >> beam.FlatMap(
         lambda row: [(row["digest"], row["video_id"])] if row.get("digest") else [])
     return Known(spec, videos, rows("bad_frames"), failures,
-                 beam.pvalue.AsSingleton(id_set), digests)
+                 beam.pvalue.AsSingleton(id_set, default_value=set()), digests)
 
 
 def _shown(value: Any) -> str:

@@ -27,8 +27,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.stats import ApproximateQuantilesCombineFn
 
 from beam_jobs.core import paths
+from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.run_dir import RunDir
 
 BUCKETS = 256
@@ -102,14 +104,14 @@ class WriteSortedJsonl(beam.PTransform):
                  for place, (file_rows, file) in enumerate(zip(rows, files))]
         keyed = keyed | "AllRows" >> beam.Flatten()
         bounds = (keyed | "SortKeys" >> beam.Keys()
-                  | "Bounds" >> beam.ApproximateQuantiles.Globally(BUCKETS + 1))
+                  | "Bounds" >> beam.CombineGlobally(ApproximateQuantilesCombineFn.create(
+                      BUCKETS + 1)).without_defaults())
         parts = (keyed
                  | "ToBucket" >> beam.Map(lambda kv, b: (_bucket(kv[0], b), kv),
                                           beam.pvalue.AsSingleton(bounds, default_value=[]))
                  | "GroupBuckets" >> beam.GroupByKey()
                  | "WriteParts" >> beam.ParDo(_WriteParts(
-                     paths.join(run.temp_dir, "sidecars"), [f.name for f in files]))
-                 | "GatherParts" >> beam.combiners.ToList())
+                     paths.join(run.temp_dir, "sidecars"), [f.name for f in files])))
 
         def write(part_list) -> list[str]:
             names = []
@@ -120,4 +122,4 @@ class WriteSortedJsonl(beam.PTransform):
                     names.append(file.name)
             return names
 
-        return parts | "Concatenate" >> beam.Map(write)
+        return parts | "Concatenate" >> ApplyToAll(write)

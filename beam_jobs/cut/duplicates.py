@@ -150,9 +150,10 @@ class FindDuplicates(beam.PTransform):
              aliases | "KeysOfAliases" >> beam.Map(lambda a: _keys(a[0], config)),
              abandoned | "KeysOfAbandoned" >> beam.Map(lambda a: (a.split, a.keys)))
             | "AllDropped" >> beam.Flatten()
-            | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()))
+            | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()).without_defaults())
         alias_ids = aliases | "LogAliases" >> beam.ParDo(_LogAliases())
         bad_frames = bad_frames | "NotOfAliases" >> beam.Filter(
             lambda row, ids: row["video_id"] not in ids,
-            beam.pvalue.AsSingleton(alias_ids | "AliasSet" >> beam.combiners.ToSet()))
+            beam.pvalue.AsSingleton(alias_ids | "AliasSet" >> beam.CombineGlobally(
+                beam.combiners.ToSetCombineFn()).without_defaults(), default_value=set()))
         return Duplicates(by_content.unique, failures, dropped, alias_ids, bad_frames)

@@ -101,9 +101,7 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
         if committed is not None:
             repair_derived(out, committed)
         if not held.still_held():   # paused past its expiry: deleting is not its part now
-            raise OutputDirError(f"--output_dir: {out}: another run took the lease while "
-                                 "this one started (it was paused past its expiry); run "
-                                 "again once that run is done")
+            raise OutputDirError(_taken_over(out))
         replaces = _clear(out, overwrite or append, held.took_over)
         if append and committed is not None:
             base = committed   # the dataset to add a generation to
@@ -120,10 +118,19 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
              "sidecars": [data_format.sidecar_name(kind, run_id)
                           for kind in data_format.SIDECAR_KINDS],
              "replaces": replaces}).encode("utf-8"))
-    except BaseException:
+    except BaseException as e:
+        # paused past its expiry later on: the run that took over removed its folder
+        taken = isinstance(e, OSError) and not held.still_held()
         release(Claim(run, held, created))
+        if taken:
+            raise OutputDirError(_taken_over(out)) from None
         raise
     return Claim(run, held, created, base)
+
+
+def _taken_over(out: str) -> str:
+    return (f"--output_dir: {out}: another run took the lease while this one started (it "
+            "was paused past its expiry); run again once that run is done")
 
 
 def _committed_spec(out: str) -> Optional[data_format.DatasetSpec]:

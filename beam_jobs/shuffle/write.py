@@ -40,6 +40,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs.core import paths, progress
+from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.records import KeyedExample, WrittenShard
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
@@ -240,8 +241,7 @@ class WriteShuffledShards(beam.PTransform):
                     | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
         return (
             files
-            | "GatherSortedFiles" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.Map(
+            | "PlanShards" >> ApplyToAll(
                 lambda gathered, dropped: plan_shards(
                     gathered, config.splits, config.num_buckets, config.num_shards,
                     config.shard_bytes, dropped), self._dropped)
