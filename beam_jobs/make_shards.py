@@ -99,7 +99,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     """
     config, pipeline_args = flags.parse_args(argv, encoder)
     runner = flags.runner_name(pipeline_args)
-    config = runners.for_runner(config, runner)
+    config = runners.for_runner(config, runner, pipeline_args)
     try:
         source = build_source(config)
     except SourceError as e:

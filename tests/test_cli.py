@@ -75,10 +75,11 @@ def test_without_beam_the_job_says_what_to_install(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_latent_run_never_imports_tensorflow(tmp_path, latents):
+def test_a_latent_run_imports_neither_tensorflow_nor_pyav(tmp_path, latents):
     """The latent source reads Examples and serialized tensors by hand (readers.format),
-    so the job skips TensorFlow's seconds of start-up, here and on each worker."""
-    code = ("import sys\nfrom beam_jobs import make_shards\n"
+    so the job skips TensorFlow's seconds of start-up, here and on each worker; and it
+    runs where PyAV cannot be imported (a worker with the light install's packages)."""
+    code = ("import sys\nsys.modules['av'] = None\nfrom beam_jobs import make_shards\n"
             f"make_shards.run(['--input', *{latents!r}, '--output_dir', 'out', "
             "'--window', '5', '--stride', '3'])\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))\n")

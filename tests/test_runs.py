@@ -164,6 +164,24 @@ def test_group_on_a_local_runner_says_how_much_memory_it_needs(tmp_path, latents
     assert not [r for r in caplog.records if "--shuffle group" in r.getMessage()]
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--runner", "DataflowRunner", "--project", "test-project", "--region", "us-central1",
+      "--temp_location", "gs://test-bucket/tmp"], "pass --setup_file ./setup.py"),
+    (["--runner", "DataflowRunner", "--project", "test-project", "--region", "us-central1",
+      "--temp_location", "gs://test-bucket/tmp", "--setup_file", "./setup.py",
+      "--job_name", "Not_A_Job_Name", "--dry_run=True"],
+     "DataflowRunner: Invalid job_name (Not_A_Job_Name);"),
+    (["--runner", "PortableRunner", "--job_endpoint", "localhost:1", "--environment_type",
+      "LOOPBACK", "--detach"], "--detach with --environment_type LOOPBACK"),
+], ids=["no package for the workers", "beam's own check", "detached loopback"])
+def test_a_distributed_run_that_could_not_work_is_refused_before_it_makes_anything(
+        tmp_path, latents, capsys, extra, needle):
+    out = tmp_path / "out"
+    last = job_line(capsys, "--input", latents, "--output_dir", out, "--window", "4", *extra)
+    assert needle in last, last
+    assert not out.exists()   # no lease, no run folder
+
+
 def _dry_run_graph_bytes(manifest) -> int:
     cwd = os.getcwd()
     os.chdir(ROOT)
@@ -171,7 +189,8 @@ def _dry_run_graph_bytes(manifest) -> int:
         result = make_shards.run([
             "--input", str(manifest), "--output_dir", "gs://test-bucket/out", "--window", "2",
             "--runner", "DataflowRunner", "--dry_run=True", "--project", "test-project",
-            "--region", "us-central1", "--temp_location", "gs://test-bucket/tmp"])
+            "--region", "us-central1", "--temp_location", "gs://test-bucket/tmp",
+            "--sdk_container_image", "example.com/make-shards:latest"])
     finally:
         os.chdir(cwd)
     return result.job.proto_pipeline.ByteSize()

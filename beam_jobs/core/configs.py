@@ -36,6 +36,14 @@ class LatentConfig:
     id_feature: Optional[str]
 
 
+# Pixel input's bounds, the defaults of their flags, here so that a run of latents (and
+# its workers) never imports the pixel sources, nor PyAV with them.
+DEFAULT_MAX_FRAME_BYTES = 256 << 20  # an 8K 16-bit RGB TIFF is 200 MB
+# Seconds: far over a steady frame interval (1 s in a 1 fps time-lapse) or a burst of
+# dropped frames, and at --fps 30 at most 150 copies of one frame.
+DEFAULT_MAX_TIMESTAMP_GAP = 5.0
+
+
 @dataclasses.dataclass(frozen=True)
 class PixelConfig:
     """pixel input: how frames are decoded, checked and stored."""

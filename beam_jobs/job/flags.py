@@ -10,13 +10,13 @@ import math
 from typing import Any, Callable, Optional
 
 from beam_jobs.core import ids, paths
-from beam_jobs.core.configs import (EncoderConfig, Inputs, IoConfig, JobConfig, LatentConfig,
+from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP,
+                                    EncoderConfig, Inputs, IoConfig, JobConfig, LatentConfig,
                                     PixelConfig, ShardsConfig, WindowConfig)
 from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.job.errors import Refused
 from beam_jobs.sources import inputs
-from beam_jobs.sources.media import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
 from readers import format as data_format
 
 PROG = "python -m beam_jobs.make_shards"

@@ -3,6 +3,12 @@ shuffle mode, whether --detach makes sense."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+
+from apache_beam.options.pipeline_options import (PipelineOptions, PortableOptions,
+                                                  SetupOptions, WorkerOptions)
+from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+from apache_beam.runners.runner import create_runner
 
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.job.errors import Refused
@@ -32,11 +38,42 @@ def shuffle_mode(requested: str, runner: str) -> str:
     return "spill" if local else "group"
 
 
-def for_runner(config: JobConfig, runner: str) -> JobConfig:
-    """The config with what the runner decides: the shuffle mode. `Refused` for flags the
-    runner cannot take."""
+def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobConfig:
+    """The config with what the runner decides: the shuffle mode. `Refused` for flags and
+    pipeline options the runner cannot take (check_options), before anything is made."""
     if config.io.detach and is_local(runner):
         raise Refused(f"--detach: a local run ({runner}) is this process; --detach submits "
                       "a job to a distributed runner (e.g. --runner DataflowRunner) and exits")
+    check_options(pipeline_args, runner, config.io.detach)
     return dataclasses.replace(config, shards=dataclasses.replace(
         config.shards, shuffle=shuffle_mode(config.shards.shuffle, runner)))
+
+
+def check_options(pipeline_args: list[str], runner: str, detach: bool) -> None:
+    """`Refused`, in one line, for a distributed run whose options would fail once it
+    holds the output directory's lease, or whose workers could not run the job: Beam's
+    own checks of the options (those it makes at submission), workers that live in
+    this process under --detach, Dataflow workers without the job's package."""
+    if is_local(runner):
+        return
+    options = PipelineOptions(pipeline_args)
+    environment = (options.view_as(PortableOptions).environment_type or "").upper()
+    if detach and environment == "LOOPBACK":
+        raise Refused("--detach with --environment_type LOOPBACK: the workers would run in "
+                      "this process, which --detach ends once the job is submitted; use "
+                      "EXTERNAL or DOCKER workers, or leave out --detach")
+    if runner == "DataflowRunner" and not (options.view_as(SetupOptions).setup_file or
+                                           options.view_as(WorkerOptions).sdk_container_image):
+        raise Refused("DataflowRunner: pass --setup_file ./setup.py (the job's package and "
+                      "its requirements are staged for the workers) or --sdk_container_image "
+                      "(an image that holds them, docker/); without either the workers "
+                      "cannot import beam_jobs")
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)   # it logs each error too: the one line is ours
+    try:
+        errors = PipelineOptionsValidator(options, create_runner(runner)).validate()
+    finally:
+        beam_log.setLevel(level)
+    if errors:
+        raise Refused(f"{runner}: {' '.join(errors[0].split())}")

@@ -30,14 +30,11 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from beam_jobs.core import paths
+from beam_jobs.core.configs import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
 from beam_jobs.core.frames import BadRecord
 
 JPEG_MAGIC = b"\xff\xd8"
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: most of level 6's size at a fraction of its time
-DEFAULT_MAX_FRAME_BYTES = 256 << 20  # an 8K 16-bit RGB TIFF is 200 MB
-# Seconds: far over a steady frame interval (1 s in a 1 fps time-lapse) or a burst of
-# dropped frames, and at --fps 30 at most 150 copies of one frame.
-DEFAULT_MAX_TIMESTAMP_GAP = 5.0
 _DEEP_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 # A video may decode a frame or two fewer than its container declares (edit lists).
 _SHORTFALL_FRAMES, _SHORTFALL_FRACTION = 2, 0.02

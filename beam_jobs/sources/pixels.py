@@ -11,7 +11,8 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs.core import paths
-from beam_jobs.core.configs import EncoderConfig, JobConfig
+from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP,
+                                    EncoderConfig, JobConfig)
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
@@ -30,9 +31,9 @@ class PixelFormat:
     metadata_length: int = 0
     fps: Optional[float] = None
     max_frames: Optional[int] = None
-    max_timestamp_gap: float = media.DEFAULT_MAX_TIMESTAMP_GAP
+    max_timestamp_gap: float = DEFAULT_MAX_TIMESTAMP_GAP
     on_bad_frame: str = "mask"                      # or "fail"
-    max_frame_bytes: int = media.DEFAULT_MAX_FRAME_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     allow_nonfinite: bool = False
     stored_frame_bytes: int = 0                     # of the first frame, as stored
 
