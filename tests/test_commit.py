@@ -14,8 +14,8 @@ import pytest
 from beam_jobs import make_shards, outdir
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.outdir import lease
-from helpers import (assert_verified, dataset_bytes, job_line, latent_example, plain_names,
-                     random_videos, read_dataset_json, run_job, start_job, write_records,
+from helpers import (assert_verified, dataset_bytes, job_line, latent_example, plain_name,
+                     plain_names, random_videos, read_dataset_json, run_job, start_job, write_records,
                      write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -215,3 +215,27 @@ def test_the_heartbeat_survives_a_failed_renewal(tmp_path, monkeypatch, caplog):
     assert json.load(open(path))["expires"] > expires
     held.release()
     assert not os.path.exists(path)
+
+
+@pytest.mark.slow
+def test_every_step_may_run_again_after_its_side_effects_as_a_retried_bundle_does(
+        tmp_path, rng):
+    """--direct_runner_bundle_repeat 1: FnApiRunner runs every bundle once more before
+    its real run, side effects and all (Beam's own way to test that a step is safe to
+    retry, as Dataflow retries a failed bundle). The commit, the cleanup after it and
+    the lease's release are stages of their own, and each may run twice: the dataset is
+    the one a plain run commits, and an append on top of it commits too."""
+    write_videos(str(tmp_path / "in"), random_videos(rng, 12), files=3)
+    glob, twice = str(tmp_path / "in" / "*"), ["--direct_runner_bundle_repeat", "1"]
+    run_job(glob, tmp_path / "plain", *FLAGS)
+    run_job(glob, tmp_path / "twice", *FLAGS, *twice)
+    plain, repeated = dataset_bytes(tmp_path / "plain"), dataset_bytes(tmp_path / "twice")
+    assert plain_names(plain) == plain_names(repeated)
+    assert ({plain_name(n): b for n, b in plain.items() if n.endswith(".tfrecord")}
+            == {plain_name(n): b for n, b in repeated.items() if n.endswith(".tfrecord")})
+    write_videos(str(tmp_path / "more"), random_videos(rng, 4), files=1)
+    os.rename(tmp_path / "more" / "lat-0.tfrecord", tmp_path / "in" / "new.tfrecord")
+    run_job(glob, tmp_path / "twice", *FLAGS, *twice, "--append")
+    meta = read_dataset_json(tmp_path / "twice")
+    assert [g["videos"] for g in meta["generations"]] == [12, 4]
+    assert set(os.listdir(tmp_path / "twice")) == {*meta["files"], "dataset.json"}

@@ -167,10 +167,12 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
         pipeline = beam.Pipeline()
         launch = Launch.settle(config, [], "FnApiRunner", build_source(config))
         make_shards.build_pipeline(pipeline, launch, RunDir(str(tmp_path / "out"), "r", ""))
-        # one row per sorted file, per sidecar part: none per video (the shards' rows go
-        # with the counts, in finalize's one combine)
-        assert _gathering_steps(pipeline) == {"WriteShards/PlanShards",
-                                              "Finalize/Sidecars/Concatenate"}
+        # one row per sorted file, per sidecar part, the commit's one result (the
+        # cleanup and the release, stages of their own): none per video (the shards'
+        # rows go with the counts, in finalize's one combine)
+        assert _gathering_steps(pipeline) == {
+            "WriteShards/PlanShards", "Finalize/Sidecars/Concatenate", "Finalize/CleanUp",
+            "Finalize/ReleaseLease"}
 
 
 @pytest.mark.parametrize("counts, threshold, appending, outcome, reason", [

@@ -15,6 +15,7 @@ from beam_jobs.commit.failures import MergeFailures
 from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
 from beam_jobs.commit.tally import FAILED, SHARD, SKIPPED, TWICE, VIDEO, Tally, TallyFn
 from beam_jobs.core import progress, storage
+from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.records import VideoCount
 from beam_jobs.core.run_dir import RunDir
 from readers import format as data_format
@@ -111,13 +112,15 @@ def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -
     directory's dataset is the one before, whole; from it on, this one. Then the derived
     TFDS file is rewritten (outdir/derived.py; where a kill comes first, the next run
     does it)."""
-    staged = run.in_run_folder(data_format.DATASET_JSON)
-    # Fenced by the lease: a run that took the lease over deleted this run's folder
-    # first (nothing to move then), and on GCS dataset.json must be the one it was.
-    storage.write_bytes(staged, dataset.to_json().encode("utf-8"), make_dirs=False)
-    for name in sidecars:
-        storage.place(run.in_run_folder(name), run.output(name))
-    storage.place(staged, run.output(data_format.DATASET_JSON), run.dataset_generation)
+    if not outdir.committed(run):   # a retry of this step after the move does the rest
+        staged = run.in_run_folder(data_format.DATASET_JSON)
+        # Fenced by the lease: a run that took the lease over deleted this run's folder
+        # first (nothing to move then), and on GCS dataset.json must be the one it was.
+        storage.write_bytes(staged, dataset.to_json().encode("utf-8"), make_dirs=False)
+        for name in sidecars:
+            if storage.kind(run.in_run_folder(name)) != "missing":   # else moved already
+                storage.place(run.in_run_folder(name), run.output(name))
+        storage.place(staged, run.output(data_format.DATASET_JSON), run.dataset_generation)
     outdir.write_derived(run.output_dir, dataset)
 
 
@@ -133,14 +136,10 @@ class _IdsTwice(beam.PTransform):
                 | "Tally" >> beam.Map(lambda _: (TWICE, 1)))
 
 
-def _clean_up(committed: bool, run: RunDir) -> None:
+def _clean_up(results: list[bool], run: RunDir) -> None:
     """After the commit, best-effort (a failure is a warning; the dataset stays whole)."""
-    if committed:
+    if any(results):
         outdir.clean_up_after_commit(run)
-
-
-def _release_lease(_, run: RunDir) -> None:
-    outdir.release_lease(run)
 
 
 class Finalize(beam.PTransform):
@@ -181,8 +180,10 @@ class Finalize(beam.PTransform):
             run, sidecar_files(run.run_id))
         tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
                  | "Tally" >> beam.CombineGlobally(TallyFn()))
+        # Three stages, so that a runner that retries one (Dataflow retries a failed
+        # bundle) repeats that step alone; each may run again after its side effects.
         return (tally
                 | "Commit" >> beam.Map(finalize, beam.pvalue.AsSingleton(names), run=run,
                                        config=self._config, base=known and known.spec)
-                | "CleanUp" >> beam.Map(_clean_up, run=run)
-                | "ReleaseLease" >> beam.Map(_release_lease, run=run))
+                | "CleanUp" >> ApplyToAll(lambda results: _clean_up(results, run))
+                | "ReleaseLease" >> ApplyToAll(lambda _: outdir.release_lease(run)))

@@ -44,9 +44,9 @@ def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobC
     if config.io.detach and is_local(runner):
         raise Refused(f"--detach: a local run ({runner}) is this process; --detach submits "
                       "a job to a distributed runner (e.g. --runner DataflowRunner) and exits")
+    shuffle = shuffle_mode(config.shards.shuffle, runner)   # the job's own flags first
     check_options(pipeline_args, runner, config.io.detach)
-    return dataclasses.replace(config, shards=dataclasses.replace(
-        config.shards, shuffle=shuffle_mode(config.shards.shuffle, runner)))
+    return dataclasses.replace(config, shards=dataclasses.replace(config.shards, shuffle=shuffle))
 
 
 def check_options(pipeline_args: list[str], runner: str, detach: bool) -> None:
