@@ -81,14 +81,11 @@ class JobProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def die_at_commit_step(step: int) -> Callable[[], None]:
+class DieAtCommitStep:
     """A `prepare` that makes the command die (exit 9, no cleanup of its own) just
     before the `step`-th move of its commit: each side file's, then dataset.json's
     (storage.place), the derived TFDS file's rewrite, the cleanup after the commit."""
-    return _DieAt(step)
 
-
-class _DieAt:
     def __init__(self, step: int):
         self.step = step
 

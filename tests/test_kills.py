@@ -18,7 +18,7 @@ import readers
 from beam_jobs import make_shards
 from helpers import (assert_verified, dataset_bytes, first_day, random_videos, read_dataset_json,
                      run_job, write_videos)
-from job_process import JobProcess, die_at_commit_step
+from job_process import DieAtCommitStep, JobProcess
 from readers.format import tfds_info
 
 FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]
@@ -47,7 +47,7 @@ def test_a_kill_between_any_two_commit_steps_leaves_old_or_new_and_the_rerun_com
         shutil.copytree(day1 / "out", out)
         old = dataset_bytes(out)
         killed = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, *window, mode],
-                            prepare=die_at_commit_step(step))
+                            prepare=DieAtCommitStep(step))
         assert killed.wait() == 9, (where, killed.stderr.read()[-2000:])
         now = dataset_bytes(out)
         meta = json.loads(now["dataset.json"])

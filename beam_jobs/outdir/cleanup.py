@@ -31,8 +31,14 @@ def release_lease(run: RunDir) -> None:
 
 
 def committed(run: RunDir) -> bool:
-    """Whether the directory's dataset.json names this run."""
-    return committed_dataset(run.output_dir, storage.list_dir(run.output_dir))[0] == run.run_id
+    """Whether the directory's dataset.json names this run: one read, no listing (the
+    commit asks, and a directory may hold tens of thousands of objects)."""
+    path = paths.join(run.output_dir, data_format.DATASET_JSON)
+    try:
+        spec = data_format.DatasetSpec.from_json(storage.read_bytes(path), source=path)
+    except (FileNotFoundError, data_format.SpecError):   # none, or not one this job wrote
+        return False
+    return spec.run_id == run.run_id
 
 
 def delete_temp(run: RunDir) -> None:
