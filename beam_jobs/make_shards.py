@@ -32,6 +32,7 @@ except ModuleNotFoundError as e:  # `pip install .` is the reader alone
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from beam_jobs import outdir
 from beam_jobs.commit.append import read_known
 from beam_jobs.commit.finalize import Finalize, FinalizeInputs
 from beam_jobs.core.run_dir import RunDir
@@ -105,27 +106,26 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     except SourceError as e:
         raise Refused(str(e)) from None
     launch = Launch.settle(config, pipeline_args, runner, source, started)
-    if launch.dry_run:
-        return _run(launch, RunDir(config.io.output_dir, "dry-run", ""))
+    if launch.dry_run:   # no lease: the directory is not touched
+        return _run(launch, outdir.Claim(RunDir(config.io.output_dir, "dry-run", ""), None,
+                                         False))
     with lifecycle.workers(launch, fork_workers) as workers, \
             lifecycle.claimed(launch) as claim:
-        return _run(launch, claim.run, claim.base, workers)
+        return _run(launch, claim, workers)
 
 
-def _run(launch: Launch, run_dir: RunDir, base: Optional[data_format.DatasetSpec] = None,
-         workers: Any = None) -> beam.runners.runner.PipelineResult:
+def _run(launch: Launch, claim: outdir.Claim, workers: Any = None
+         ) -> beam.runners.runner.PipelineResult:
     """Build and run the pipeline. `workers`: the environment of forked worker
     processes (lifecycle.workers), or None."""
-    if base is not None:
-        launch.check_append(base)
     launch.note_group_memory()
     options = launch.options(forked_workers=workers is not None)
-    with lifecycle.beam_temp_in(run_dir):   # Beam's temp folder: where a kill leaves it
+    with lifecycle.beam_temp_in(claim.run):   # Beam's temp folder: where a kill leaves it
         pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if workers
                                  else None, options=options)
-    build_pipeline(pipeline, launch, run_dir,
-                   options.view_as(DirectOptions).direct_num_workers, base)
-    return outcome.finish(pipeline.run(), launch, run_dir, appending=base is not None)
+    build_pipeline(pipeline, launch, claim.run,
+                   options.view_as(DirectOptions).direct_num_workers, claim.base)
+    return outcome.finish(pipeline.run(), launch, claim)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -3,6 +3,7 @@ manifests), job runs whose datasets must verify, and readers of what the job wro
 Fixtures live in conftest.py."""
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import pathlib
@@ -144,6 +145,31 @@ def plain_dataset_json(output_dir) -> dict:
 
 def plain_names(names) -> list[str]:
     return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
+
+
+def _plain_info(text: str) -> str:
+    """dataset_info.json's text without the run id its templates carry."""
+    return re.sub(r"-[0-9a-f]{12}\.\{FILEFORMAT\}", ".{FILEFORMAT}", text)
+
+
+def same_dataset_files(a, b) -> None:
+    """Same shards and failures byte for byte (under the same names but for the run id);
+    same dataset_info.json but for the run id in its shards' template; same dataset.json
+    but for the flags and the run id (its own and its generation's)."""
+    files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
+    assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
+    for name, path in files[0].items():
+        if name == "dataset_info.json":
+            texts = [open(f[name]).read() for f in files]
+            assert texts[0] != texts[1] and _plain_info(texts[0]) == _plain_info(texts[1])
+        elif name != "dataset.json":
+            assert filecmp.cmp(path, files[1][name], shallow=False), name
+    meta_a, meta_b = plain_dataset_json(a), plain_dataset_json(b)
+    for meta in (meta_a, meta_b):
+        meta.pop("flags"), meta.pop("run_id")
+        for generation in meta["generations"]:
+            generation.pop("run_id")
+    assert meta_a == meta_b
 
 
 def failed_run_file(output_dir, kind: str = "failures") -> str:

@@ -152,24 +152,29 @@ def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
 
 def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     out = str(tmp_path / "out")
-    claim = outdir.prepare(out, False, job="make-shards-20261201-1")
+    job = lease.Job("DataflowRunner", "make-shards-20261201-1", project="p", region="r")
+    claim = outdir.prepare(out, False, job=job)
     path = os.path.join(out, "_make_shards", "lease.json")
+    claim.lease.record_job_id("2026-12-01_01_02_03-123")
     with open(path) as f:
         held = json.load(f)
-    assert held["job"] == "make-shards-20261201-1" and held["expires"] is None
-    assert claim.run.lease_token is not None   # the pipeline releases it
-    # its launcher may be gone (a template, a scheduler): the lease holds all the same
+    assert held["job"] == {"runner": "DataflowRunner", "name": "make-shards-20261201-1",
+                           "id": "2026-12-01_01_02_03-123", "endpoint": None,
+                           "project": "p", "region": "r"}
+    assert held["expires"] is None and claim.run.releases_lease   # the pipeline releases it
+    # its launcher may be gone (a template, a scheduler): the lease holds all the same,
+    # and a run that cannot ask the runner about the job is refused, naming the way out
     held["pid"], held["started"] = 2 ** 22 + 1, time.time() - 10 ** 6
     with open(path, "w") as f:
         json.dump(held, f)
     with pytest.raises(outdir.OutputDirError) as refused:
         outdir.prepare(out, False)
     message = str(refused.value)
-    assert "job make-shards-20261201-1" in message and f"delete {path}" in message
+    assert "job 2026-12-01_01_02_03-123 on DataflowRunner at p/r" in message
+    assert "no runner to ask" in message and "pass --break_lease" in message
     assert "\n" not in message
-    os.remove(path)   # what the message says to do, once the job is gone
-    second = outdir.prepare(out, False)
-    assert lease.holder(path).run_id == second.run.run_id
+    second = outdir.prepare(out, False, break_lease=True)   # what the message says to do
+    assert lease.holder_of(open(path, "rb").read()) == second.run.run_id
     outdir.abandon(second.run)
     outdir.release(second)
 
@@ -239,3 +244,45 @@ def test_every_step_may_run_again_after_its_side_effects_as_a_retried_bundle_doe
     meta = read_dataset_json(tmp_path / "twice")
     assert [g["videos"] for g in meta["generations"]] == [12, 4]
     assert set(os.listdir(tmp_path / "twice")) == {*meta["files"], "dataset.json"}
+
+
+@pytest.mark.parametrize("state, outcome", [
+    ("JOB_STATE_RUNNING", "reports RUNNING; wait for it to end, or cancel it"),
+    ("JOB_STATE_CANCELLING", "reports CANCELLING; wait for it to end, or cancel it"),
+    ("JOB_STATE_FAILED", None), ("JOB_STATE_CANCELLED", None), ("JOB_STATE_DONE", None),
+    ("denied", "its runner cannot be asked about it (Dataflow did not answer: 403 no "
+               "access to project p); if that job no longer runs, pass --break_lease")])
+def test_a_later_run_asks_dataflow_about_the_job_that_holds_the_lease(tmp_path, monkeypatch,
+                                                                      state, outcome):
+    """Dataflow's API client as Beam builds it; only its network call is replaced."""
+    from google.api_core import exceptions
+    from google.cloud import dataflow_v1beta3 as dataflow
+    from google.cloud.dataflow_v1beta3.services.jobs_v1_beta3.client import JobsV1Beta3Client
+
+    from beam_jobs.job import job_states
+
+    asked = []
+
+    def get_job(self, request, **kwargs):
+        asked.append((request.project_id, request.location, request.job_id))
+        if state == "denied":
+            raise exceptions.PermissionDenied("no access to project p")
+        return dataflow.Job(id=request.job_id, current_state=getattr(dataflow.JobState, state))
+
+    monkeypatch.setattr(JobsV1Beta3Client, "get_job", get_job)
+    out = str(tmp_path / "out")
+    first = outdir.prepare(out, False, job=lease.Job("DataflowRunner", "make-shards-1",
+                                                     project="p", region="europe-west4"))
+    first.lease.record_job_id("2026-12-01_01_02_03-99")
+    ask = job_states.asker(["--no_auth"])   # this run's own credentials options
+    if outcome is not None:
+        with pytest.raises(outdir.OutputDirError) as refused:
+            outdir.prepare(out, False, ask=ask)
+        assert outcome in str(refused.value)
+        assert "job 2026-12-01_01_02_03-99 on DataflowRunner at p/europe-west4" in str(
+            refused.value)
+    else:
+        second = outdir.prepare(out, False, ask=ask)   # a stopped job's lease is taken over
+        outdir.abandon(second.run)
+        outdir.release(second)
+    assert asked == [("p", "europe-west4", "2026-12-01_01_02_03-99")]

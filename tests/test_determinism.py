@@ -1,13 +1,8 @@
 """The same input, flags and seed give byte-identical shards: two runs, both shuffles, any
 bucket size (one and two worker processes, and the runners: test_runs.py)."""
-import filecmp
-import os
-import re
-
 import pytest
 
-from helpers import (plain_dataset_json, plain_name, random_videos, read_dataset_json, run_job,
-                     write_videos)
+from helpers import random_videos, read_dataset_json, run_job, same_dataset_files, write_videos
 
 FLAGS = ["--window", "10", "--stride", "3", "--splits", "train=0.7,test=0.3",
          "--num_shards", "3", "--seed", "7"]
@@ -19,37 +14,12 @@ def latents(tmp_path, rng):
     return str(tmp_path / "in" / "*.tfrecord")
 
 
-def _plain(text: str) -> str:
-    """dataset_info.json's text without the run id its templates carry."""
-    return re.sub(r"-[0-9a-f]{12}\.\{FILEFORMAT\}", ".{FILEFORMAT}", text)
-
-
-def _same_files(a, b) -> None:
-    """Same shards and failures byte for byte (under the same names but for the run id);
-    same dataset_info.json but for the run id in its shards' template; same dataset.json
-    but for the flags and the run id (its own and its generation's)."""
-    files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
-    assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
-    for name, path in files[0].items():
-        if name == "dataset_info.json":
-            texts = [open(f[name]).read() for f in files]
-            assert texts[0] != texts[1] and _plain(texts[0]) == _plain(texts[1])
-        elif name != "dataset.json":
-            assert filecmp.cmp(path, files[1][name], shallow=False), name
-    meta_a, meta_b = plain_dataset_json(a), plain_dataset_json(b)
-    for meta in (meta_a, meta_b):
-        meta.pop("flags"), meta.pop("run_id")
-        for generation in meta["generations"]:
-            generation.pop("run_id")
-    assert meta_a == meta_b
-
-
 @pytest.mark.slow
 def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
     run_job(latents, tmp_path / "a", *FLAGS)
     run_job(latents, tmp_path / "b", *FLAGS, "--shuffle_bucket_mb", "0.003",
             "--spill_buffer_mb", "0.003")
-    _same_files(tmp_path / "a", tmp_path / "b")
+    same_dataset_files(tmp_path / "a", tmp_path / "b")
     run_job(latents, tmp_path / "c", *FLAGS[:-1], "8")
     assert read_dataset_json(tmp_path / "c")["splits"] != read_dataset_json(tmp_path / "a")["splits"]
 
@@ -60,7 +30,7 @@ def test_spill_and_group_shuffles_give_identical_bytes(tmp_path, latents):
             "--spill_buffer_mb", "0.01")
     run_job(latents, tmp_path / "group", *FLAGS, "--shuffle", "group",
             "--shuffle_bucket_mb", "0.01")
-    _same_files(tmp_path / "spill", tmp_path / "group")
+    same_dataset_files(tmp_path / "spill", tmp_path / "group")
     assert read_dataset_json(tmp_path / "group")["flags"]["shuffle"] == "group"
     assert read_dataset_json(tmp_path / "spill")["flags"]["shuffle"] == "spill"
 

@@ -232,12 +232,13 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
     _download(gcs, "bkt/swap", tmp_path / "copy")
 
     from beam_jobs import outdir
-    claim = outdir.prepare("gs://bkt/swap", True, job="make-shards-test")
+    from beam_jobs.outdir.lease import Job
+    claim = outdir.prepare("gs://bkt/swap", True, job=Job("PortableRunner", "make-shards-test"))
     held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
-    assert held["job"] == "make-shards-test" and held["expires"] is None
+    assert held["job"]["name"] == "make-shards-test" and held["expires"] is None
     with pytest.raises(outdir.OutputDirError, match="job make-shards-test"):
         outdir.prepare("gs://bkt/swap", True)
-    outdir.release_lease(claim.run)   # what the pipeline's last step does, by its generation
+    outdir.release_lease(claim.run)   # what the pipeline's last step does, by the generation read
     assert not gcs.exists("bkt/swap/_make_shards/lease.json")
     outdir.abandon(claim.run)
     outdir.release(claim)

@@ -22,6 +22,7 @@ class IoConfig:
     append: bool
     retry_failed: bool
     detach: bool
+    break_lease: bool
     all_cores: bool
     progress_interval: float
     allow_nonfinite: bool

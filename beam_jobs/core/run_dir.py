@@ -39,9 +39,9 @@ class RunDir:
     output_dir: str
     run_id: str
     temp_dir: str      # the run's temp data: under its run folder, or a local directory
-    # The lease's token when the pipeline itself releases the lease (a distributed
-    # runner: the launcher may be gone by then); None when the launcher does.
-    lease_token: Optional[str] = None
+    # Whether the pipeline itself releases the lease (a distributed runner: the
+    # launcher may be gone by then), or the launcher does.
+    releases_lease: bool = False
     # On GCS, dataset.json's generation when the run took the lease (0: none): its
     # commit replaces only that one (storage.place), so a run that lost its lease never
     # commits over the run that took it. Locally the commit's move finds nothing to

@@ -362,7 +362,7 @@ def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
 def remove_empty_dirs(dirs: Iterable[str], root: str) -> None:
     """Remove these local directories, deepest first, where empty (GCS has no folders)."""
     for path in dirs:
-        if is_gcs(path):
+        if is_gcs(path) or not os.path.lexists(path):   # gone already: nothing to do
             continue
         _check_inside(path, root)
         try:

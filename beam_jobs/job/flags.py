@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="on a distributed runner (Dataflow), submit the job and exit: the "
                          "job commits, cleans up and releases the directory on its own "
                          "(for Flex Templates and schedulers; default: wait for it)")
+    io.add_argument("--break_lease", action="store_true",
+                    help="take over --output_dir from a job on a distributed runner whose "
+                         "runner cannot be asked about it or cannot confirm that it stopped "
+                         "(default: refuse; a job its runner reports stopped is taken over "
+                         "anyway, a running one never)")
     io.add_argument("--all_cores", action="store_true",
                     help="run locally on every core: threads for pixel inputs, processes "
                          "for latents (one process under 512 MiB of input); "

@@ -18,10 +18,11 @@ from beam_jobs.core import paths
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.cut.examples import CutConfig, ProgressConfig
 from beam_jobs.encoders import extra_of
-from beam_jobs.job import runners
+from beam_jobs.job import job_states, runners
 from beam_jobs.job.errors import Refused
 from beam_jobs.job.flags import flag_defaults, recorded_flags
 from beam_jobs.outdir import local_temp_base
+from beam_jobs.outdir.lease import Ask, Job
 from beam_jobs.runtime import local_workers, staging
 from beam_jobs.shuffle import config as shuffle_config
 from beam_jobs.sources import Source
@@ -66,6 +67,19 @@ class Launch:
         if self.local:
             return None
         return PipelineOptions(list(self.pipeline_args)).view_as(GoogleCloudOptions).job_name
+
+    @property
+    def job(self) -> Optional[Job]:
+        """The job a distributed run submits, which its lease names (None on a local
+        runner)."""
+        if self.local:
+            return None
+        return job_states.job_of(self.runner, self.job_name,
+                                 PipelineOptions(list(self.pipeline_args)))
+
+    def ask(self) -> Ask:
+        """How this run asks a runner about a job that holds a lease."""
+        return job_states.asker(list(self.pipeline_args))
 
     @functools.cached_property
     def all_cores(self) -> bool:

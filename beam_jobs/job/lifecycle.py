@@ -115,10 +115,13 @@ def claimed(launch: Launch) -> Iterator[outdir.Claim]:
     held: Optional[outdir.Claim] = None
     try:
         with outdir.claimed(out, io.overwrite, [p for p, _ in launch.config.inputs.files],
-                            io.input, launch.local_temp(), launch.job_name, io.append,
-                            keep_lease=io.detach) as claim:
+                            io.input, launch.local_temp(), launch.job, io.append,
+                            keep_lease=io.detach, ask=launch.ask(),
+                            break_lease=io.break_lease) as claim:
             held = claim
             _CLAIMED[:] = [claim.run]
+            if claim.base is not None:   # --append: may this run add to that dataset?
+                launch.check_append(claim.base)
             yield claim
     except outdir.OutputDirError as e:
         raise Refused(str(e)) from None
@@ -157,7 +160,10 @@ def _told(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
     reason = None if interrupted else os_error(error, run.output_dir)
     if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
         return None
-    return KeyboardInterrupt(held()) if interrupted else Failed(f"{reason}; {held()}")
+    if interrupted:   # with its own line, when it has one (a job not known to stop)
+        return KeyboardInterrupt(str(error) if isinstance(error, KeyboardInterrupt) and
+                                 error.args else held())
+    return Failed(f"{reason}; {held()}")
 
 
 @contextlib.contextmanager

@@ -15,29 +15,33 @@ from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO
                                        WINDOWS)
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
-from beam_jobs.core.run_dir import RunDir
+from beam_jobs.job import job_states
 from beam_jobs.job.errors import Failed
 from beam_jobs.job.launch import Launch
+from beam_jobs.outdir import Claim
+from beam_jobs.outdir.lease import CannotAsk, Lease
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")
 
 
-def finish(result: PipelineResult, launch: Launch, run: RunDir,
-           appending: bool) -> PipelineResult:
-    """Wait for the job (unless detached) and tell how it ended. `appending`: the run
-    adds to a committed dataset."""
-    config = launch.config
+def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResult:
+    """Wait for the job (unless detached) and tell how it ended. A distributed job's
+    launcher gives its lease back only once the runner confirms it stopped (`_stopped`);
+    a dry run has no lease."""
+    config, run, held, appending = launch.config, claim.run, claim.lease, claim.base is not None
+    if held is not None:   # a distributed job's id, for later runs to ask its runner
+        held.record_job_id(job_states.job_id(result))
     if config.io.detach and not launch.dry_run:
-        _LOG.info("submitted job %s: it commits %s, cleans up and releases the directory "
-                  "on its own", launch.job_name, run.output(data_format.DATASET_JSON))
+        job = held.job if held is not None else launch.job
+        _LOG.info("submitted %s: it commits %s, cleans up and releases the directory on "
+                  "its own", job.describe(), run.output(data_format.DATASET_JSON))
         return result
     try:
         result.wait_until_finish()
-    except KeyboardInterrupt:
-        if not launch.local:
-            result.cancel()
-            _LOG.warning("cancelled job %s", launch.job_name)
+    except BaseException as e:
+        if held is not None and held.job is not None:
+            _stopped(result, launch, held, isinstance(e, KeyboardInterrupt))
         raise
     if launch.dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
@@ -61,6 +65,35 @@ def finish(result: PipelineResult, launch: Launch, run: RunDir,
     if config.io.append:
         _LOG.info("skipped %d input videos already in the dataset (--append)", skipped)
     return result
+
+
+def _stopped(result: PipelineResult, launch: Launch, held: Lease, interrupted: bool) -> None:
+    """After the wait for a distributed job ended early: on Ctrl-C, ask the runner to
+    cancel the job and wait (bounded) for it to stop. The lease is given back
+    (`held.job_stopped`) only when the runner confirms the job stopped; else an
+    interrupt says so, in one line."""
+    job, ask = held.job, launch.ask()
+    if interrupted:
+        _LOG.warning("asking %s to cancel %s; waiting up to %.0f s for it to stop "
+                     "(Ctrl-C again stops waiting)", launch.runner, job.describe(),
+                     job_states.CANCEL_WAIT_SECONDS)
+        state = job_states.cancel(result, job, ask)
+    else:
+        try:
+            state = ask(job)
+        except CannotAsk:
+            state = None
+    if state is not None and state.stopped:
+        held.job_stopped = True
+        return
+    said = (f"{launch.runner} reports it {state.name}, which does not confirm that its "
+            "workers stopped" if state is not None else f"{launch.runner} could not be asked")
+    line = (f"could not confirm that {job.describe()} stopped ({said}): it may still write "
+            f"and commit to {launch.config.io.output_dir}, so its lease stays with it; a "
+            f"later run there asks {launch.runner} about it first")
+    if interrupted:
+        raise KeyboardInterrupt(line)
+    _LOG.warning("%s", line)
 
 
 def _counter(result: PipelineResult, name: str) -> int:

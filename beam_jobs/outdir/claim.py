@@ -60,7 +60,8 @@ class Claim(NamedTuple):
 
 def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
             patterns: Iterable[str] = (), local_temp: Optional[str] = None,
-            job: Optional[str] = None, append: bool = False) -> Claim:
+            job: Optional[lease.Job] = None, append: bool = False,
+            ask: lease.Ask = lease.cannot_ask, break_lease: bool = False) -> Claim:
     """Take the directory for a new run: its lease, cleared leftovers, a run folder.
     A committed dataset stays as it is: the run replaces it when it commits (with
     `overwrite`), or adds a generation to it (with `append`; `Claim.base` is its spec,
@@ -68,8 +69,9 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
 
     `out` is normalized (paths.normalize). `local_temp`: a local directory under which
     the run keeps its temp data, when it must not go into `out` (a local run writing to
-    gs://). `job`: the name of the job on a distributed runner; the lease then names it,
-    never expires, and the pipeline releases it (RunDir.lease_token). Raises
+    gs://). `job`: the job on a distributed runner; the lease then names it, never
+    expires, and the pipeline releases it (RunDir.releases_lease). `ask`, `break_lease`:
+    how a lease a job holds is taken over (lease.Lease). Raises
     OutputDirError with a one-line reason. A directory holding foreign files is refused
     before anything is written to it.
     """
@@ -86,13 +88,13 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
     run_id = uuid.uuid4().hex[:12]
     run = RunDir(out, run_id, "")
     try:
-        held = lease.Lease(run.lease_path, run_id, job).acquire()
+        held = lease.Lease(run.lease_path, run_id, job, ask, break_lease).acquire()
     except lease.LeaseHeld as e:
         raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
     except lease.LeaseUnreadable as e:
         raise OutputDirError(f"--output_dir: {e}") from None
     if job is not None:
-        run = dataclasses.replace(run, lease_token=held.token)
+        run = dataclasses.replace(run, releases_lease=True)
     base = None
     try:
         # A committed dataset's derived files first: one a kill left stale names the
@@ -200,13 +202,16 @@ def local_temp_base(temp_location: Optional[str]) -> str:
 @contextlib.contextmanager
 def claimed(out: str, overwrite: bool, input_files: Iterable[str] = (),
             patterns: Iterable[str] = (), local_temp: Optional[str] = None,
-            job: Optional[str] = None, append: bool = False,
-            keep_lease: bool = False) -> Iterator[Claim]:
+            job: Optional[lease.Job] = None, append: bool = False,
+            keep_lease: bool = False, ask: lease.Ask = lease.cannot_ask,
+            break_lease: bool = False) -> Iterator[Claim]:
     """`prepare`'s claim for the block. When the block raises, what the run wrote is
-    abandoned (unless a distributed job may still write: `job`) and the lease released;
+    abandoned (unless a distributed job may still write: `job`) and the lease released
+    (a submitted job's only once its runner confirmed it stopped: lease.Lease.release);
     when it ends, the lease is released, unless `keep_lease` (a detached job releases it
     itself when it is done)."""
-    claim = prepare(out, overwrite, input_files, patterns, local_temp, job, append)
+    claim = prepare(out, overwrite, input_files, patterns, local_temp, job, append, ask,
+                    break_lease)
     try:
         yield claim
     except BaseException:

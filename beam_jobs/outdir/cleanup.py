@@ -9,7 +9,7 @@ import logging
 import os
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import RUN_JSON, SHARDS_JSON, RunDir
+from beam_jobs.core.run_dir import RUN_JSON, RUNS, SHARDS_JSON, RunDir
 from beam_jobs.outdir import lease, swap
 from beam_jobs.outdir.inventory import committed_dataset, job_files, read_json
 from readers import format as data_format
@@ -20,14 +20,21 @@ _LOG = logging.getLogger("beam_jobs.outdir")
 
 def holds_lease(run: RunDir) -> bool:
     """Whether `run` still holds its directory's lease."""
-    holder = lease.holder(run.lease_path)
-    return holder is not None and holder.run_id == run.run_id
+    current = swap.read_with_token(run.lease_path)
+    return current is not None and lease.holder_of(current[0]) == run.run_id
 
 
 def release_lease(run: RunDir) -> None:
-    """Release the lease from inside the pipeline (when `run.lease_token` is set)."""
-    if run.lease_token is not None:
-        swap.delete_if(run.lease_path, run.lease_token)
+    """Release the lease from inside the pipeline (when `run.releases_lease`), if this run
+    still holds it: a compare-and-swap on the version read, so a lease another run took
+    meanwhile stays. Then the state folder goes, where nothing is left in it."""
+    if not run.releases_lease:
+        return
+    current = swap.read_with_token(run.lease_path)
+    if current is not None and lease.holder_of(current[0]) == run.run_id:
+        swap.delete_if(run.lease_path, current[1])
+    storage.remove_empty_dirs([paths.join(run.state_dir, RUNS), run.state_dir],
+                              run.output_dir)
 
 
 def committed(run: RunDir) -> bool:

@@ -7,9 +7,11 @@ and process. A second run finds it and is refused with a line naming the holder.
   (a failed renewal is tried again at the next beat). It is stale, and taken over,
   when its process is gone from this host (a run killed with -9) or when it was not
   renewed for `LEASE_SECONDS`.
-- A job on a distributed runner (Dataflow) needs no launcher once submitted: its lease
-  names the job, has no heartbeat and never expires; the pipeline releases it after its
-  commit. Only a person takes it over, by deleting the lease file once the job is gone.
+- A job on a distributed runner needs no launcher once submitted: its lease names the
+  job (`Job`: the runner, its id, where to ask), has no heartbeat and never expires; the
+  pipeline releases it after its commit. A later run asks the runner (an `Ask`): a job
+  the runner confirms stopped (done, failed) is taken over; a running one refuses the
+  run; one it cannot ask about refuses it too, unless told to break the lease.
 
 Taking over and renewing are compare-and-swap operations (GCS generation preconditions
 on gs://), so of two runs racing for a stale lease one wins; and a run whose lease was
@@ -28,13 +30,52 @@ import re
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 from beam_jobs.outdir import swap
 
 LEASE_SECONDS = 120.0
 HEARTBEAT_SECONDS = 20.0
 _LOG = logging.getLogger("beam_jobs.outdir.lease")
+
+
+BREAK_FLAG = "--break_lease"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A job on a distributed runner, and where to ask its runner what state it is in."""
+    runner: str
+    name: str
+    id: Optional[str] = None         # the runner's id for it, known once it is submitted
+    endpoint: Optional[str] = None   # PortableRunner: its job service
+    project: Optional[str] = None    # DataflowRunner: its project and region
+    region: Optional[str] = None
+
+    def describe(self) -> str:
+        where = self.endpoint or "/".join(p for p in (self.project, self.region) if p)
+        return (f"job {self.id or self.name} on {self.runner or 'a distributed runner'}"
+                + (f" at {where}" if where else ""))
+
+
+class JobState(NamedTuple):
+    """What a runner says of a job: its state's name (RUNNING, DONE, CANCELLED...), and
+    whether that confirms the job writes nothing more."""
+    name: str
+    stopped: bool
+    terminal: bool
+
+
+class CannotAsk(Exception):
+    """The runner cannot be asked about a job (unreachable, or it does not know the id);
+    the message says why."""
+
+
+Ask = Callable[[Job], JobState]   # raises CannotAsk
+
+
+def cannot_ask(job: Job) -> JobState:
+    raise CannotAsk("no runner to ask was given")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,20 +85,18 @@ class Holder:
     pid: int
     started: float
     expires: Optional[float]       # None: a job's lease, which never expires
-    job: Optional[str] = None      # the job on a distributed runner that holds it
+    job: Optional[Job] = None      # the job on a distributed runner that holds it
 
-    def describe(self, path: str) -> str:
+    def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
         if self.job is not None:
-            return (f"run {self.run_id} (job {self.job}, submitted from {self.host} at "
-                    f"{started}); if that job is no longer running (cancelled, failed), "
-                    f"delete {path} to take over")
+            return (f"run {self.run_id} ({self.job.describe()}, submitted from {self.host} "
+                    f"at {started})")
         return (f"run {self.run_id} (pid {self.pid} on {self.host}, started {started}); "
                 "wait for it to finish or choose another directory")
 
     def stale(self, now: float) -> bool:
-        if self.job is not None:
-            return False
+        """Whether a launcher's lease is stale (a job's is decided by its runner)."""
         return self.dead() or now > self.expires
 
     def dead(self) -> bool:
@@ -123,12 +162,17 @@ def _parse(data: bytes) -> Holder:
     try:
         fields = json.loads(data.decode("utf-8"))
         found = Holder(**fields)
+        if isinstance(found.job, str):   # a lease from before jobs were asked: its name
+            found = dataclasses.replace(found, job=Job("", found.job))
+        elif found.job is not None:
+            found = dataclasses.replace(found, job=Job(**found.job))
     except (ValueError, TypeError):
         raise ValueError("not a JSON object with the fields "
                          f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
+    job_fields = () if found.job is None else dataclasses.astuple(found.job)
     if not (isinstance(found.run_id, str) and isinstance(found.host, str)
-            and (found.job is None or isinstance(found.job, str))):
-        raise ValueError("run_id, host or job is not a string")
+            and all(v is None or isinstance(v, str) for v in job_fields)):
+        raise ValueError("run_id, host or a field of job is not a string")
     if type(found.pid) is not int or not 0 < found.pid < 2**31:
         raise ValueError(f"pid {found.pid!r:.40} is not a process id")
     times = {"started": found.started}
@@ -150,21 +194,25 @@ def _is_time(value) -> bool:
     return type(value) in (int, float)
 
 
-def holder(path: str) -> Optional[Holder]:
-    """Who holds the lease at `path` now, if anyone (None for a lease it cannot read)."""
-    current = swap.read_with_token(path)
+def holder_of(data: bytes) -> Optional[str]:
+    """The run id of the lease file's holder (None for a lease it cannot read)."""
     try:
-        return None if current is None else _parse(current[0])
+        return _parse(data).run_id
     except ValueError:
         return None
 
 
 class Lease:
     """The lease at `path` held by `run_id`, renewed in the background until released;
-    or, for `job` (a job on a distributed runner), never renewed and never expiring."""
+    or, for `job` (a job on a distributed runner), never renewed and never expiring.
 
-    def __init__(self, path: str, run_id: str, job: Optional[str] = None):
+    `ask`: how to ask a runner about a job that holds the lease; `break_lease`: take
+    over a job's lease when its runner cannot be asked (a person says it is gone)."""
+
+    def __init__(self, path: str, run_id: str, job: Optional[Job] = None,
+                 ask: Ask = cannot_ask, break_lease: bool = False):
         self.path, self.run_id, self.job = path, run_id, job
+        self._ask, self._break = ask, break_lease
         self._token: Optional[str] = None
         self._started = time.time()
         self._stop = threading.Event()
@@ -172,6 +220,9 @@ class Lease:
         self.lost = False
         # The run whose stale lease this one took over while it may still be alive.
         self.took_over: Optional[str] = None
+        # A submitted job's lease is the job's to release, unless its runner confirmed
+        # that it stopped (the launcher sets this).
+        self.job_stopped = False
 
     def _content(self) -> bytes:
         return json.dumps(dataclasses.asdict(Holder(
@@ -201,12 +252,59 @@ class Lease:
                     f"{self.path} is not a lease this job can read ({e}): if no run is "
                     f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
                 ) from None
-            if not other.stale(time.time()):
-                raise LeaseHeld(other.describe(self.path))
-            _LOG.warning("taking over the stale lease of run %s", other.run_id)
-            if swap.delete_if(self.path, token) and not other.dead():
+            may_write = (self._job_gone(other) if other.job is not None
+                         else self._launcher_gone(other))
+            if swap.delete_if(self.path, token) and may_write:
                 self.took_over = other.run_id
         raise LeaseHeld("another run keeps taking the lease")
+
+    def _launcher_gone(self, other: Holder) -> bool:
+        """A launcher's lease: LeaseHeld unless it is stale; whether it may still write."""
+        if not other.stale(time.time()):
+            raise LeaseHeld(other.describe())
+        _LOG.warning("taking over the stale lease of run %s", other.run_id)
+        return not other.dead()
+
+    def _job_gone(self, other: Holder) -> bool:
+        """A job's lease: LeaseHeld unless its runner confirms it stopped (or it cannot be
+        asked and the lease is to be broken); whether it may still write."""
+        job = other.job
+        if job.id is None:
+            if other.host == socket.gethostname() and _alive(other.pid):
+                raise LeaseHeld(f"{other.describe()}, which is being submitted")
+            why = "its launcher ended before it recorded the job's id"
+        else:
+            try:
+                state = self._ask(job)
+            except CannotAsk as e:
+                why = f"its runner cannot be asked about it ({e})"
+            else:
+                if state.stopped:
+                    _LOG.warning("%s is %s: taking over the lease of its run %s",
+                                 job.describe(), state.name, other.run_id)
+                    return False
+                if not state.terminal:
+                    raise LeaseHeld(f"{other.describe()}, which {job.runner} reports "
+                                    f"{state.name}; wait for it to end, or cancel it")
+                why = (f"{job.runner} reports it {state.name} but does not confirm that "
+                       "its workers stopped")
+        if not self._break:
+            raise LeaseHeld(f"{other.describe()}: {why}; if that job no longer runs, pass "
+                            f"{BREAK_FLAG} to take over")
+        _LOG.warning("%s: breaking the lease of run %s (%s)", BREAK_FLAG, other.run_id, why)
+        return True
+
+    def record_job_id(self, job_id: Optional[str]) -> None:
+        """Name the submitted job's id in the lease, so that later runs can ask its
+        runner about it. A lease the job already released is left alone."""
+        if self.job is None or job_id is None or self._token is None:
+            return
+        self.job = dataclasses.replace(self.job, id=job_id)
+        token = swap.replace_if(self.path, self._content(), self._token)
+        if token is None:
+            self.lost = True
+        else:
+            self._token = token
 
     @property
     def token(self) -> Optional[str]:
@@ -234,9 +332,13 @@ class Lease:
             self._token = token
 
     def release(self) -> None:
+        """Give the lease back; a submitted job's stays with the job unless its runner
+        confirmed that it stopped (`job_stopped`)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.job is not None and self.job.id is not None and not self.job_stopped:
+            return
         if self._token is not None and not self.lost:
             # not deleted: another run has it now (this one was paused past its expiry)
             self.lost = not swap.delete_if(self.path, self._token)

@@ -1,0 +1,106 @@
+"""What a distributed runner says of a job: the state of the job that holds an output
+directory's lease (outdir/lease.py asks before it takes one over), and of a job the
+launcher cancelled (it releases the lease only once the runner confirms the job stopped).
+
+A state is trusted as far as its runner keeps its word:
+- Dataflow reports a job DONE, FAILED, CANCELLED, DRAINED or UPDATED once its workers
+  stopped (CANCELLING and DRAINING before).
+- A portable job service reports DONE and FAILED when the job's run ended; CANCELLED is
+  not trusted, because Beam's local job service says it at once and lets the job run on
+  (local_job_service.py: "TODO(robertwb): Actually cancel..."), to DONE or FAILED later.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
+                                                  PortableOptions)
+from apache_beam.runners.runner import PipelineResult
+
+from beam_jobs.outdir.lease import Ask, CannotAsk, Job, JobState
+
+TERMINAL = frozenset({"DONE", "FAILED", "CANCELLED", "DRAINED", "UPDATED"})
+PORTABLE_STOPPED = frozenset({"DONE", "FAILED", "DRAINED", "UPDATED"})
+ASK_TIMEOUT_SECONDS = 10.0
+CANCEL_WAIT_SECONDS = 120.0
+
+
+def job_of(runner: str, name: str, options: PipelineOptions) -> Job:
+    """The job a distributed run submits, and where its runner is asked about it."""
+    if runner == "DataflowRunner":
+        cloud = options.view_as(GoogleCloudOptions)
+        return Job(runner, name, project=cloud.project, region=cloud.region)
+    return Job(runner, name, endpoint=options.view_as(PortableOptions).job_endpoint)
+
+
+def job_id(result: PipelineResult) -> Optional[str]:
+    """The runner's id of a submitted job (Dataflow's job_id(); a portable job service's
+    id, which Beam's PortableRunner keeps as `_job_id`)."""
+    if callable(getattr(result, "job_id", None)):
+        return result.job_id()
+    return getattr(result, "_job_id", None)
+
+
+def asker(pipeline_args: list[str]) -> Ask:
+    """How this run asks a runner about a job: a portable job service at the job's
+    endpoint, or Dataflow with this run's credentials options (--no_auth and the like)
+    and the job's project and region."""
+    def ask(job: Job) -> JobState:
+        if job.runner == "DataflowRunner" and job.project and job.region:
+            name = _dataflow_state(job, pipeline_args)
+            return JobState(name, name in TERMINAL, name in TERMINAL)
+        if job.endpoint and job.runner != "DataflowRunner":
+            name = _portable_state(job)
+            return JobState(name, name in PORTABLE_STOPPED, name in TERMINAL)
+        raise CannotAsk(f"the lease does not say where to ask {job.runner or 'its runner'}")
+    return ask
+
+
+def _portable_state(job: Job) -> str:
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+
+    with grpc.insecure_channel(job.endpoint) as channel:
+        try:
+            state = beam_job_api_pb2_grpc.JobServiceStub(channel).GetState(
+                beam_job_api_pb2.GetJobStateRequest(job_id=job.id),
+                timeout=ASK_TIMEOUT_SECONDS)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                raise CannotAsk(f"no job service answers at {job.endpoint}") from None
+            raise CannotAsk(f"the job service at {job.endpoint} does not know the job "
+                            f"({e.code().name})") from None
+    return beam_job_api_pb2.JobState.Enum.Name(state.state)
+
+
+def _dataflow_state(job: Job, pipeline_args: list[str]) -> str:
+    from apache_beam.runners.dataflow.internal import apiclient
+
+    options = PipelineOptions([*pipeline_args, "--project", job.project,
+                               "--region", job.region])
+    try:
+        found = apiclient.DataflowApplicationClient(options).get_job(job.id)
+    except Exception as e:   # the client's errors: HTTP, gRPC, auth
+        raise CannotAsk(f"Dataflow did not answer: {' '.join(str(e).split())[:200]}") from None
+    return found.current_state.name.removeprefix("JOB_STATE_")
+
+
+def cancel(result: PipelineResult, job: Job, ask: Ask,
+           wait: float = CANCEL_WAIT_SECONDS) -> Optional[JobState]:
+    """Ask the runner to cancel the job, then wait up to `wait` seconds for a terminal
+    state; the last state the runner gave (None: it could not be asked)."""
+    try:
+        result.cancel()
+    except Exception:   # it ended meanwhile, or the runner is gone: its state says which
+        pass
+    deadline, state = time.monotonic() + wait, None
+    while True:
+        try:
+            state = ask(job)
+        except CannotAsk:
+            state = None
+        if (state is not None and state.terminal) or time.monotonic() > deadline:
+            return state
+        time.sleep(1.0)
+
