@@ -21,6 +21,7 @@ from beam_jobs.core.run_dir import RunDir
 from beam_jobs.job.flags import parse_args
 from beam_jobs.job.launch import Launch
 from beam_jobs.sources import build_source
+from conftest import KINDS
 from helpers import (assert_verified, latent_example, read_dataset_json, read_examples, sidecar,
                      solid_frames, write_frame_folder, write_manifest, write_records)
 
@@ -173,6 +174,49 @@ def test_no_list_of_per_video_rows_is_gathered(tmp_path):
         assert _gathering_steps(pipeline) == {
             "WriteShards/PlanShards", "Finalize/Sidecars/Concatenate", "Finalize/CleanUp",
             "Finalize/ReleaseLease"}
+
+
+def _side_input_steps(pipeline: beam.Pipeline) -> set[str]:
+    steps = set()
+
+    class Visitor(PipelineVisitor):
+        def visit_transform(self, node):
+            if node.side_inputs:
+                steps.add(node.full_label)
+
+    pipeline.visit(Visitor())
+    return steps
+
+
+@pytest.mark.parametrize("kind", ["latent", "png"])
+def test_an_appends_known_ids_meet_the_input_in_a_join_not_a_side_input(kinds, kind):
+    """At 2 TB the dataset knows 3M ids: no worker may hold them all."""
+    from readers import format as data_format
+
+    out = kinds[kind]
+    with open(os.path.join(out, "dataset.json")) as f:
+        base = data_format.DatasetSpec.from_json(f.read())
+    inputs, flags = KINDS[kind]
+    config, _ = parse_args(["--input", os.path.join(os.path.dirname(out), inputs),
+                            "--output_dir", out, "--window", "4", "--stride", "2", *flags,
+                            "--append", "--shuffle", "group"])
+    pipeline = beam.Pipeline()
+    launch = Launch.settle(config, [], "FnApiRunner", build_source(config))
+    make_shards.build_pipeline(pipeline, launch, RunDir(out, "r", ""), 1, base)
+    labels = set()
+
+    class Labels(PipelineVisitor):
+        def visit_transform(self, node):
+            labels.add(node.full_label)
+
+        enter_composite_transform = visit_transform
+
+    pipeline.visit(Labels())
+    assert any(label.endswith("SkipKnown/JoinIds") for label in labels)
+    assert not any(label.startswith("ReadVideos/") for label in _side_input_steps(pipeline))
+    assert _gathering_steps(pipeline) == {
+        "WriteShards/PlanShards", "Finalize/Sidecars/Concatenate", "Finalize/CleanUp",
+        "Finalize/ReleaseLease"}
 
 
 @pytest.mark.parametrize("counts, threshold, appending, outcome, reason", [

@@ -5,8 +5,9 @@ run id in their names), shuffled among themselves, and never touches the shards 
 them; dataset.json lists the shards of every generation under their split, so every
 reader reads the union with no change. An append therefore costs what its new videos
 cost, plus reading the input's ids: a video whose id the dataset's videos.jsonl lists
-is skipped (sources/base.py's `SkipKnown`; the latent reader reads of its record only
-the id, sources/tfrecords.py) and counted, never decoded.
+is skipped and counted, never decoded: the input's ids meet the dataset's in a join
+(sources/base.py's `JoinKnown`; the latent reader reads of each record only its id, then
+seeks past the known ones, sources/latents.py).
 
 Readers cannot tell generations apart, so they must be one dataset: the flags that
 decide what a window holds (all but `FREE_FLAGS`), the input's kind and the features
@@ -40,8 +41,8 @@ class Known(NamedTuple):
     videos: beam.PCollection        # the rows of its videos.jsonl
     bad_frames: beam.PCollection    # the rows of its bad_frames.jsonl
     failures: beam.PCollection      # the rows of its failures.jsonl
-    ids: beam.pvalue.AsSideInput    # the ids to skip: its videos', and its failures'
-                                    # unless --retry_failed
+    ids: beam.PCollection           # the ids to skip: its videos', and its failures'
+                                    # unless --retry_failed (any id any number of times)
     digests: beam.PCollection       # (frame digest, video id) of its videos that have one
 
 
@@ -61,12 +62,10 @@ def read_known(pipeline: beam.Pipeline, output_dir: str, spec: data_format.Datas
     if not retry_failed:
         ids.append(failures | "FailedIds" >> beam.FlatMap(
             lambda row: [row["video_id"]] if row.get("video_id") else []))
-    id_set = (ids | "AllKnownIds" >> beam.Flatten() | "IdSet" >> beam.CombineGlobally(
-        beam.combiners.ToSetCombineFn()).without_defaults())
+    known_ids = ids | "AllKnownIds" >> beam.Flatten()
     digests = videos | "KnownDigests" >> beam.FlatMap(
         lambda row: [(row["digest"], row["video_id"])] if row.get("digest") else [])
-    return Known(spec, videos, rows("bad_frames"), failures,
-                 beam.pvalue.AsSingleton(id_set, default_value=set()), digests)
+    return Known(spec, videos, rows("bad_frames"), failures, known_ids, digests)
 
 
 def _shown(value: Any) -> str:

@@ -21,7 +21,7 @@ from beam_jobs.core import ids, paths
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.core.records import FAILURES, failure
-from beam_jobs.sources.base import SKIPPED, Source
+from beam_jobs.sources.base import SKIPPED, JoinKnown, Source
 from beam_jobs.sources.tfrecords import PagedRecord, Skipped, read_records
 from readers import format as data_format
 from readers.format import tensor_proto, wire
@@ -234,25 +234,20 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
 
 
 class ReadLatentRecords(beam.DoFn):
-    """A (path, size) of a TFRecord file -> a `LatentVideo` per record; failures to
-    'failures', one row per bad record and one for a lost rest of a file; the ids in
-    `known` (the dataset's, with --append) to SKIPPED, their records unread but for the
-    id (`tfrecords.read_records`). The path comes
-    as bytes (os.fsencode): Beam's coders take only valid UTF-8 text, and a file's name
-    need not be."""
+    """A (path, size) of a TFRecord file, or (path, size, {index: id}) of the records an
+    --append skips -> a `LatentVideo` per record; failures to 'failures', one row per bad
+    record and one for a lost rest of a file; the skipped records' ids to SKIPPED, the
+    records unread (`tfrecords.read_records`). The path comes as bytes (os.fsencode):
+    Beam's coders take only valid UTF-8 text, and a file's name need not be."""
 
     def __init__(self, fmt: LatentFormat):
         self._fmt = fmt
 
-    def process(self, file: tuple[bytes, int], known: frozenset = frozenset()):
+    def process(self, file: tuple):
         path, size = os.fsdecode(file[0]), file[1]
-
-        def skip(index: int, record) -> Optional[str]:
-            video_id = self._fmt.video_id_of(record, path, index)
-            return video_id if video_id in known else None
-
+        known = file[2] if len(file) > 2 else {}
         for index, record in read_records(path, size, self._fmt.record_bytes,
-                                          skip if known else None):
+                                          (lambda i, _: known.get(i)) if known else None):
             if isinstance(record, Skipped):
                 yield beam.pvalue.TaggedOutput(SKIPPED, record.video_id)
                 continue
@@ -266,22 +261,47 @@ class ReadLatentRecords(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(FAILURES, failure(path, index, e.video_id, str(e)))
 
 
+class ReadRecordIds(beam.DoFn):
+    """A (path, size) of a TFRecord file -> (video id, (path, index)) per record whose id
+    can be read; of each record only its id is read (in an uncompressed file). A record
+    without a readable id is left to ReadLatentRecords, where it fails."""
+
+    def __init__(self, fmt: LatentFormat):
+        self._fmt = fmt
+
+    def process(self, file: tuple[bytes, int]):
+        path = os.fsdecode(file[0])
+        for index, record in read_records(path, file[1], self._fmt.record_bytes,
+                                          lambda i, rec: self._fmt.video_id_of(rec, path, i)):
+            if isinstance(record, Skipped):
+                yield record.video_id, (file[0], index)
+
+
 class ReadLatents(beam.PTransform):
     """The pipeline -> (a `LatentVideo` per record of the files, failure rows, the ids
-    skipped: those in `known`, a side input, when given)."""
+    skipped). With `known` (a PCollection of the ids to skip), the files' ids are read
+    first and joined with them (JoinKnown), then each file is read with the indexes of
+    its known records, which it seeks past."""
 
     def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentFormat,
-                 known: Optional[beam.pvalue.AsSideInput] = None):
+                 known: Optional[beam.PCollection] = None):
         super().__init__()
         self._files, self._fmt, self._known = files, fmt, known
 
     def expand(self, pipeline):
-        known = {} if self._known is None else {"known": self._known}
-        videos = (pipeline
-                  | "ListInputs" >> beam.Create([(os.fsencode(path), size)
-                                                 for path, size in self._files])
-                  | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt), **known
-                                                ).with_outputs(FAILURES, SKIPPED, main="videos"))
+        files = pipeline | "ListInputs" >> beam.Create([(os.fsencode(path), size)
+                                                        for path, size in self._files])
+        if self._known is not None:
+            known = (files | "RecordIds" >> beam.ParDo(ReadRecordIds(self._fmt))
+                     | "SkipKnown" >> JoinKnown(self._known)).known
+            by_file = known | "ByFile" >> beam.Map(
+                lambda pair: (pair[1][0], (pair[1][1], pair[0])))
+            files = ({"size": files, "known": by_file} | "JoinFiles" >> beam.CoGroupByKey()
+                     | "WithKnown" >> beam.FlatMap(
+                         lambda kv: [(kv[0], size, dict(kv[1]["known"]))
+                                     for size in kv[1]["size"]]))
+        videos = files | "ReadLatents" >> beam.ParDo(ReadLatentRecords(self._fmt)).with_outputs(
+            FAILURES, SKIPPED, main="videos")
         return videos.videos, videos[FAILURES], videos[SKIPPED]
 
 

@@ -16,7 +16,7 @@ from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTA
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
-from beam_jobs.sources.base import SKIPPED, SkipKnown, Source, SourceError
+from beam_jobs.sources.base import JoinKnown, Source, SourceError
 from beam_jobs.sources.manifest import (ManifestError, VideoEntry, expand_frames, load_labels,
                                         read_manifest)
 from readers import format as data_format
@@ -226,7 +226,8 @@ class _ReadManifest(beam.DoFn):
 
 class ReadPixelVideos(beam.PTransform):
     """The pipeline -> (a `PixelVideo` per entry, the manifests' failure rows, the ids
-    skipped: those in `known`, a side input, when given; their frames are never read).
+    skipped: those among `known`'s ids, when given (JoinKnown); their frames are never
+    read).
 
     The job graph holds the input paths, not the rows: manifests are read inside the
     pipeline (a job of 50,000 rows submits the graph of one of 1,000), then their videos
@@ -234,7 +235,7 @@ class ReadPixelVideos(beam.PTransform):
     take only valid UTF-8 text, and a file's name need not be."""
 
     def __init__(self, config: JobConfig, fmt: PixelFormat,
-                 known: Optional[beam.pvalue.AsSideInput] = None):
+                 known: Optional[beam.PCollection] = None):
         super().__init__()
         self._kind, self._root = config.inputs.kind, config.inputs.root
         self._paths = [path for path, _ in config.inputs.files]
@@ -252,13 +253,16 @@ class ReadPixelVideos(beam.PTransform):
             read = inputs | "ReadManifests" >> beam.ParDo(
                 _ReadManifest(self._fmt, self._splits)).with_outputs("failures", main="videos")
             videos, failures = read.videos, read.failures
-        known = {} if self._known is None else {"known": self._known}
-        new = videos | "SkipKnown" >> beam.ParDo(SkipKnown(), **known).with_outputs(
-            SKIPPED, main="videos")
-        videos = new.videos
-        if self._kind != "videos":
-            videos = videos | "SpreadVideos" >> beam.Reshuffle()
-        return videos, failures, new[SKIPPED]
+        if self._known is None:
+            skipped = pipeline | "NoneSkipped" >> beam.Create([])
+            if self._kind != "videos":
+                videos = videos | "SpreadVideos" >> beam.Reshuffle()
+        else:   # the join spreads the videos too
+            joined = (videos | "ById" >> beam.Map(lambda video: (video.video_id, video))
+                      | "SkipKnown" >> JoinKnown(self._known))
+            videos = joined.new
+            skipped = joined.known | "SkippedIds" >> beam.Map(lambda pair: pair[0])
+        return videos, failures, skipped
 
 
 def build_source(config: JobConfig) -> Source:
