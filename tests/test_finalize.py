@@ -124,7 +124,7 @@ def test_sorted_jsonl_is_cut_into_parts_and_joined_in_order(tmp_path, rng):
              sidecars.JsonlFile("empty.jsonl", key, when_empty=False),
              sidecars.JsonlFile("more.jsonl", lambda row: -row["n"]),
              sidecars.JsonlFile("kept.jsonl", key))
-    with BeamTestPipeline() as p:
+    with BeamTestPipeline(runner="FnApiRunner") as p:
         names = ((p | beam.Create(rows), p | "Empty" >> beam.Create([]),
                   p | "More" >> beam.Create(more), p | "Kept" >> beam.Create([]))
                  | sidecars.WriteSortedJsonl(run, files))

@@ -11,6 +11,7 @@ import fsspec
 import keras
 import numpy as np
 import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 
 import gcs_emulator
 from beam_jobs.outdir import lease
@@ -271,3 +272,39 @@ def test_an_append_on_gcs_writes_only_the_new_generation(gcs, tmp_path):
     assert [g["videos"] for g in meta["generations"]] == [6, 1]
     assert meta["generations"][1]["skipped_existing"] == 6
     _download(gcs, "bkt/grow", tmp_path / "copy")
+
+
+def test_a_distributed_run_leaves_earlier_runs_leftovers_to_its_pipeline(gcs, tmp_path, rng):
+    """A failed run's 250 objects (shards, indexes, temp buckets) are not deleted by the
+    launcher that claims the directory, but by the pipeline, in batches of 1,000 paths
+    (GCS batch requests of 100), and its folder last."""
+    from beam_jobs import outdir
+    from beam_jobs.commit.leftovers import ClearLeftovers
+    from beam_jobs.outdir.lease import Job
+    from readers import format as data_format
+
+    failed = "0123456789ab"
+    shards = [data_format.shard_name("train", i, 100, "none", failed) for i in range(100)]
+    folder = f"bkt/leftovers/_make_shards/runs/{failed}"
+    objects = {f"{folder}/run.json": json.dumps({"run_id": failed, "temp_dir": f"gs://{folder}/tmp",
+                                                 "sidecars": [], "replaces": []}).encode(),
+               f"{folder}/shards.json": json.dumps(shards).encode(),
+               **{f"bkt/leftovers/{name}": b"x" for name in shards},
+               **{f"bkt/leftovers/{name}.index": b"0" for name in shards},
+               **{f"{folder}/tmp/bucket-{i}": b"y" for i in range(48)}}
+    for path, data in objects.items():   # one at a time: gcsfs's parallel pipe stalls here
+        storage.write_bytes(f"gs://{path}", data)
+    gcs_emulator.reset_counts()
+    claim = outdir.prepare("gs://bkt/leftovers", False, job=Job("PortableRunner", "j"))
+    assert gcs_emulator.counts().get("objects_deleted", 0) == 0   # the launcher deletes none
+    assert claim.run.leftovers == ((failed, False),)
+    with BeamTestPipeline(runner="FnApiRunner") as pipeline:
+        pipeline | ClearLeftovers(claim.run)
+    counts = gcs_emulator.counts()
+    assert counts["objects_deleted"] == 100 + 100 + 48 + 2
+    assert counts["batch"] >= 3   # 248 objects in batches of at most 100, then the folder
+    left = {p.rsplit("/", 1)[-1] for p in gcs.find("bkt/leftovers")}
+    assert left == {"lease.json", "run.json"}   # this run's own
+    outdir.release_lease(claim.run)
+    outdir.abandon(claim.run)
+    outdir.release(claim)

@@ -139,7 +139,8 @@ def test_a_failed_detached_jobs_lease_is_taken_over_once_the_runner_says_so(
     assert _wait_for(portable["jobs"], job["id"], {"DONE", "FAILED"}) == "FAILED"
     failed_run = _lease(out)["run_id"]
     assert os.path.isdir(out / "_make_shards" / "runs" / failed_run)
-    run_job(latents, out, *FLAGS)   # on FnApiRunner: it asks the job's runner all the same
+    # the next run, distributed too: its pipeline deletes the failed job's leftovers
+    run_job(latents, out, *FLAGS, *options(portable["jobs"], portable["no_av"]))
     assert f"{job['id']} on PortableRunner at {portable['jobs']} is FAILED: taking over" \
         in caplog.text
     assert read_dataset_json(out)["run_id"] != failed_run

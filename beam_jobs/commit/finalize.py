@@ -12,6 +12,7 @@ from beam_jobs import outdir
 from beam_jobs.commit import append, decide
 from beam_jobs.commit.dataset import DatasetConfig, build_spec
 from beam_jobs.commit.failures import MergeFailures
+from beam_jobs.commit.leftovers import ClearLeftovers
 from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
 from beam_jobs.commit.tally import FAILED, SHARD, SKIPPED, TWICE, VIDEO, Tally, TallyFn
 from beam_jobs.core import progress, storage
@@ -178,6 +179,8 @@ class Finalize(beam.PTransform):
         tallied.append(video_rows | "IdsTwice" >> _IdsTwice())
         names = (video_rows, failures, bad_frames) | "Sidecars" >> WriteSortedJsonl(
             run, sidecar_files(run.run_id))
+        if run.leftovers:   # a distributed run clears earlier runs' leftovers itself
+            inputs.shards.pipeline | "ClearLeftovers" >> ClearLeftovers(run)
         tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
                  | "Tally" >> beam.CombineGlobally(TallyFn()))
         # Three stages, so that a runner that retries one (Dataflow retries a failed

@@ -47,6 +47,9 @@ class RunDir:
     # commits over the run that took it. Locally the commit's move finds nothing to
     # move instead: the run that takes a lease deletes the loser's folder first.
     dataset_generation: Optional[int] = None
+    # Earlier runs whose leftovers the pipeline clears, and whether each lost its lease
+    # (a distributed run: outdir/claim.py leaves them to commit/leftovers.py).
+    leftovers: tuple[tuple[str, bool], ...] = ()
 
     @property
     def state_dir(self) -> str:

@@ -359,6 +359,19 @@ def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
     return 0
 
 
+def walk_files(path: str) -> list[str]:
+    """Every file under directory `path` (never through a link: a link is listed as a
+    file); none when it is missing."""
+    if is_gcs(path):
+        return _gcs_walk(path)
+    found = []
+    for folder, dirs, files in os.walk(path):
+        found += [os.path.join(folder, name) for name in files]
+        found += [os.path.join(folder, name) for name in dirs
+                  if os.path.islink(os.path.join(folder, name))]
+    return sorted(found)
+
+
 def remove_empty_dirs(dirs: Iterable[str], root: str) -> None:
     """Remove these local directories, deepest first, where empty (GCS has no folders)."""
     for path in dirs:

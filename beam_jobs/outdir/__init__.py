@@ -10,8 +10,8 @@ what it may delete. The parts that write into it use these names only.
 from beam_jobs.outdir.claim import (  # noqa: F401
     Claim, claimed, local_temp_base, prepare, release)
 from beam_jobs.outdir.cleanup import (  # noqa: F401
-    abandon, clean_up_after_commit, committed, delete_run_folder, delete_temp, holds_lease,
-    release_lease)
+    abandon, clean_up_after_commit, clear_folder, committed, delete_run_folder, delete_temp,
+    holds_lease, leftover_paths, release_lease)
 from beam_jobs.outdir.derived import repair as repair_derived  # noqa: F401
 from beam_jobs.outdir.derived import write as write_derived  # noqa: F401
 from beam_jobs.outdir.inventory import OutputDirError  # noqa: F401

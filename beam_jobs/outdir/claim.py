@@ -20,9 +20,10 @@ import uuid
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import LOST_LEASE, RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
+from beam_jobs.core.run_dir import RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
 from beam_jobs.outdir import lease
-from beam_jobs.outdir.cleanup import TEMP_MARKER, abandon, delete_local_temp
+from beam_jobs.outdir.cleanup import (TEMP_MARKER, abandon, clear_folder, delete_local_temp,
+                                      mark_lost)
 from beam_jobs.outdir.derived import repair as repair_derived
 from beam_jobs.outdir.inventory import OutputDirError, take_inventory
 from readers import format as data_format
@@ -104,7 +105,8 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
             repair_derived(out, committed)
         if not held.still_held():   # paused past its expiry: deleting is not its part now
             raise OutputDirError(_taken_over(out))
-        replaces = _clear(out, overwrite or append, held.took_over)
+        replaces, leftovers = _clear(out, overwrite or append, held.took_over,
+                                     in_pipeline=job is not None)
         if append and committed is not None:
             base = committed   # the dataset to add a generation to
         temp = paths.join(run.run_path, TEMP)
@@ -114,7 +116,7 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
             with open(os.path.join(temp, TEMP_MARKER), "w") as f:
                 json.dump({"run_id": run_id, "output_dir": out}, f)
         run = dataclasses.replace(run, temp_dir=temp, dataset_generation=storage.generation(
-            paths.join(out, data_format.DATASET_JSON)))
+            paths.join(out, data_format.DATASET_JSON)), leftovers=leftovers)
         storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
             {"run_id": run_id, "temp_dir": temp,
              "sidecars": [data_format.sidecar_name(kind, run_id)
@@ -156,14 +158,26 @@ def release(claim: Claim) -> None:
         storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
 
 
-def _clear(out: str, overwrite: bool, took_over: Optional[str] = None) -> list[str]:
+def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
+           in_pipeline: bool = False) -> tuple[list[str], tuple[tuple[str, bool], ...]]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
     run folder); refuse a committed dataset without `overwrite`. Returns the committed
-    dataset's files, which the new run deletes once it has committed. The folder of a
-    run that lost its lease while it may still run (`took_over`, or marked so before)
-    is cleared but keeps its marker (`LOST_LEASE`), so what that run writes later is
-    still its own to the next run, not foreign."""
+    dataset's files, which the new run deletes once it has committed, and the earlier
+    runs `in_pipeline` leaves to the pipeline (a distributed run: tens of thousands of
+    objects at 2 TB, commit/leftovers.py), with whether each lost its lease. The folder
+    of a run that lost its lease while it may still run (`took_over`, or marked so
+    before) is cleared but keeps its marker (`LOST_LEASE`), so what that run writes
+    later is still its own to the next run, not foreign."""
     entries, runs, _, committed = take_inventory(out)
+    if in_pipeline:
+        _refuse_a_dataset(out, entries, overwrite)
+        for past in runs:   # this machine's temp data: the workers cannot reach it
+            if past.temp_dir and not paths.is_inside(past.temp_dir, out):
+                delete_local_temp(past.temp_dir, past.run_id)
+        if took_over is not None and all(p.run_id != took_over for p in runs):
+            mark_lost(out, took_over)
+        return sorted(committed), tuple((p.run_id, p.lost_lease or p.run_id == took_over)
+                                        for p in runs)
     for past in runs:
         try:
             storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
@@ -171,24 +185,20 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None) -> list[s
             folder = paths.join(out, STATE_DIR, RUNS, past.run_id)
             if past.temp_dir and past.temp_dir != paths.join(folder, TEMP):
                 delete_local_temp(past.temp_dir, past.run_id)   # else it goes with folder
-            storage.delete_tree(folder, out, last=RUN_JSON)
-            if past.lost_lease:
-                _mark_lost(out, past.run_id)
+            clear_folder(out, past.run_id, past.lost_lease)
         except OSError as e:
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
                          "run tries again", past.run_id, out, e)
     if took_over is not None:
-        _mark_lost(out, took_over)
+        mark_lost(out, took_over)
+    _refuse_a_dataset(out, entries, overwrite)
+    return sorted(committed), ()
+
+
+def _refuse_a_dataset(out: str, entries: dict, overwrite: bool) -> None:
     if data_format.DATASET_JSON in entries and not overwrite:
         raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
                              "--overwrite to replace it, or --append to add new videos to it")
-    return sorted(committed)
-
-
-def _mark_lost(out: str, run_id: str) -> None:
-    """Mark the (cleared) folder of a run that lost its lease while it may still run."""
-    storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE),
-                        json.dumps({"run_id": run_id}).encode("utf-8"))
 
 
 def local_temp_base(temp_location: Optional[str]) -> str:

@@ -9,9 +9,9 @@ import logging
 import os
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import RUN_JSON, RUNS, SHARDS_JSON, RunDir
+from beam_jobs.core.run_dir import LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR, RunDir
 from beam_jobs.outdir import lease, swap
-from beam_jobs.outdir.inventory import committed_dataset, job_files, read_json
+from beam_jobs.outdir.inventory import committed_dataset, job_files, past_runs, read_json
 from readers import format as data_format
 
 TEMP_MARKER = "make_shards_run.json"   # names the run a local temp directory is of
@@ -126,3 +126,34 @@ def delete_local_temp(temp_dir, run_id: str) -> None:
         return
     if not os.path.islink(temp_dir):
         storage.delete_tree(temp_dir, os.path.dirname(temp_dir))
+
+
+def mark_lost(out: str, run_id: str) -> None:
+    """Mark the (cleared) folder of a run that lost its lease while it may still run."""
+    storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE),
+                        json.dumps({"run_id": run_id}).encode("utf-8"))
+
+
+def leftover_paths(out: str, run_ids: set[str]) -> list[str]:
+    """What the earlier runs `run_ids` left in `out`: the files they listed or that carry
+    their ids (never one the committed dataset lists), then the files in their folders
+    but run.json (which goes last, with the folder: `clear_folder`)."""
+    entries = storage.list_dir(out)
+    _, committed = committed_dataset(out, entries)
+    found = []
+    for past in past_runs(out, []):
+        if past.run_id not in run_ids:
+            continue
+        names = past.files | {n for n in entries if data_format.run_id_in(n) == past.run_id}
+        found += [paths.join(out, name) for name in sorted(names - committed) if name in entries]
+        folder = paths.join(out, STATE_DIR, RUNS, past.run_id)
+        found += [p for p in storage.walk_files(folder) if p != paths.join(folder, RUN_JSON)]
+    return found
+
+
+def clear_folder(out: str, run_id: str, lost: bool) -> None:
+    """Delete an earlier run's folder, run.json last; one that lost its lease while it
+    may still run keeps its marker (outdir/claim.py's `_clear` says why)."""
+    storage.delete_tree(paths.join(out, STATE_DIR, RUNS, run_id), out, last=RUN_JSON)
+    if lost:
+        mark_lost(out, run_id)
