@@ -207,6 +207,21 @@ def test_a_malformed_dataset_json_is_one_clear_error(dataset, tmp_path, splits, 
     _refused_in_one_line(copy, f"error: {copy}/dataset.json: {needle}", code=2)
 
 
+def test_a_dataset_json_naming_a_key_twice_is_refused_not_read_last_wins(dataset, tmp_path):
+    copy = _copy(dataset, tmp_path, lambda meta, copy: None)
+    path = os.path.join(copy, "dataset.json")
+    with open(path) as f:
+        text = f.read()
+    # a second "window" key after the first: json.loads alone would keep the second
+    with open(path, "w") as f:
+        f.write(text.replace('"window": {', '"window": {"length": 1}, "window": {', 1))
+    needle = ('the key "window" appears twice in one object, and a reader cannot tell '
+              "which value is meant")
+    with pytest.raises(SpecError, match=needle):
+        readers.load_spec(copy)
+    _refused_in_one_line(copy, f"error: {copy}/dataset.json: {needle}", code=2)
+
+
 @pytest.mark.slow
 def test_a_shard_deleted_before_tf_data_opens_it_is_an_error_not_a_hang(dataset, tmp_path):
     """Locally the check names the dataset; on gs:// (its code path, here on a local file)

@@ -123,8 +123,9 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
                           for kind in data_format.SIDECAR_KINDS],
              "replaces": replaces}).encode("utf-8"))
     except BaseException as e:
-        # paused past its expiry later on: the run that took over removed its folder
-        taken = isinstance(e, OSError) and not held.still_held()
+        # paused past its expiry later on: the run that took over removed its folder, or
+        # committed between this run's listing of the directory and its dataset.json read
+        taken = isinstance(e, (OSError, OutputDirError)) and not held.still_held()
         release(Claim(run, held, created))
         if taken:
             raise OutputDirError(_taken_over(out)) from None

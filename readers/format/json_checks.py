@@ -14,6 +14,22 @@ class Bad(Exception):
     """What is wrong, and where in dataset.json: from_json makes it a SpecError."""
 
 
+class DuplicateKey(ValueError):
+    """An object of the JSON text names a key twice: json's last-one-wins would pick a
+    value silently."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads's object_pairs_hook: the object, or DuplicateKey naming the key."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKey(f"the key {json.dumps(twice)} appears twice in one object, and "
+                           "a reader cannot tell which value is meant")
+    return found
+
+
 def at(where: str, key: Any) -> str:
     return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
 

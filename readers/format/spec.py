@@ -19,7 +19,8 @@ from typing import Any, Mapping, Optional, Union
 from readers.format.encodings import CODECS, Codec
 from readers.format.generations import (
     Generation, check_generation_counts, check_generations, generations_of, parse_generation)
-from readers.format.json_checks import Bad, at, count, get, shown, typed
+from readers.format.json_checks import (Bad, DuplicateKey, at, count, get, no_duplicate_keys,
+                                       shown, typed)
 from readers.format.names import (
     COMPRESSIONS, DATASET_JSON, RUN_ID, SIDECAR_KINDS, index_name, is_dataset_file,
     is_shard_name, run_id_of, shard_suffix, sidecar_name, tf_compression_type)
@@ -170,7 +171,10 @@ class DatasetSpec:
         """dataset.json's text (bytes: UTF-8), checked as the module says; SpecError
         naming `source` and what is wrong."""
         try:
-            d = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+            d = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text,
+                           object_pairs_hook=no_duplicate_keys)
+        except DuplicateKey as e:
+            raise SpecError(f"{source}: {e}") from None
         except (ValueError, RecursionError) as e:
             raise SpecError(f"{source}: not JSON ({e})") from None
         try:
