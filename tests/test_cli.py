@@ -38,6 +38,13 @@ def latents(tmp_path_factory):
     (["--win", "5"], "--win: unknown flag"),   # no abbreviations
     (["stray"], "unexpected argument 'stray'"),
     (["--runner", "Bogus"], "--runner: 'Bogus' is not a Beam runner"),
+    # a flag given twice: argparse would keep the last value without a word
+    (["--window", "4"], "--window: given twice; give it once"),
+    (["--stride=2", "--stride", "3"], "--stride: given twice; give it once"),
+    (["--num_workers", "2", "--num_workers=3"], "--num_workers: given twice; give it once"),
+    (["--job_port", "1", "--job_port", "2"], "--job_port: given twice; give it once"),
+    (["--dry_run=True"], "--dry_run: only DataflowRunner builds a job without running it; "
+                         "FnApiRunner would run it"),
 ])
 def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, message):
     line = job_line(capsys, "--input", latents[0], "--output_dir", tmp_path / "out",

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import difflib
 import math
+import sys
 from typing import Any, Callable, Optional
 
 from beam_jobs.core import ids, paths
@@ -275,7 +276,31 @@ def _pipeline_args(parser: argparse.ArgumentParser, rest: list[str]) -> list[str
                                                      else ""))
         raise Refused(f"unexpected argument {first!r}: every value belongs to a flag "
                       "(several inputs go after one --input)")
+    _refuse_repeats(rest, beam)
     return rest
+
+
+# Flag actions that keep one value; others gather every occurrence (--input, Beam's
+# --experiments and its other list and dict options): given twice they mean both.
+_ONE_VALUE = (argparse._StoreAction, argparse._StoreConstAction, argparse._StoreTrueAction,
+              argparse._StoreFalseAction, argparse.BooleanOptionalAction)
+
+
+def _refuse_repeats(argv: list[str], parser: argparse.ArgumentParser) -> None:
+    """`Refused` for a flag of `parser` given twice (`--window 8 --window 4`), which
+    argparse would settle silently by the last one; under any of its spellings."""
+    actions = {option: action for action in parser._actions
+               for option in action.option_strings}
+    seen: dict[int, str] = {}
+    for arg in map(str, argv):
+        name = arg.split("=", 1)[0]
+        action = actions.get(name) if arg.startswith("-") else None
+        if type(action) not in _ONE_VALUE:   # not a flag, or one that gathers
+            continue
+        if id(action) in seen:
+            again = "" if seen[id(action)] == name else f" (as {seen[id(action)]})"
+            raise Refused(f"{name}: given twice{again}; give it once")
+        seen[id(action)] = name
 
 
 def runner_name(pipeline_args: list[str]) -> str:
@@ -301,6 +326,7 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
     with one line for anything wrong."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    _refuse_repeats(list(argv if argv is not None else sys.argv[1:]), parser)
     pipeline_args = _pipeline_args(parser, rest)
     if args.append and args.overwrite:
         raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 
 from apache_beam.options.pipeline_options import (PipelineOptions, PortableOptions,
-                                                  SetupOptions, WorkerOptions)
+                                                  SetupOptions, TestOptions, WorkerOptions)
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.runner import create_runner
 
@@ -45,6 +45,10 @@ def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobC
         raise Refused(f"--detach: a local run ({runner}) is this process; --detach submits "
                       "a job to a distributed runner (e.g. --runner DataflowRunner) and exits")
     shuffle = shuffle_mode(config.shards.shuffle, runner)   # the job's own flags first
+    if runner != "DataflowRunner" and PipelineOptions(pipeline_args).view_as(
+            TestOptions).dry_run:
+        raise Refused(f"--dry_run: only DataflowRunner builds a job without running it; "
+                      f"{runner} would run it (give --runner DataflowRunner and its options)")
     check_options(pipeline_args, runner, config.io.detach)
     return dataclasses.replace(config, shards=dataclasses.replace(config.shards, shuffle=shuffle))
 
