@@ -27,6 +27,8 @@ from helpers import (assert_verified, random_videos, read_dataset_json, run_job,
 from job_process import JobProcess
 from portable_services import job_service, options, worker_pool
 
+pytestmark = pytest.mark.slow   # processes of their own, and runs of ~10 s
+
 FLAGS = ["--window", "10", "--stride", "3", "--splits", "train=0.7,test=0.3",
          "--num_shards", "3", "--seed", "7"]
 NO_AV = "import av fails on this worker: tests/test_portable.py blocks it"
