@@ -98,6 +98,14 @@ def failures_by_video(out) -> dict:
         return {(r["video_id"] or f"row {r['record_index']}"): r for r in map(json.loads, f)}
 
 
+def overriding(flags: Sequence[str], *extra: str) -> list[str]:
+    """`flags` (pairs of a flag and its value) then `extra`, less the pairs of `flags`
+    that `extra` gives again: the job refuses a flag given twice."""
+    given = {str(a).split("=", 1)[0] for a in extra if str(a).startswith("--")}
+    pairs = [flags[i:i + 2] for i in range(0, len(flags), 2)]
+    return [*(v for pair in pairs if pair[0] not in given for v in pair), *extra]
+
+
 def run_job(input_glob: str, output_dir: str, *extra: str) -> None:
     """Run the job; a dataset it commits must pass `readers.inspect --verify`."""
     try:

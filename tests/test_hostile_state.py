@@ -20,7 +20,7 @@ from beam_jobs import make_shards
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
 from helpers import (assert_verified, job_line, random_videos, read_dataset_json, run_job,
-                     write_videos)
+                     overriding, write_videos)
 
 PROG = "python -m beam_jobs.make_shards: error:"
 FLAGS = ["--window", "5", "--stride", "3"]
@@ -58,7 +58,7 @@ def _tree(directory) -> dict:
 
 
 def _job(input_glob, out, *extra) -> list[str]:
-    return ["--input", input_glob, "--output_dir", str(out), *FLAGS, *extra]
+    return ["--input", input_glob, "--output_dir", str(out), *overriding(FLAGS, *extra)]
 
 
 # --- the lease -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import readers
 from beam_jobs import make_shards
 from helpers import (assert_verified, dataset_bytes, first_day, random_videos, read_dataset_json,
-                     run_job, write_videos)
+                     overriding, run_job, write_videos)
 from job_process import DieAtCommitStep, JobProcess
 from readers.format import tfds_info
 
@@ -83,7 +83,7 @@ def test_a_paused_run_that_lost_its_lease_commits_nothing_and_blocks_no_one(day1
     out = tmp_path / "out"
     shutil.copytree(day1 / "out", out)
     glob = str(day1 / "R" / "day1" / "*.tfrecord")
-    a = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, "--stride", "3",
+    a = JobProcess(["--input", glob, "--output_dir", out, *overriding(FLAGS, "--stride", "3"),
                     "--overwrite"])
     path = out / "_make_shards" / "lease.json"
     deadline = time.monotonic() + 120
@@ -179,7 +179,7 @@ def test_sigterm_stops_a_run_and_its_worker_processes_like_ctrl_c(day1, tmp_path
     shutil.copytree(day1 / "out", out)
     before = dataset_bytes(out)
     job = JobProcess(["--input", day1 / "R" / "day1" / "*.tfrecord", "--output_dir", out,
-                      *FLAGS, "--stride", "3", "--overwrite", *workers])
+                      *overriding(FLAGS, "--stride", "3"), "--overwrite", *workers])
     runs = out / "_make_shards" / "runs"
     deadline = time.monotonic() + 120
     while not list(runs.glob("*/shards.json")) and time.monotonic() < deadline:
