@@ -95,10 +95,12 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         selection = selection.for_pipeline(input_context.input_pipeline_id,
                                            input_context.num_input_pipelines)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if drop_remainder and not repeat and selection.windows < batch_size:
+    if selection.windows < batch_size and (drop_remainder or repeat):
+        # repeated, a batch would take windows of several epochs (10**9: forever)
         raise selection.no_batch(
-            selection.windows, batch_size, options="with drop_remainder=True ",
-            remedy="; lower batch_size, or pass drop_remainder=False or repeat=True")
+            selection.windows, batch_size, options="with drop_remainder=True "
+            if drop_remainder else "whole (repeat=True would mix epochs in one): ",
+            remedy="; lower batch_size" + ("" if repeat else ", or pass drop_remainder=False"))
     spec, selected = selection.spec, selection.features
     files = [os.path.join(path, shard.file) for shard in selection.shards]
     counts = [shard.examples for shard in selection.shards]

@@ -23,7 +23,7 @@ import numpy as np
 
 from readers import format as data_format, quiet
 from readers.format import tfrecord, wire
-from readers.selection import DatasetChanged, gone
+from readers.selection import DatasetChanged, NotAFile, check_regular, gone
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
@@ -49,6 +49,17 @@ class _Files:
 
     def open(self, name: str, mode: str = "rb", compression: Optional[str] = None):
         return self.fs.open(self.path(name), mode, compression=compression)
+
+    def not_a_file(self, name: str) -> Optional[str]:
+        """Why a local dataset's `name` cannot be opened as a file (a FIFO, whose open
+        would wait forever; a directory), or None. Objects on a store are files."""
+        if not self.fs.protocol or "file" not in self.fs.protocol:
+            return None
+        try:
+            check_regular(self.root, name)
+        except NotAFile as e:
+            return str(e)
+        return None
 
 
 def _failure_rows(path: str, dataset: data_format.DatasetSpec) -> list[dict]:
@@ -101,7 +112,8 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     files = _Files(path)
     if not files.exists(shard.file):
         return [_missing(path, dataset, shard.file)], []
-    problem = dataset.shard_problem(shard, files.size(shard.file))
+    problem = files.not_a_file(shard.file) or (shard.index and files.not_a_file(shard.index))
+    problem = problem or dataset.shard_problem(shard, files.size(shard.file))
     if problem:
         return [problem], []
     compression = None if dataset.compression == "none" else dataset.compression

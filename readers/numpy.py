@@ -66,11 +66,12 @@ class WindowSource:
     def __len__(self) -> int:
         return self._shards.size
 
-    def __getitem__(self, i: Union[int, Sequence[int]]) -> dict[str, Any]:
+    def __getitem__(self, i: Union[int, Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
-        item); a sequence of indices gives their `read_batch`, so that a PyTorch
-        DataLoader with `batch_size=None` and a `BatchSampler` reads each batch as one."""
-        if isinstance(i, (int, np.integer)):
+        item); indices, a slice or a boolean mask give their `read_batch`, so that a
+        PyTorch DataLoader with `batch_size=None` and a `BatchSampler` reads each batch
+        as one. Indices mean what they mean to numpy (`indices`)."""
+        if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
             return self.__getitems__([i])[0]
         return self.read_batch(i)
 
@@ -82,10 +83,34 @@ class WindowSource:
         return [{name: column[row] if column.dtype.kind == "S" else column[row, ...]
                  for name, column in batch.items()} for row in range(len(indices))]
 
-    def read_batch(self, indices: Sequence[int]) -> dict[str, Any]:
+    def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
         (`S`) array (how: readers.scatter.Decoder.read_batch)."""
-        return self._decoder.read_batch(self._shards, indices)
+        return self._decoder.read_batch(self._shards, self.indices(indices))
+
+    def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
+        """The window numbers a selector names, as numpy reads it: integers (negative
+        ones count from the end), a slice, or a boolean mask of `len(self)`. TypeError for
+        anything else (a float, a bool alone, a nested list), IndexError out of range."""
+        size = len(self)
+        if isinstance(selector, slice):
+            return np.arange(size)[selector]
+        try:
+            array = np.asarray(selector)
+        except ValueError:   # ragged
+            array = np.asarray(selector, dtype=object)
+        if array.dtype == np.bool_ and array.ndim == 1:
+            if len(array) != size:
+                raise IndexError(f"a boolean mask of {len(array)} values for {size} windows")
+            return np.flatnonzero(array)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            raise TypeError(f"windows are selected by integers, a slice or a boolean mask "
+                            f"of {size} values, not {array.dtype} of shape {array.shape}")
+        array = array.astype(np.int64)
+        if array.size and not (-size <= array.min() and array.max() < size):
+            bad = array[(array < -size) | (array >= size)][0]
+            raise IndexError(f"window {bad} is out of range for {size} windows")
+        return np.where(array < 0, array + size, array)
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
@@ -133,6 +158,8 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       ValueError: as `WindowSource`, or fewer windows on this host than a batch.
     """
     require_positive(batch_size=batch_size)
+    if not (isinstance(epoch, (int, np.integer)) and epoch >= 0):
+        raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16)
     if threads is None:
@@ -143,6 +170,9 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     steps = len(order) // batch_size if drop_remainder else -(-len(order) // batch_size)
     if steps == 0:
         raise source._selection.no_batch(len(order), batch_size, holder="gives this host")
+    if not (isinstance(start_step, (int, np.integer)) and 0 <= start_step <= steps):
+        raise ValueError(f"start_step must be in [0, {steps}] (an epoch here has {steps} "
+                         f"steps), got {start_step!r}")
 
     def batch(step: int) -> dict[str, Any]:
         return source.read_batch(order[step * batch_size:(step + 1) * batch_size])

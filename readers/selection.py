@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from typing import Optional, Sequence
 
 from readers.format import DATASET_JSON, DatasetSpec, FeatureSpec, Shard, SpecError, load_spec
@@ -43,6 +44,33 @@ def gone(path: str, run_id: Optional[str], file: str) -> FileNotFoundError:
     return FileNotFoundError(f"{path}: {file}, which its {DATASET_JSON} lists, is missing: "
                              f"the dataset is damaged (python -m readers.inspect {path} "
                              "--verify)")
+
+
+class NotAFile(ValueError):
+    """A dataset's file whose place holds something else: a FIFO (whose open would wait
+    for a writer forever), a directory, a device."""
+
+
+def check_regular(path: str, file: str) -> None:
+    """NotAFile naming `file` of the local dataset at `path` when it is not a regular
+    file (one missing is told where it is opened). A stat: it never opens it."""
+    full = os.path.join(path.removeprefix("file://"), file)
+    try:
+        mode = os.stat(full).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotAFile(f"{full}, which {DATASET_JSON} lists, is {_kind(mode)}, not a regular "
+                       "file: the dataset is damaged")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def file_size(path: str, run_id: Optional[str], file: str) -> int:
@@ -93,6 +121,11 @@ class Selection:
         if split not in spec.splits:
             raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
         shards = tuple(spec.splits[split].shards)
+        if "://" not in path or path.startswith("file://"):
+            for shard in shards:
+                check_regular(path, shard.file)
+                if shard.index:
+                    check_regular(path, shard.index)
         first = next((shard for shard in shards if shard.examples), None)
         if first is not None:
             problem = spec.shard_problem(first, file_size(path, spec.run_id, first.file))

@@ -224,9 +224,13 @@ def test_each_help_group_builds_its_config_and_the_flag_table_names_real_flags()
 
 
 def test_the_reader_refuses_a_split_smaller_than_a_batch(kinds):
-    with pytest.raises(ValueError, match=r"has 7 windows, fewer than batch_size 8"):
-        readers.make_dataset(kinds["png"], batch_size=8)
-    assert len(list(readers.make_dataset(kinds["png"], batch_size=8, repeat=True).take(2))) == 2
+    for options in ({}, {"repeat": True}, {"repeat": True, "drop_remainder": False}):
+        with pytest.raises(ValueError, match=r"has 7 windows, fewer than batch_size 8"):
+            readers.make_dataset(kinds["png"], batch_size=8, **options)
+    with pytest.raises(ValueError, match=r"fewer than batch_size 1000000000"):
+        readers.make_dataset(kinds["png"], batch_size=10**9, repeat=True)
+    (partial,) = readers.make_dataset(kinds["png"], batch_size=8, drop_remainder=False)
+    assert len(partial["window"]) == 7
 
 
 @pytest.mark.parametrize("flag, value", [

@@ -207,6 +207,28 @@ def test_a_malformed_dataset_json_is_one_clear_error(dataset, tmp_path, splits, 
     _refused_in_one_line(copy, f"error: {copy}/dataset.json: {needle}", code=2)
 
 
+@pytest.mark.parametrize("place", ["fifo at an index", "directory at a shard"])
+def test_a_fifo_or_a_directory_in_a_files_place_is_one_line_never_a_hang(dataset, tmp_path,
+                                                                         place):
+    """A FIFO's open waits for a writer forever: the readers look before they open."""
+    copy = _copy(dataset, tmp_path)
+    shard = _shard(read_dataset_json(copy), 0)
+    name = shard["index"] if place.startswith("fifo") else shard["file"]
+    os.remove(os.path.join(copy, name))
+    if place.startswith("fifo"):
+        os.mkfifo(os.path.join(copy, name))
+    else:
+        os.mkdir(os.path.join(copy, name))
+    kind = "a FIFO" if place.startswith("fifo") else "a directory"
+    needle = f"{os.path.join(copy, name)}, which dataset.json lists, is {kind}, not a regular file"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:   # a hang fails, not blocks
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            pool.submit(lambda: WindowSource(copy, "train").read_batch([0])).result(120)
+    result = _inspect(copy, "--verify")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert needle in result.stdout + result.stderr
+
+
 def test_a_dataset_json_naming_a_key_twice_is_refused_not_read_last_wins(dataset, tmp_path):
     copy = _copy(dataset, tmp_path, lambda meta, copy: None)
     path = os.path.join(copy, "dataset.json")

@@ -193,6 +193,41 @@ def test_window_source_refuses_what_it_cannot_do(kinds):
         WindowSource(kinds["latent"])[10_000]
 
 
+def test_indices_mean_what_they_mean_to_numpy_or_are_refused(kinds):
+    source = WindowSource(kinds["latent"], "train")
+    size = len(source)
+    everything = source.read_batch(np.arange(size))["window"]
+
+    def read(selector):
+        return source.read_batch(selector)["window"]
+
+    mask = np.zeros(size, bool)
+    mask[[1, 3]] = True
+    np.testing.assert_array_equal(read(mask), everything[[1, 3]])   # not rows 0 and 1
+    np.testing.assert_array_equal(read(list(mask)), everything[[1, 3]])
+    np.testing.assert_array_equal(read(slice(1, None, 2)), everything[1::2])
+    np.testing.assert_array_equal(read([-1, 0]), everything[[-1, 0]])
+    np.testing.assert_array_equal(source[-1]["window"], everything[-1])
+    np.testing.assert_array_equal(source[mask]["window"], everything[[1, 3]])
+    assert read([]).shape == (0, *everything.shape[1:])
+    for wrong, error in (([0.0, 1.0], TypeError), (True, TypeError), ([[0, 1]], TypeError),
+                         (mask[:-1], IndexError), ([size], IndexError), ([-size - 1], IndexError),
+                         (["0"], TypeError)):
+        with pytest.raises(error):
+            source.read_batch(wrong)
+
+
+def test_start_step_and_epoch_out_of_range_are_refused(kinds):
+    steps = len(WindowSource(kinds["latent"], "train")) // 2
+    assert list(batches(kinds["latent"], "train", 2, start_step=steps)) == []   # the end
+    for options, needle in (({"start_step": -1}, rf"start_step must be in \[0, {steps}\]"),
+                            ({"start_step": steps + 1}, "start_step must be in"),
+                            ({"start_step": 1.5}, "start_step must be in"),
+                            ({"epoch": -1}, "epoch must be a whole number >= 0")):
+        with pytest.raises(ValueError, match=needle):
+            next(batches(kinds["latent"], "train", 2, **options))
+
+
 def test_readers_numpy_imports_neither_tensorflow_nor_beam(kinds):
     code = ("import sys\nfrom readers.numpy import batches, WindowSource\n"
             f"b = next(batches({kinds['png']!r}, 'train', 2))\n"
