@@ -31,6 +31,11 @@ def _level(frame: np.ndarray) -> int:
 def test_frame_folders_window_in_natural_order_with_labels(tmp_path, encoding):
     write_frame_folder(tmp_path / "v1", solid_frames(12))          # frame_0 ... frame_11
     write_frame_folder(tmp_path / "v2", solid_frames(7, start=3))
+    # what macOS leaves beside copied files: hidden, never frames, listed or globbed
+    apple_double = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + bytes(60)
+    (tmp_path / "v1" / "._frame_3.png").write_bytes(apple_double)
+    (tmp_path / "v1" / ".DS_Store").write_bytes(bytes(16))
+    (tmp_path / "v2" / "._frame_0.png").write_bytes(apple_double)
     np.save(tmp_path / "v2.npy", np.repeat(np.arange(7, dtype=np.float32)[:, None], 2, 1))
     (tmp_path / "v1.csv").write_text("a,b\n" + "\n".join(f"{i},{i}" for i in range(12)))
     write_manifest(tmp_path / "m.jsonl", [

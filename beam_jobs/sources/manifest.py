@@ -61,7 +61,9 @@ def natural_key(path: str) -> list:
 
 
 def expand_frames(frames: Union[tuple[str, ...], str]) -> list[str]:
-    """The ordered image paths of a `frames` field."""
+    """The ordered image paths of a `frames` field. A folder's or a glob's hidden files
+    (a name starting with '.', macOS's AppleDouble `._f003.png` among them) are never
+    frames; a list is taken as given."""
     if not isinstance(frames, str):
         return list(frames)
     try:
@@ -73,8 +75,8 @@ def expand_frames(frames: Union[tuple[str, ...], str]) -> list[str]:
                      if p.lower().endswith(IMAGE_SUFFIXES)]
     except (OSError, ValueError) as e:
         raise BadRecord(f"cannot list the frames {frames}: {type(e).__name__}: {e}") from None
-    return sorted((fs.unstrip_protocol(p) if "://" in frames else p for p in found),
-                  key=natural_key)
+    return sorted((fs.unstrip_protocol(p) if "://" in frames else p for p in found
+                   if not p.rstrip("/").rsplit("/", 1)[-1].startswith(".")), key=natural_key)
 
 
 class Labels:
