@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failed_run_file, read_dataset_json, read_examples, run_job, sidecar,
+from helpers import (failed_run_file, job_line, read_dataset_json, read_examples, run_job, sidecar,
                      solid_frames, write_frame_folder, write_manifest, write_video)
 
 
@@ -154,6 +154,34 @@ def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     run_job(str(tmp_path / "clips" / "b.webm"), tmp_path / "cap", "--window", "4",
             "--max_frames", "9", "--frame_encoding", "raw")
     assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
+
+
+def test_an_animated_gif_is_a_video_and_a_still_image_is_no_input(tmp_path, capsys):
+    from PIL import Image
+
+    frames = [Image.fromarray(f) for f in solid_frames(6)]
+    # frame 2 is shown 300 ms: at --fps 10 its time is filled as any video's gap is, by
+    # the first frame at or after each tick (guarantees.md#timestamps)
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:],
+                   duration=[100, 100, 300, 100, 100, 100], loop=0)
+    run_job(str(tmp_path / "*.gif"), tmp_path / "out", "--window", "8", "--fps", "10",
+            "--frame_encoding", "raw")
+    (example,) = read_examples(tmp_path / "out")
+    assert [_level(f) for f in example["window"]] == [0, 1, 2, 3, 3, 3, 4, 5]
+    # a still image is a frame, never read as a TFRecord
+    frames[0].save(tmp_path / "still.png")
+    line = job_line(capsys, "--input", tmp_path / "still.png", "--output_dir",
+                    tmp_path / "refused", "--window", "2")
+    assert "still.png' is an image, and an image is a frame, not a video" in line
+    # an animated image among a folder's frames is a bad frame, not its first frame alone
+    write_frame_folder(tmp_path / "v", solid_frames(4))
+    os.replace(tmp_path / "anim.gif", tmp_path / "v" / "frame_2.gif")
+    os.remove(tmp_path / "v" / "frame_2.png")
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v/*"}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "bad", "--window", "4",
+            "--on_bad_frame", "mask", "--frame_encoding", "raw")
+    (bad,) = map(json.loads, open(sidecar(tmp_path / "bad", "bad_frames")))
+    assert "an animated image of 6 frames is a video, not a frame" in bad["reason"]
 
 
 @pytest.mark.slow

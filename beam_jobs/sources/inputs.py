@@ -11,8 +11,12 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs.core import ids, paths
 
 MANIFEST_SUFFIXES = (".jsonl", ".csv")
-VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg")
+# An animated GIF is a video: every frame, at its own duration (PyAV reads them).
+VIDEO_SUFFIXES = (".mp4", ".webm", ".avi", ".mov", ".mkv", ".m4v", ".mpg", ".mpeg", ".gif")
+# A still image is a frame, never an input of its own: frame folders go in a manifest.
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".apng")
 _KIND_OF_FILE = {"videos": "is a video file", "manifest": "is a manifest",
+                 "image": "is an image",
                  "latents": "would be read as latent TFRecords (it has no video or "
                             "manifest suffix)"}
 
@@ -45,6 +49,10 @@ def resolve(patterns: Sequence[str]) -> tuple[list[tuple[str, int]], str]:
                 raise InputError(f"no file matches {pattern!r}")
         kinds.add(_kind(pattern, [path for path, _ in matched]))
         files += matched
+    if "image" in kinds:
+        image = next(path for path, _ in files if _file_kind(path) == "image")
+        raise InputError(f"'{ids.printable(image)}' is an image, and an image is a frame, not "
+                         "a video: give frame folders in a manifest (docs/format.md)")
     if len(kinds) > 1:
         raise InputError(f"the inputs mix {' and '.join(sorted(kinds))}; give one kind")
     counts = collections.Counter(path for path, _ in files)
@@ -59,6 +67,8 @@ def _file_kind(path: str) -> str:
     (TFRecord files go by any name: `.tfrecord`, `.gz`, `part-00001`)."""
     if path.lower().endswith(VIDEO_SUFFIXES):
         return "videos"
+    if path.lower().endswith(IMAGE_SUFFIXES):
+        return "image"
     return "manifest" if path.lower().endswith(MANIFEST_SUFFIXES) else "latents"
 
 

@@ -78,6 +78,10 @@ class FrameCodec:
             raise BadFrame("not an image file Pillow can decode") from None
         except Exception as e:  # Pillow raises many kinds
             raise BadFrame(f"cannot decode the image: {type(e).__name__}: {e}") from None
+        frames = getattr(image, "n_frames", 1)
+        if frames > 1:   # Pillow would give its first frame alone
+            raise BadFrame(f"an animated image of {frames} frames is a video, not a frame: "
+                           "give it as a video file")
         if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
                 and image.size == self.size[::-1]):
             return data
