@@ -1,5 +1,6 @@
 """Bad records go to failures.jsonl; too many of them, or bad flags, stop the job cleanly."""
 import json
+import gzip
 import os
 import subprocess
 import sys
@@ -67,6 +68,34 @@ def test_a_truncated_file_reports_where_it_broke(tmp_path, rng):
     assert row["record_index"] == 5 and "the file ends inside a record" in row["reason"]
     assert row["records"] == 1 and "cannot be read" in row["reason"]
     assert read_dataset_json(tmp_path / "out")["failures"] == 1
+
+
+def test_a_damaged_gzip_file_counts_what_it_read_and_what_it_lost(tmp_path, rng):
+    """Cut in half, a gzip file cannot say how many records it held: the row says how
+    many were read and that the rest cannot be counted. With a broken length frame in a
+    sound stream, the bytes after it are counted, and the records with them."""
+    good, _ = _bad_records(rng)
+    plain = write_records(str(tmp_path / "plain" / "a.tfrecord"), good[:4])
+    with open(plain, "rb") as f:
+        data = f.read()
+    os.makedirs(tmp_path / "in")
+    whole = gzip.compress(data)
+    (tmp_path / "in" / "cut.tfrecord.gz").write_bytes(whole[:len(whole) // 2])
+    second = int.from_bytes(data[:8], "little") + 16   # where the second record starts
+    framed = bytearray(data)
+    framed[second + 2] ^= 0xFF   # its length frame
+    (tmp_path / "in" / "frame.tfrecord.gz").write_bytes(gzip.compress(bytes(framed)))
+    write_records(str(tmp_path / "in" / "ok.tfrecord"), good[4:])
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "10",
+            "--max_failure_fraction", "0.9")
+    rows = {os.path.basename(r["source"]): r for r in _failures(tmp_path / "out")}
+    cut = rows["cut.tfrecord.gz"]
+    read = cut["record_index"]
+    assert 0 < read < 4 and "the gzip stream breaks" in cut["reason"]
+    assert f"after {read} records" in cut["reason"] and "cannot be told" in cut["reason"]
+    frame = rows["frame.tfrecord.gz"]
+    assert frame["record_index"] == 1 and frame["records"] == 3, frame
+    assert "after 1 records" in frame["reason"] and "(about 3 records)" in frame["reason"]
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
             raw.seek(0)
             if magic != _GZIP_MAGIC:
                 yield 0, _rest_lost("named .gz but not a gzip file", size, 0, 0,
-                                    typical_record, 1.0)
+                                    typical_record)
                 return
         f = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
         index, consumed = 0, 0
@@ -106,13 +106,16 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
             try:
                 record = read_frame(f)
             except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
-                record = Lost(f"the gzip stream breaks: {e}", 1, 0, True)
+                yield index, _gzip_rest(f"the gzip stream breaks ({e})", None, index,
+                                        consumed, typical_record)
+                return
             if record is None:
                 return
             if isinstance(record, Lost) and record.framing:
-                ratio = (consumed / before) if before and path.endswith(".gz") else 1.0
-                yield index, _rest_lost(record.reason, size, before, consumed / index
-                                        if index else typical_record, typical_record, ratio)
+                yield index, (_gzip_rest(record.reason, f, index, consumed, typical_record)
+                              if f is not raw else
+                              _rest_lost(record.reason, size, before, consumed / index
+                                         if index else typical_record, typical_record))
                 return
             consumed += (len(record) + FRAME_OVERHEAD if isinstance(record, bytes)
                          else record.bytes_lost)
@@ -146,12 +149,38 @@ def _skip_unread(raw: BinaryIO, before: int, size: int, index: int, skip: Skip
     return None
 
 
-def _rest_lost(reason: str, size: int, offset: int, mean_record: float, typical: int,
-               ratio: float) -> Lost:
-    """The rest of a file from byte `offset` on, as one Lost with a record estimate.
-    `ratio`: uncompressed bytes per file byte so far (gzip)."""
+def _gzip_rest(reason: str, f: Optional[BinaryIO], read: int, consumed: int,
+               typical: int) -> Lost:
+    """The rest of a gzip file after `read` readable records (`consumed` bytes
+    uncompressed) as one Lost, counted in uncompressed bytes: those left in `f` when its
+    stream still decompresses (a broken length frame), else none can be counted (a cut
+    or damaged stream; a gzip file keeps its length at its end)."""
+    left, broken = 0, f is None
+    while f is not None:
+        try:
+            chunk = f.read(1 << 20)
+        except (OSError, EOFError, zlib.error):
+            broken = True
+            break
+        if not chunk:
+            break
+        left += len(chunk)
+    per_record = consumed / read if read else typical
+    records = max(1, round(left / per_record)) if per_record else 1
+    lost = (f"the {left:,} uncompressed bytes after it (about {records:,} records)"
+            if left else "the rest")
+    unknown = ("; how many records a cut or damaged gzip stream held after the break "
+               "cannot be told" if broken else "")
+    return Lost(f"{reason} after {read:,} records ({consumed:,} bytes "
+                f"uncompressed): {lost} cannot be read{unknown}", records, left, True)
+
+
+def _rest_lost(reason: str, size: int, offset: int, mean_record: float, typical: int
+               ) -> Lost:
+    """The rest of a plain file from byte `offset` on, as one Lost with a record
+    estimate."""
     left = max(0, size - offset)
     per_record = mean_record or typical
-    records = max(1, round(left * ratio / per_record)) if per_record else 1
+    records = max(1, round(left / per_record)) if per_record else 1
     return Lost(f"{reason} at byte {offset}: the remaining {left:,} bytes of the file "
                 f"(about {records:,} records) cannot be read", records, left, True)
