@@ -69,13 +69,21 @@ def test_an_output_dir_holding_an_input_or_under_its_glob_is_refused(tmp_path, c
     data = tmp_path / "data"
     write_videos(str(data), random_videos(np.random.default_rng(1), 3), files=1)
     before = _tree(data)
-    line = _refused(capsys, *_job(str(data / "*.tfrecord"), data))
+    (name,) = os.listdir(data)
+    line = _refused(capsys, *_job(str(data / name), data))
     assert "holds the input file" in line
+    line = _refused(capsys, *_job(str(data / "*.tfrecord"), data))
+    assert f"the input glob {data}/*.tfrecord covers {data}" in line
     line = _refused(capsys, *_job(str(data / "**"), data / "out"))
     assert "the input glob" in line and "covers" in line
     assert _tree(data) == before and not (data / "out").exists()
     run_job(str(data / "*.tfrecord"), data / "shards", "--window", "5")  # not covered
     assert (data / "shards" / "dataset.json").exists()
+    # once the output holds a dataset, the glob matches its shards too: the reason is
+    # still the output, not "mixed kinds" or "reads its own shards"
+    (data / "videos.jsonl").write_text("")
+    line = _refused(capsys, *_job(str(data / "**"), data / "shards"))
+    assert f"the input glob {data}/** covers {data}/shards" in line
 
 
 @pytest.mark.slow

@@ -17,6 +17,8 @@ from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTA
 from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.job.errors import Refused
+from beam_jobs.outdir.claim import check_inputs
+from beam_jobs.outdir.inventory import OutputDirError
 from beam_jobs.sources import inputs
 from readers import format as data_format
 
@@ -336,6 +338,10 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
                       "--append adds to: give --append too")
     output_dir = _output_dir(args.output_dir)
     patterns = tuple(inputs.absolute(p) for p in args.input)
+    try:   # before the files are listed: a glob over the output is that, not "mixed kinds"
+        check_inputs(output_dir, (), patterns)
+    except OutputDirError as e:
+        raise Refused(str(e)) from None
     try:
         input_files, input_kind = inputs.resolve(patterns)
     except inputs.InputError as e:
