@@ -156,6 +156,83 @@ def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
 
 
+def _marked(height: int, width: int) -> np.ndarray:
+    """A frame whose top-left corner is white: where it lands shows the turn."""
+    frame = np.full((height, width, 3), 40, np.uint8)
+    frame[:6, :6] = 255
+    return frame
+
+
+def test_a_phones_rotated_video_is_stored_as_a_player_shows_it(tmp_path):
+    import av
+
+    path = tmp_path / "clips" / "phone.mp4"
+    os.makedirs(path.parent)
+    with av.open(str(path), "w") as container:   # a portrait phone video: -90 degrees
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 32, "yuv420p"
+        stream.set_display_rotation(-90)
+        for _ in range(4):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(_marked(32, 64),
+                                                                   format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    for flags, shape, corner, rotation in (([], (4, 64, 32, 3), (0, -1), 90),
+                                           (["--keep_orientation"], (4, 32, 64, 3), (0, 0), 0)):
+        out = tmp_path / f"out{len(flags)}"
+        run_job(str(path), out, "--window", "4", "--frame_encoding", "raw", *flags)
+        (example,) = read_examples(out)
+        window = example["window"]
+        assert window.shape == shape   # played upright: 64 high, 32 wide
+        top = slice(0, 4)
+        corner_block = window[0, top, slice(-4, None) if corner[1] else slice(0, 4)]
+        assert corner_block.mean() > 200, window[0, :8, :8, 0]   # the white corner, turned
+        (row,) = map(json.loads, open(sidecar(out, "videos")))
+        assert row["rotation"] == rotation
+
+
+# Pillow's exif_transpose turns orientation o by _TURN[o]; an image stored turned by its
+# inverse, with EXIF orientation o, is shown upright.
+_INVERSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+            6: "ROTATE_90", 7: "TRANSVERSE", 8: "ROTATE_270"}
+
+
+def test_exif_orientations_1_to_8_are_applied_and_no_exif_is_stored(tmp_path):
+    from PIL import Image
+
+    upright = Image.fromarray(_marked(24, 32))
+    os.makedirs(tmp_path / "v")
+    for o in range(1, 9):
+        stored = upright if o == 1 else upright.transpose(getattr(Image.Transpose,
+                                                                 _INVERSE[o]))
+        exif = Image.Exif()
+        exif[0x0112] = o
+        stored.save(tmp_path / "v" / f"f{o}.png", exif=exif)
+    write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "8",
+            "--frame_encoding", "raw")
+    (example,) = read_examples(tmp_path / "out")
+    for o, frame in enumerate(example["window"], 1):
+        np.testing.assert_array_equal(frame, np.asarray(upright), err_msg=f"orientation {o}")
+    # a JPEG of the dataset's size is stored as it is, less its EXIF block
+    os.makedirs(tmp_path / "j")
+    exif = Image.Exif()
+    exif[0x0112], exif[0x010F] = 1, "a camera"
+    upright.save(tmp_path / "j" / "f0.jpg", exif=exif, quality=90)
+    source = (tmp_path / "j" / "f0.jpg").read_bytes()
+    assert b"Exif\x00\x00" in source
+    write_manifest(tmp_path / "j.jsonl", [{"video_id": "j", "frames": "j"}])
+    run_job(str(tmp_path / "j.jsonl"), tmp_path / "jpeg", "--window", "1",
+            "--frame_encoding", "jpeg")
+    (example,) = read_examples(tmp_path / "jpeg")
+    (kept,) = example["window.bytes"]
+    app1 = source.index(b"\xff\xe1")
+    segment = source[app1:app1 + 2 + int.from_bytes(source[app1 + 2:app1 + 4], "big")]
+    assert b"Exif\x00\x00" in segment and b"Exif" not in kept
+    assert kept == source.replace(segment, b"")   # not re-encoded: only the EXIF went
+
+
 def test_an_animated_gif_is_a_video_and_a_still_image_is_no_input(tmp_path, capsys):
     from PIL import Image
 

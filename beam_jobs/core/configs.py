@@ -57,6 +57,7 @@ class PixelConfig:
     jpeg_quality: int
     on_bad_frame: str
     max_frame_bytes: int
+    keep_orientation: bool
 
 
 @dataclasses.dataclass(frozen=True)

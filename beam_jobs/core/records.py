@@ -29,6 +29,7 @@ class VideoCount(NamedTuple):
     source_fps: Optional[float] = None   # a video file's frame rate
     encoder_device: Optional[str] = None # where the encoder ran on its frames
     digest: str = ""                     # of its frames as given (cut/examples.py)
+    rotation: Optional[int] = None       # a video file's display turn applied, clockwise
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""
@@ -38,6 +39,8 @@ class VideoCount(NamedTuple):
                "source_fps": self.source_fps, "digest": self.digest}
         if self.encoder_device:
             row["encoder_device"] = self.encoder_device
+        if self.rotation is not None:
+            row["rotation"] = self.rotation
         return row
 
 

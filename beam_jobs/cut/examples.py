@@ -214,7 +214,7 @@ class _CutVideo(beam.DoFn):
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
             video.record_index, info.get("source_fps"), info.get("encoder_device"),
-            cut.digest.hexdigest()))
+            cut.digest.hexdigest(), info.get("rotation")))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames

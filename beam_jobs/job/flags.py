@@ -183,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                      default=DEFAULT_MAX_FRAME_BYTES,
                      help="a frame file larger than this is a bad frame, not read (default: "
                           "%(default)s, 256 MiB)")
+    pix.add_argument("--keep_orientation", action="store_true",
+                     help="store frames as decoded, ignoring a video's display rotation and "
+                          "an image's EXIF orientation (default: apply them, so frames are "
+                          "stored as a viewer shows them)")
     enc = p.add_argument_group("frame encoder (pixel input)")
     enc.add_argument("--encoder", default=None,
                      help="a model mapping frames [B, H, W, C] (or [B, C, H, W], see "

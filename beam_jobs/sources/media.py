@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional
 import av
 import fsspec
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from beam_jobs.core import paths
 from beam_jobs.core.configs import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP
@@ -49,13 +49,16 @@ class FrameCodec:
     """How one decoded image becomes a stored frame of the dataset.
 
     `size` (H, W) is the frame size of the dataset: images of another size are resized
-    to it when `resize` is set (--frame_size), else the video fails.
+    to it when `resize` is set (--frame_size), else the video fails. `orient`: an image's
+    EXIF orientation is applied first (not with --keep_orientation); a stored JPEG never
+    keeps its EXIF block, which a reader could apply a second time.
     """
     size: tuple[int, int]
     channels: int = 3
     encoding: str = "jpeg"
     jpeg_quality: int = 90
     resize: bool = False
+    orient: bool = True
 
     @property
     def mode(self) -> str:
@@ -82,10 +85,18 @@ class FrameCodec:
         if frames > 1:   # Pillow would give its first frame alone
             raise BadFrame(f"an animated image of {frames} frames is a video, not a frame: "
                            "give it as a video file")
+        turned = self.oriented(image)
         if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
-                and image.size == self.size[::-1]):
-            return data
-        return self.store(image)
+                and turned is image and image.size == self.size[::-1]):
+            return without_exif(data)
+        return self.store(turned)
+
+    def oriented(self, image: Image.Image) -> Image.Image:
+        """The image as a viewer shows it (its EXIF orientation applied), unless
+        `orient` is off; the image itself when it needs no turn."""
+        if not self.orient or image.getexif().get(EXIF_ORIENTATION, 1) in (1, None):
+            return image
+        return ImageOps.exif_transpose(image)
 
     def store(self, image: Image.Image) -> Any:
         """A Pillow image -> raw uint8 [H, W, C] or encoded bytes, per the encoding."""
@@ -143,10 +154,48 @@ def read_bytes(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
     return data
 
 
-def open_image(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Image.Image:
-    """A decoded image, for looking at its size."""
+def open_image(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+               codec: Optional[FrameCodec] = None) -> Image.Image:
+    """A decoded image, for looking at its size: as `codec` orients it, when given."""
     image = Image.open(io.BytesIO(read_bytes(path, max_bytes)))
     image.load()
+    return codec.oriented(image) if codec is not None else image
+
+
+EXIF_ORIENTATION = 0x0112
+_APP1 = b"\xff\xe1"
+
+
+def without_exif(data: bytes) -> bytes:
+    """A JPEG file's bytes without its EXIF segments (APP1 `Exif`), the image data
+    untouched: segments before the scan are walked by their lengths."""
+    out, at = [data[:2]], 2
+    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] not in (0xD9, 0xDA):
+        end = at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
+        if not (data[at:at + 2] == _APP1 and data[at + 4:at + 10] == b"Exif\x00\x00"):
+            out.append(data[at:end])
+        at = end
+    out.append(data[at:])
+    return b"".join(out)
+
+
+# PyAV's display-matrix angle (counterclockwise) -> the turn that shows the frame upright.
+_TURNS = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180,
+          -180: Image.Transpose.ROTATE_180, -90: Image.Transpose.ROTATE_270}
+
+
+def _upright(frame, orient: bool, info: Optional[dict]) -> Image.Image:
+    """A decoded video frame as an image, turned as its display matrix says (what a
+    player shows) unless `orient` is off; `info` gets the turn applied, clockwise degrees,
+    when the stream declares one."""
+    image = frame.to_image()
+    angle = round(frame.rotation or 0)
+    if angle:
+        turn = _TURNS.get(angle) if orient else None
+        if info is not None:
+            info["rotation"] = (-angle) % 360 if turn is not None else 0
+        if turn is not None:
+            image = image.transpose(turn)
     return image
 
 
@@ -180,12 +229,13 @@ def _open_video(path: str) -> Iterator[tuple[Any, Any, float, int]]:
 
 
 def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = None,
-                 max_gap: float = DEFAULT_MAX_TIMESTAMP_GAP
+                 max_gap: float = DEFAULT_MAX_TIMESTAMP_GAP, orient: bool = True
                  ) -> Iterator[tuple[Image.Image, float]]:
     """(RGB image, time in seconds from the first frame) of each frame of a video file,
     resampled to `fps` when given: for each time k / fps, the first frame at or after it
-    (frames are dropped to lower the rate, repeated to raise it). `info`, when given,
-    gets the source's frame rate ("source_fps").
+    (frames are dropped to lower the rate, repeated to raise it); turned upright as its
+    display matrix says, unless `orient` is off (`_upright`). `info`, when given, gets the
+    source's frame rate ("source_fps") and the turn applied ("rotation"), if any.
 
     Raises BadRecord when the file cannot be decoded, when it decodes fewer frames than
     its container declares (a file cut short), or, with `fps`, when a frame's time is
@@ -204,12 +254,12 @@ def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = 
             first = time if first is None else first
             time -= first
             if fps is None:
-                yield frame.to_image(), time
+                yield _upright(frame, orient, info), time
                 continue
             _check_time(time, latest, end, max_gap)
             latest, image = max(latest, time), None
             while next_time <= time + 1e-6:
-                image = image or frame.to_image()
+                image = image or _upright(frame, orient, info)
                 yield image, next_time
                 next_time += 1.0 / fps
         if declared and decoded < declared - max(_SHORTFALL_FRAMES,

@@ -116,7 +116,7 @@ class PixelVideo:
         codec = self.fmt.codec
         if self.entry.video:
             for image, time in media.video_images(self.entry.video, self.fmt.fps, info,
-                                                  self.fmt.max_timestamp_gap):
+                                                  self.fmt.max_timestamp_gap, codec.orient):
                 yield codec.store(image), round(time, 6), None
             return
         for path in expand_frames(self.entry.frames):
@@ -164,7 +164,7 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
     reason = "no videos"
     for entry in entries[:max_entries]:
         try:
-            image = _first_image(entry, fmt.max_frame_bytes)
+            image = _first_image(entry, fmt.max_frame_bytes, fmt.codec)
         except (BadRecord, media.BadFrame) as e:
             reason = f"{entry.video_id}: {e}"
             continue
@@ -178,14 +178,15 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
                     f"readable frame; last: {reason}")
 
 
-def _first_image(entry: VideoEntry, max_bytes: int):
+def _first_image(entry: VideoEntry, max_bytes: int, codec: media.FrameCodec):
+    """The first readable frame, oriented as the codec stores it."""
     if entry.video:
-        for image, _ in media.video_images(entry.video):
+        for image, _ in media.video_images(entry.video, orient=codec.orient):
             return image
         raise BadRecord("no frames")
     for path in expand_frames(entry.frames):
         try:
-            return media.open_image(path, max_bytes)
+            return media.open_image(path, max_bytes, codec)
         except Exception:  # noqa: BLE001 - Pillow raises many kinds; try the next frame
             continue
     raise BadRecord("no readable frame")
@@ -274,7 +275,8 @@ def build_source(config: JobConfig) -> Source:
     flags = config.pixels
     encoding = "raw" if config.encoder.encodes_frames else flags.frame_encoding
     codec = media.FrameCodec(flags.frame_size or (0, 0), flags.channels, encoding,
-                             flags.jpeg_quality, resize=flags.frame_size is not None)
+                             flags.jpeg_quality, resize=flags.frame_size is not None,
+                             orient=not flags.keep_orientation)
     fmt = probe_pixel_format(entries, PixelFormat(
         codec, fps=flags.fps, max_frames=flags.max_frames,
         max_timestamp_gap=flags.max_timestamp_gap, on_bad_frame=flags.on_bad_frame,
