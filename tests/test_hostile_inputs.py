@@ -58,6 +58,23 @@ def test_lost_framing_counts_the_rest_of_the_file_against_the_threshold(tmp_path
     assert "length frame is corrupt" in row["reason"] and "about 15 records" in row["reason"]
 
 
+def test_a_media_file_under_a_latent_name_is_told_by_its_first_bytes(tmp_path):
+    """A GIF or an MP4 that a glob of latents catches (`part-0001`, `x.dat`) is a row
+    saying what it is, not a corrupt length frame."""
+    write_records(str(tmp_path / "in" / "a.tfrecord"),
+                  [latent_example(_frames(i), [i, 0]) for i in range(20)])
+    Image.new("RGB", (8, 8)).save(tmp_path / "in" / "part-0001", "GIF")
+    write_video(tmp_path / "clip.mp4", [np.zeros((16, 16, 3), np.uint8)] * 2)
+    os.replace(tmp_path / "clip.mp4", tmp_path / "in" / "x.dat")
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",
+            "--max_failure_fraction", "0.2")
+    rows = {os.path.basename(r["source"]): r["reason"]
+            for r in map(json.loads, open(sidecar(tmp_path / "out", "failures")))}
+    assert rows == {"part-0001": "by its first bytes, a GIF file, not a TFRecord file: not read",
+                    "x.dat": "by its first bytes, a MP4/QuickTime file, not a TFRecord "
+                             "file: not read"}
+
+
 @pytest.mark.slow
 def test_a_plain_file_named_gz_is_a_failure_not_a_crash(tmp_path):
     write_records(str(tmp_path / "in" / "a.tfrecord"),

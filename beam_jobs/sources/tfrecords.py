@@ -85,6 +85,12 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     with raw:
+        kind = _media_kind(raw.read(12))
+        raw.seek(0)
+        if kind is not None:   # a file named like no media, read as latents
+            yield 0, Lost(f"by its first bytes, a {kind} file, not a TFRecord file: not read",
+                          1, size, True)
+            return
         if path.endswith(".gz"):
             magic = raw.read(2)
             raw.seek(0)
@@ -147,6 +153,21 @@ def _skip_unread(raw: BinaryIO, before: int, size: int, index: int, skip: Skip
             return video_id
     raw.seek(before)
     return None
+
+
+# First bytes of the media files that a glob of latents may catch under another name.
+_MAGIC = ((b"GIF87a", "GIF"), (b"GIF89a", "GIF"), (b"\x89PNG\r\n\x1a\n", "PNG"),
+          (b"\xff\xd8\xff", "JPEG"), (b"\x1aE\xdf\xa3", "Matroska/WebM"))
+
+
+def _media_kind(head: bytes) -> Optional[str]:
+    """What media file `head` (a file's first 12 bytes) starts, if any: no TFRecord
+    starts so (its first 8 bytes are a record's length, its next 4 their CRC)."""
+    if head[4:8] == b"ftyp":
+        return "MP4/QuickTime"
+    if head[:4] == b"RIFF" and head[8:12] in (b"WEBP", b"AVI "):
+        return "WebP" if head[8:12] == b"WEBP" else "AVI"
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
 
 
 def _gzip_rest(reason: str, f: Optional[BinaryIO], read: int, consumed: int,
