@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
-from readers import format as data_format, malloc, tf_internals
+from readers import checkpoints, format as data_format, malloc, tf_internals
 from readers.selection import Selection, require_positive
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
@@ -145,16 +145,20 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
+    # A checkpoint of its iterator names the dataset, and is refused on another's.
+    identity = (f"{path if '://' in path else os.path.abspath(path)} (run "
+                f"{spec.run_id or 'without an id'}), split {split!r}")
     if any(f.codec.decodes_images for f in selected):
-        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                      deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
+        return checkpoints.identified(ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                                             deterministic=deterministic
+                                             ).prefetch(tf.data.AUTOTUNE), identity)
     # Nothing here is left to tune but the prefetch depth, which grows as it is drained
     # without tf.data's autotuning too. With autotuning, whole epochs of latent windows
     # ran at half speed from time to time (benchmarks/bench_reader.py).
     options = tf.data.Options()
     options.autotune.enabled = False
-    return tf_internals.map_in_caller(ds, parse).prefetch(tf.data.AUTOTUNE).with_options(
-        options)
+    return checkpoints.identified(tf_internals.map_in_caller(ds, parse).prefetch(
+        tf.data.AUTOTUNE).with_options(options), identity)
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,

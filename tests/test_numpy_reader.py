@@ -294,6 +294,21 @@ def test_the_tf_reader_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
         assert keys(resumed, steps - stop) == straight[stop:], stop
 
 
+def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path):
+    """tf.data saves the pipeline's graph with its state: restored on another dataset's
+    iterator, it went on reading the shards it was saved from."""
+    iterator = iter(readers.make_dataset(kinds["latent"], batch_size=2, seed=1, repeat=True))
+    next(iterator)
+    saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / "ckpt"))
+    for other, split in ((kinds["float16"], "train"), (kinds["latent"], "test")):
+        elsewhere = iter(readers.make_dataset(other, split, batch_size=2, seed=1, repeat=True))
+        with pytest.raises(ValueError) as refused:
+            tf.train.Checkpoint(iterator=elsewhere).restore(saved)
+        message = str(refused.value)
+        assert f"this tf.data checkpoint reads {kinds['latent']} (run " in message
+        assert f"restored on a reader of {other} (run " in message and "\n" not in message
+
+
 def test_getitems_gives_the_rows_of_read_batch(kinds):
     source = WindowSource(kinds["latent"], "train")
     indices = [3, 0, len(source) - 1, 3, -2]
