@@ -80,7 +80,8 @@ def file_size(path: str, run_id: Optional[str], file: str) -> int:
     try:
         if "://" in full:
             import fsspec
-            return fsspec.core.url_to_fs(full)[0].size(full)
+            fs, inner = fsspec.core.url_to_fs(full)   # `simplecache::gs://...` too
+            return fs.size(inner)
         return os.stat(full).st_size
     except FileNotFoundError:
         raise gone(path, run_id, file) from None

@@ -7,6 +7,7 @@ window's record is and its bytes, local or on any fsspec scheme. Numpy only.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import os
 from typing import Iterable, Optional, Sequence
@@ -21,6 +22,15 @@ def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+@functools.lru_cache(maxsize=4096)
+def _on_filesystem(path: str) -> str:
+    """`path` as its fsspec filesystem names it: a chained URL's filesystem
+    (`simplecache::gs://b/out/x`, `filecache::...`) takes the inner path, not the URL.
+    Cached: a batch names a few shards many times."""
+    import fsspec
+    return fsspec.core.url_to_fs(path)[1]
+
+
 def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
                 ends: Optional[Sequence[int]] = None) -> list[bytes]:
     """Files, or their byte ranges [start, end), local or of any fsspec scheme, of one
@@ -31,7 +41,8 @@ def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
     if paths and _is_remote(paths[0]):
         import fsspec
         fs, _ = fsspec.core.url_to_fs(paths[0])
-        return fs.cat_ranges(list(paths), starts, ends, on_error="raise")
+        return fs.cat_ranges([_on_filesystem(p) for p in paths], starts, ends,
+                             on_error="raise")
     out = []
     for path, start, end in zip(paths, starts, ends):
         with open(path.removeprefix("file://"), "rb") as f:

@@ -309,6 +309,21 @@ def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path)
         assert f"restored on a reader of {other} (run " in message and "\n" not in message
 
 
+@pytest.mark.parametrize("cache", ["simplecache", "filecache"])
+def test_fsspec_cached_urls_read_the_index_and_the_shards(kinds, cache):
+    """fsspec's local caches chain onto any URL; the reader hands each file to the cache
+    by its inner path (it gave the whole chained URL, and the shards seemed missing)."""
+    path = kinds["png"]
+    url = f"{cache}::file://{path}"
+    plain, cached = WindowSource(path, "train"), WindowSource(url, "train")
+    assert len(cached) == len(plain)
+    rows = list(range(len(plain)))
+    for name, column in plain.read_batch(rows).items():
+        np.testing.assert_array_equal(cached.read_batch(rows)[name], column)
+    first = next(batches(url, "train", 2, seed=3))
+    np.testing.assert_array_equal(first["window"], next(batches(path, "train", 2, seed=3))["window"])
+
+
 def test_getitems_gives_the_rows_of_read_batch(kinds):
     source = WindowSource(kinds["latent"], "train")
     indices = [3, 0, len(source) - 1, 3, -2]

@@ -351,8 +351,8 @@ def load_spec(path: str) -> DatasetSpec:
     try:
         if "://" in path and not path.startswith("file://"):
             import fsspec
-            fs, _ = fsspec.core.url_to_fs(json_path)
-            text = fs.cat_file(json_path)     # one request
+            fs, inner = fsspec.core.url_to_fs(json_path)   # chained URLs too
+            text = fs.cat_file(inner)     # one request
         else:
             with open(json_path.removeprefix("file://"), "rb") as f:
                 text = f.read()
