@@ -74,3 +74,35 @@ def test_two_readers_split_each_shard_through_our_index(kinds, read, name, split
                     np.testing.assert_array_equal(theirs, mine[feature["name"]],
                                                   err_msg=f"{name} {feature['name']}")
                     assert theirs.dtype == mine[feature["name"]].dtype
+
+
+_ONE_RECORD = textwrap.dedent('''
+    import json, os, pickle, sys
+    from tfrecord.reader import tfrecord_loader
+
+    out = sys.argv[1]
+    shard = min((s for s in json.load(open(os.path.join(out, "dataset.json")))["splits"]
+                 ["train"]["shards"]), key=lambda s: s["examples"])
+    path = os.path.join(out, shard["file"])
+    try:
+        list(tfrecord_loader(path, os.path.join(out, shard["index"]), None))
+        indexed = "read"
+    except IndexError as e:
+        indexed = f"IndexError: {e}"
+    whole = len(list(tfrecord_loader(path, None, None)))
+    pickle.dump({"examples": shard["examples"], "indexed": indexed, "whole": whole},
+                open(os.environ["RESULT"], "wb"))
+''')
+
+
+def test_a_one_record_shard_is_warned_of_and_read_as_the_docs_say(tmp_path, rng, caplog):
+    """5 windows in 3 shards: one shard holds one, which the package cannot read through
+    its index; the job says so, and index_path=None reads it (docs/readers.md)."""
+    from helpers import random_videos, run_job, write_videos
+
+    write_videos(str(tmp_path / "in"), random_videos(rng, 5, lengths=(4, 5)), files=1)
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--num_shards", "3")
+    assert "1 shard(s) hold a single window" in caplog.text and "index_path=None" in caplog.text
+    found = run_apart(_ONE_RECORD, str(tmp_path / "out"), tmp_path=tmp_path)
+    assert found["examples"] == 1 and found["indexed"].startswith("IndexError")
+    assert found["whole"] == 1

@@ -112,6 +112,13 @@ def _log_summary(directory: str, elapsed: float) -> None:
                                                 source=path)
     sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
     _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))
+    single = [s.file for split in dataset.splits.values() for s in split.shards
+              if s.examples == 1]
+    if single:
+        _LOG.warning("%d shard(s) hold a single window (%s): the `tfrecord` package cannot "
+                     "read one through its index (read it with index_path=None, "
+                     "docs/readers.md); readers.numpy, tf.data, TFDS and DALI can. Fewer "
+                     "--num_shards avoids them", len(single), single[0])
 
 
 def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
