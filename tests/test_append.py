@@ -122,6 +122,8 @@ def test_tfds_reads_every_generation_through_its_split_names(grown):
     assert names == ["train-g1", "train-g2"]
     builder = tfds.builder_from_directory(out)
     assert "train" not in builder.info.splits          # never a silent part of it
+    # the docs' way from the builder alone (docs/readers.md, docs/append.md)
+    assert sorted(s for s in builder.info.splits if s.split("-g")[0] == "train") == names
     read = {(r["video_id"].decode(), int(r["start"]))
             for r in tfds.as_numpy(builder.as_dataset(split="+".join(names)))}
     assert read == {(v, s) for split, v, s in _windows(root / "full") if split == "train"}
