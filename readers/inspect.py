@@ -338,8 +338,8 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     op_errors: tuple = ()
     if args.stats or args.preview:       # they read through tf.data
         try:
-            op_errors = (quiet.tensorflow("readers.inspect --stats and --preview").errors
-                         .OpError,)
+            asked = "--stats" if args.stats else "--preview"
+            op_errors = (quiet.tensorflow(f"readers.inspect {asked}").errors.OpError,)
         except quiet.NoTensorFlow as e:
             parser.exit(2, f"{parser.prog}: error: {e}\n")
     try:

@@ -115,8 +115,8 @@ def test_the_readers_and_verify_work_in_the_light_install(datasets, tmp_path):
     # --stats reads through tf.data: one line that says so, exit 2
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (
-        "python -m readers.inspect: error: readers.inspect --stats and --preview needs "
-        "TensorFlow, which is not installed: pip install 'video-window-shards[tf]'")
+        "python -m readers.inspect: error: readers.inspect --stats needs TensorFlow, which "
+        "is not installed: pip install 'video-window-shards[tf]'")
 
 
 def test_the_job_stages_what_a_worker_needs_beyond_the_light_install():

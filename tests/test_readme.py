@@ -251,3 +251,14 @@ def test_contributing_lists_every_module_and_nothing_else():
                      for folder, _, files in os.walk(os.path.join(ROOT, package))
                      for name in files if name.endswith(".py"))
     assert sorted(listed) == modules, set(listed) ^ set(modules)
+
+
+def test_the_light_install_row_names_setup_pys_requirements():
+    """docs/readers.md's first install row lists exactly what `pip install` brings."""
+    from beam_jobs.dependencies import READER
+
+    with open(os.path.join(ROOT, "docs", "readers.md")) as f:
+        row = next(line for line in f if line.startswith("| `video-window-shards` |"))
+    named = [n.strip().lower() for n in row.split("|")[2].split(",")]
+    assert named == [re.split(r"[<>=]", r)[0].lower() for r in READER]
+    assert f"| {len(READER)} packages and the project" in row
