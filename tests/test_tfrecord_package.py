@@ -31,7 +31,9 @@ _READ = docs_code("readers.md", "The `tfrecord` package") + textwrap.dedent('''
             create_index(os.path.join(out, shard["file"]), os.environ["RESULT"] + ".idx")
             theirs[shard["index"]] = open(os.environ["RESULT"] + ".idx", "rb").read()
         read = [list(windows(out, split, w, workers)) for w in range(workers)]
-        results[out, split] = {"workers": read, "tfrecord2idx": theirs}
+        writable = all(v.flags.writeable for part in read for window in part
+                       for v in window.values() if isinstance(v, np.ndarray))
+        results[out, split] = {"workers": read, "tfrecord2idx": theirs, "writable": writable}
     pickle.dump(results, open(os.environ["RESULT"], "wb"))
 ''')
 CASES = [("latent", "train"), ("latent", "test"), ("float16", "train"), ("raw", "train"),
@@ -63,6 +65,7 @@ def test_two_readers_split_each_shard_through_our_index(kinds, read, name, split
     expected = {_key(w): w for w in ours.__getitems__(range(len(ours)))}
     seen = [_key(w) for worker in read["workers"] for w in worker]
     assert all(read["workers"]) and sorted(seen) == sorted(expected)   # each exactly once
+    assert read["writable"]   # what a DataLoader's collate takes without a warning
     for worker in read["workers"]:
         for window in worker:
             mine = expected[_key(window)]
