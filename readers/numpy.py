@@ -126,6 +126,71 @@ def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index:
     return order[shard_index * per_host:(shard_index + 1) * per_host]
 
 
+class EpochBatches:
+    """The batches of one epoch as lists of window numbers, in `batches()`'s order: a
+    pure function of (seed, epoch), cut per host, from `start_step` on. As a DataLoader's
+    sampler with `batch_size=None`, its workers read whole batches, and the DataLoader
+    keeps their order, so a run resumed with `start_step=k` (or `resume(state)`) gets the
+    batches a run never stopped got from step k on, whatever its workers.
+
+    `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
+    refuses a state of another dataset run or size (an --append or a rebuild since
+    changes the permutation: the same step would not mean the same windows).
+    """
+
+    def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
+                 drop_remainder: bool = True, start_step: int = 0):
+        require_positive(batch_size=batch_size)
+        if not (isinstance(epoch, (int, np.integer)) and epoch >= 0):
+            raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
+        self.source, self.batch_size = source, batch_size
+        self.options = {"shuffle": shuffle, "seed": seed, "epoch": epoch,
+                        "shard_index": shard_index, "num_shards": num_shards,
+                        "drop_remainder": drop_remainder}
+        self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
+                                  shard_index=shard_index, num_shards=num_shards)
+        size = len(self._order)
+        self.steps = size // batch_size if drop_remainder else -(-size // batch_size)
+        if self.steps == 0:
+            raise source._selection.no_batch(size, batch_size, holder="gives this host")
+        if not (isinstance(start_step, (int, np.integer)) and 0 <= start_step <= self.steps):
+            raise ValueError(f"start_step must be in [0, {self.steps}] (an epoch here has "
+                             f"{self.steps} steps), got {start_step!r}")
+        self.start_step = int(start_step)
+
+    def __len__(self) -> int:
+        return self.steps - self.start_step
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start_step, self.steps):
+            yield self.batch(step)
+
+    def batch(self, step: int) -> list[int]:
+        return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
+
+    def state(self, step: int) -> dict[str, Any]:
+        """What resumes the epoch after `step` steps were taken (JSON-ready)."""
+        return {"run_id": self.source.spec.run_id, "windows": len(self.source),
+                "batch_size": self.batch_size, "step": step, **self.options}
+
+    @classmethod
+    def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":
+        """The batches after `state`'s step, on `source`; ValueError in one line when
+        `source` is not the dataset run and size the state was saved on."""
+        now = {"run_id": source.spec.run_id, "windows": len(source)}
+        saved = {key: state.get(key) for key in now}
+        if saved != now:
+            raise ValueError(f"this state was saved on run {saved['run_id']} with "
+                             f"{saved['windows']} windows; {source.path} split "
+                             f"{source.split!r} is now run {now['run_id']} with "
+                             f"{now['windows']} (an --append or a rebuild): the same step "
+                             "would not mean the same windows; start the epoch at step 0")
+        options = {key: state[key] for key in ("shuffle", "seed", "epoch", "shard_index",
+                                                "num_shards", "drop_remainder")}
+        return cls(source, state["batch_size"], start_step=state["step"], **options)
+
+
 def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
             epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
             drop_remainder: bool = True, start_step: int = 0,
@@ -157,30 +222,18 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     Raises:
       ValueError: as `WindowSource`, or fewer windows on this host than a batch.
     """
-    require_positive(batch_size=batch_size)
-    if not (isinstance(epoch, (int, np.integer)) and epoch >= 0):
-        raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16)
+    plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                        shard_index=shard_index, num_shards=num_shards,
+                        drop_remainder=drop_remainder, start_step=start_step)
     if threads is None:
         images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
-    order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
-                        shard_index=shard_index, num_shards=num_shards)
-    steps = len(order) // batch_size if drop_remainder else -(-len(order) // batch_size)
-    if steps == 0:
-        raise source._selection.no_batch(len(order), batch_size, holder="gives this host")
-    if not (isinstance(start_step, (int, np.integer)) and 0 <= start_step <= steps):
-        raise ValueError(f"start_step must be in [0, {steps}] (an epoch here has {steps} "
-                         f"steps), got {start_step!r}")
-
-    def batch(step: int) -> dict[str, Any]:
-        return source.read_batch(order[step * batch_size:(step + 1) * batch_size])
-
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         pending: collections.deque = collections.deque()
-        for step in range(start_step, steps):
-            pending.append(pool.submit(batch, step))
+        for indices in plan:
+            pending.append(pool.submit(source.read_batch, indices))
             if len(pending) > prefetch:
                 yield pending.popleft().result()
         while pending:

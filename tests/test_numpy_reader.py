@@ -16,7 +16,8 @@ import readers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from helpers import (assert_verified, index_offsets, read_dataset_json, write_index)
+from helpers import (assert_verified, index_offsets, random_videos, read_dataset_json, run_job,
+                     write_index, write_videos)
 
 
 def _by_key(batch_dicts):
@@ -365,6 +366,52 @@ def test_pytorch_dataloader_workers_read_every_window_once(kinds):
         assert batch["video_id"].dtype.kind == "S"
         seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
     assert len(seen) == len(set(seen)) == len(source)
+
+
+def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
+    """EpochBatches as the sampler: seeded, and a restart from a saved state gives the
+    batches a run never stopped gave, whatever the workers' timing."""
+    torch = pytest.importorskip("torch")
+    from readers.numpy import EpochBatches
+
+    source = WindowSource(kinds["latent"], "train")
+
+    def keys(sampler, steps=None):
+        loader = torch.utils.data.DataLoader(source, sampler=sampler, batch_size=None,
+                                             num_workers=2)
+        got = []
+        for batch in loader:
+            got.append([(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])])
+            if steps is not None and len(got) == steps:
+                break
+        return got
+
+    straight = keys(EpochBatches(source, 3, seed=7, epoch=2))
+    assert len(straight) == len(source) // 3
+    assert straight != keys(EpochBatches(source, 3, seed=7, epoch=3))   # seeded per epoch
+    plan = EpochBatches(source, 3, seed=7, epoch=2)
+    assert keys(plan, 2) == straight[:2]
+    state = json.loads(json.dumps(plan.state(2)))          # beside the model's checkpoint
+    assert keys(EpochBatches.resume(source, state)) == straight[2:]
+    assert straight[2:] == [[(v, int(s)) for v, s in zip(b["video_id"], b["start"])]
+                            for b in batches(kinds["latent"], "train", 3, seed=7, epoch=2,
+                                             start_step=2)]
+
+
+def test_a_state_saved_before_an_append_is_refused(tmp_path, rng):
+    """An append changes the permutation (it is over every window): step k of the old
+    epoch does not name the same windows in the grown one."""
+    from readers.numpy import EpochBatches
+
+    write_videos(str(tmp_path / "day1"), random_videos(rng, 6), files=1)
+    run_job(str(tmp_path / "day1" / "*"), tmp_path / "out", "--window", "4")
+    state = EpochBatches(WindowSource(str(tmp_path / "out")), 2, seed=1).state(3)
+    write_videos(str(tmp_path / "day2"), random_videos(rng, 3), files=1)
+    run_job(str(tmp_path / "day*" / "*"), tmp_path / "out", "--window", "4", "--append")
+    grown = WindowSource(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"this state was saved on run \w+ with \d+ windows; "
+                                         r".* is now run \w+ with \d+ \(an --append"):
+        EpochBatches.resume(grown, state)
 
 
 def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
