@@ -2,9 +2,11 @@
 job service and an external worker pool, each its own process on a free port, as a user
 would start them (docs/dataflow.md, "A distributed run on one machine").
 
-The worker pool starts each SDK worker as `python` from PATH with this environment, so
-`env` decides what a worker can import (tests give it a PYTHONPATH whose `av` cannot be
-imported). Both processes always end with the block, pass or fail."""
+The worker pool starts each SDK worker as `python` from its PATH (Beam 2.77's
+worker_pool_main), with its environment: `env` decides what a worker can import (tests
+give it a PYTHONPATH whose `av` cannot be imported), and a `python` that is this
+interpreter comes first on the PATH, whatever the machine calls its Python. Both
+processes always end with the block, pass or fail."""
 from __future__ import annotations
 
 import contextlib
@@ -99,11 +101,17 @@ def worker_pool(workdir: str, name: str, env: Optional[dict] = None) -> Iterator
     endpoint."""
     os.makedirs(workdir, exist_ok=True)
     process = None
+    env = dict(os.environ if env is None else env)
+    python = os.path.join(workdir, f"{name}-bin")   # the `python` its workers start
+    os.makedirs(python, exist_ok=True)
+    with open(os.path.join(python, "python"), "w") as f:   # a script: a venv stays one
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    os.chmod(os.path.join(python, "python"), 0o755)
+    env["PATH"] = os.pathsep.join([python, *filter(None, [env.get("PATH")])])
     try:
         port = free_port()
         log = os.path.join(workdir, f"{name}.log")
-        process = _start([POOL, "--service_port", str(port)],
-                         dict(os.environ if env is None else env), log)
+        process = _start([POOL, "--service_port", str(port)], env, log)
         with open(os.path.join(workdir, f"{name}.pid"), "w") as f:
             f.write(str(process.pid))   # its process group's id too (start_new_session)
         _wait_for_port(port, process, f"the worker pool {name}", log)
