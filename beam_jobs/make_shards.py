@@ -38,7 +38,7 @@ from beam_jobs.commit.finalize import Finalize, FinalizeInputs
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.cut.duplicates import FindDuplicates
 from beam_jobs.cut.examples import CutWindows
-from beam_jobs.job import flags, lifecycle, outcome, runners
+from beam_jobs.job import command_line, flags, lifecycle, outcome, runners
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.job.launch import Launch
 from beam_jobs.shuffle.write import WriteShuffledShards
@@ -99,7 +99,7 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         window, a full disk). Each says why in one line.
     """
     config, pipeline_args = flags.parse_args(argv, encoder)
-    runner = flags.runner_name(pipeline_args)
+    runner = command_line.runner_name(pipeline_args)
     config = runners.for_runner(config, runner, pipeline_args)
     try:
         source = build_source(config)

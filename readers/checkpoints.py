@@ -7,18 +7,18 @@ saves one more tensor, the dataset it reads (its directory, run and split), and 
 restore on an iterator of another is a ValueError in one line, before any read.
 
 It subclasses TensorFlow's own iterator (internal names), so only on the TensorFlow line
-the project pins (tf_internals.TESTED); elsewhere the dataset is returned as it is. A
+the project pins (tf_internals.ON_TESTED_LINE); elsewhere the dataset is returned as it is. A
 dataset made from make_dataset's by more transformations is a plain one again.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
-from readers.tf_internals import TESTED
+from readers.tf_internals import ON_TESTED_LINE
 
 
 def _classes():
-    if not tf.__version__.startswith(TESTED):
+    if not ON_TESTED_LINE:
         return None
     try:
         from tensorflow.python.data.ops import dataset_ops, iterator_ops

@@ -26,8 +26,11 @@ import tensorflow as tf
 TESTED = "2.21."   # the pinned tensorflow's line
 
 
+ON_TESTED_LINE = tf.__version__.startswith(TESTED)   # internal names may be used
+
+
 def _internals():
-    if not tf.__version__.startswith(TESTED):
+    if not ON_TESTED_LINE:
         return None
     try:
         from tensorflow.python.data.ops.map_op import _MapDataset

@@ -36,7 +36,7 @@ def test_spill_and_group_shuffles_give_identical_bytes(tmp_path, latents):
 
 
 def test_auto_picks_spill_for_local_runners_and_group_for_the_others():
-    from beam_jobs.job.flags import runner_name
+    from beam_jobs.job.command_line import runner_name
     from beam_jobs.job.runners import shuffle_mode
 
     def mode(*runner):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import math
 import sys
 from typing import Any, Callable, Optional
@@ -16,6 +15,7 @@ from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTA
                                     PixelConfig, ShardsConfig, WindowConfig)
 from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
+from beam_jobs.job import command_line
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir.claim import check_inputs
 from beam_jobs.outdir.inventory import OutputDirError
@@ -252,78 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _beam_parser() -> argparse.ArgumentParser:
-    """Every option of Beam's PipelineOptions subclasses, as Beam itself parses them."""
-    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    for cls in PipelineOptions.__subclasses__():
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    return parser
-
-
-def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
-    return [o for action in parser._actions for o in action.option_strings
-            if o.startswith("--")]
-
-
-def _pipeline_args(parser: argparse.ArgumentParser, rest: list[str]) -> list[str]:
-    """The arguments that are Beam pipeline options; anything else ends the job with a
-    line that names it (and the nearest real flag)."""
-    beam = _beam_parser()
-    _, unknown = beam.parse_known_args(rest)
-    if unknown:
-        first = unknown[0]
-        if first.startswith("-"):
-            name = first.split("=", 1)[0]
-            near = difflib.get_close_matches(name, _option_strings(parser) + _option_strings(beam),
-                                             n=1, cutoff=0.6)
-            raise Refused(f"{name}: unknown flag" + (f" (did you mean {near[0]}?)" if near
-                                                     else ""))
-        raise Refused(f"unexpected argument {first!r}: every value belongs to a flag "
-                      "(several inputs go after one --input)")
-    _refuse_repeats(rest, beam)
-    return rest
-
-
-# Flag actions that keep one value; others gather every occurrence (--input, Beam's
-# --experiments and its other list and dict options): given twice they mean both.
-_ONE_VALUE = (argparse._StoreAction, argparse._StoreConstAction, argparse._StoreTrueAction,
-              argparse._StoreFalseAction, argparse.BooleanOptionalAction)
-
-
-def _refuse_repeats(argv: list[str], parser: argparse.ArgumentParser) -> None:
-    """`Refused` for a flag of `parser` given twice (`--window 8 --window 4`), which
-    argparse would settle silently by the last one; under any of its spellings."""
-    actions = {option: action for action in parser._actions
-               for option in action.option_strings}
-    seen: dict[int, str] = {}
-    for arg in map(str, argv):
-        name = arg.split("=", 1)[0]
-        action = actions.get(name) if arg.startswith("-") else None
-        if type(action) not in _ONE_VALUE:   # not a flag, or one that gathers
-            continue
-        if id(action) in seen:
-            again = "" if seen[id(action)] == name else f" (as {seen[id(action)]})"
-            raise Refused(f"{name}: given twice{again}; give it once")
-        seen[id(action)] = name
-
-
-def runner_name(pipeline_args: list[str]) -> str:
-    """The class name of the runner the options ask for (FnApiRunner when none);
-    `Refused` for a runner Beam does not know."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    from apache_beam.runners.runner import create_runner
-
-    name = PipelineOptions(pipeline_args).view_as(StandardOptions).runner or "FnApiRunner"
-    try:
-        return type(create_runner(name)).__name__
-    except (ValueError, ImportError, AttributeError) as e:
-        raise Refused(f"--runner: {name!r} is not a Beam runner (e.g. DirectRunner, "
-                      f"DataflowRunner, FlinkRunner, SparkRunner, PrismRunner): "
-                      f"{str(e).splitlines()[0][:120]}") from None
-
-
 def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
                ) -> tuple[JobConfig, list[str]]:
     """(the job's flags, checked, with the input's files, kind and root, and `output_dir`
@@ -332,8 +260,8 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
     with one line for anything wrong."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    _refuse_repeats(list(argv if argv is not None else sys.argv[1:]), parser)
-    pipeline_args = _pipeline_args(parser, rest)
+    command_line.refuse_repeats(list(argv if argv is not None else sys.argv[1:]), parser)
+    pipeline_args = command_line.pipeline_args(parser, rest)
     if args.append and args.overwrite:
         raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
                       "it: give one")

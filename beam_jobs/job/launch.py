@@ -36,7 +36,7 @@ class Launch:
     """A run as settled before the output directory is touched."""
     config: JobConfig
     pipeline_args: tuple[str, ...]   # Beam's options, with a --job_name on a distributed runner
-    runner: str                      # flags.runner_name
+    runner: str                      # command_line.runner_name
     source: Source
     started: float                   # time.monotonic() when the command started
 

@@ -33,9 +33,8 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
     if held is not None:   # a distributed job's id, for later runs to ask its runner
         held.record_job_id(job_states.job_id(result))
     if config.io.detach and not launch.dry_run:
-        job = held.job if held is not None else launch.job
         _LOG.info("submitted %s: it commits %s, cleans up and releases the directory on "
-                  "its own", job.describe(), run.output(data_format.DATASET_JSON))
+                  "its own", held.job.describe(), run.output(data_format.DATASET_JSON))
         return result
     try:
         result.wait_until_finish()

@@ -19,7 +19,7 @@ LOCAL_RUNNERS = ("fnapirunner", "directrunner", "bundlebaseddirectrunner",
 
 
 def is_local(runner: str) -> bool:
-    """Whether the runner (its class name, flags.runner_name) runs on this machine."""
+    """Whether the runner (its class name, command_line.runner_name) runs on this machine."""
     return runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS
 
 

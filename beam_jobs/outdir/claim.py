@@ -173,7 +173,7 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
     if in_pipeline:
         _refuse_a_dataset(out, entries, overwrite)
         for past in runs:   # this machine's temp data: the workers cannot reach it
-            if past.temp_dir and not paths.is_inside(past.temp_dir, out):
+            if _temp_elsewhere(out, past):
                 delete_local_temp(past.temp_dir, past.run_id)
         if took_over is not None and all(p.run_id != took_over for p in runs):
             mark_lost(out, took_over)
@@ -183,9 +183,8 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
         try:
             storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
                                         if name in entries), out)
-            folder = paths.join(out, STATE_DIR, RUNS, past.run_id)
-            if past.temp_dir and past.temp_dir != paths.join(folder, TEMP):
-                delete_local_temp(past.temp_dir, past.run_id)   # else it goes with folder
+            if _temp_elsewhere(out, past):   # else it goes with the folder
+                delete_local_temp(past.temp_dir, past.run_id)
             clear_folder(out, past.run_id, past.lost_lease)
         except OSError as e:
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
@@ -194,6 +193,12 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
         mark_lost(out, took_over)
     _refuse_a_dataset(out, entries, overwrite)
     return sorted(committed), ()
+
+
+def _temp_elsewhere(out: str, past) -> bool:
+    """Whether an earlier run kept its temp data outside its run folder (on local disk)."""
+    return bool(past.temp_dir) and past.temp_dir != paths.join(out, STATE_DIR, RUNS,
+                                                               past.run_id, TEMP)
 
 
 def _refuse_a_dataset(out: str, entries: dict, overwrite: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import Optional
 
 from beam_jobs.core import paths, storage
 from beam_jobs.core.run_dir import LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR, RunDir
@@ -18,10 +19,17 @@ TEMP_MARKER = "make_shards_run.json"   # names the run a local temp directory is
 _LOG = logging.getLogger("beam_jobs.outdir")
 
 
+def _held_version(run: RunDir) -> Optional[str]:
+    """The version (swap token) of the lease file when `run` holds it, else None."""
+    current = swap.read_with_token(run.lease_path)
+    if current is not None and lease.holder_of(current[0]) == run.run_id:
+        return current[1]
+    return None
+
+
 def holds_lease(run: RunDir) -> bool:
     """Whether `run` still holds its directory's lease."""
-    current = swap.read_with_token(run.lease_path)
-    return current is not None and lease.holder_of(current[0]) == run.run_id
+    return _held_version(run) is not None
 
 
 def release_lease(run: RunDir) -> None:
@@ -30,9 +38,9 @@ def release_lease(run: RunDir) -> None:
     meanwhile stays. Then the state folder goes, where nothing is left in it."""
     if not run.releases_lease:
         return
-    current = swap.read_with_token(run.lease_path)
-    if current is not None and lease.holder_of(current[0]) == run.run_id:
-        swap.delete_if(run.lease_path, current[1])
+    version = _held_version(run)
+    if version is not None:
+        swap.delete_if(run.lease_path, version)
     storage.remove_empty_dirs([paths.join(run.state_dir, RUNS), run.state_dir],
                               run.output_dir)
 
