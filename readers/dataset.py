@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 
 from readers import checkpoints, format as data_format, malloc, tf_internals
+from readers.clips import CLIP_OFFSET, Clip
 from readers.selection import Selection, require_positive
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
@@ -44,7 +45,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                  input_context: Optional[tf.distribute.InputContext] = None,
                  shuffle_buffer: Optional[int] = None,
                  cycle_length: Optional[int] = None, float_pixels: bool = False,
-                 keep_float16: bool = False, structure: Any = None) -> tf.data.Dataset:
+                 keep_float16: bool = False, structure: Any = None,
+                 clip: Optional[Clip] = None) -> tf.data.Dataset:
     """Batches of windows from `path`, a directory written by `beam_jobs.make_shards`.
 
     Each element is a dict of feature name -> tensor with a static shape
@@ -73,6 +75,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
       structure: a nested tuple of feature names, e.g. `(("window", "mask"), "labels")`:
         each element is that tuple of tensors instead of a dict, as Keras' `fit` takes it.
         Parses only those features unless `features` says otherwise.
+      clip: a `readers.clips.Clip`: each window's clip, [batch, clip.length, ...] for the
+        window, mask and labels (static), and `clip_offset` [batch], where in the window
+        it starts. Random offsets come from a stream seeded by `clip.seed`, one value per
+        record in read order, new each iteration (and restored with the iterator).
 
     Returns:
       A `tf.data.Dataset` of batches, prefetched.
@@ -87,8 +93,10 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     require_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer,
                      cycle_length=cycle_length)
     if features is None and structure is not None:
-        features = tf.nest.flatten(structure)
+        features = [name for name in tf.nest.flatten(structure) if name != CLIP_OFFSET]
     selection = Selection.load(path, split, features)
+    window = selection.spec.window["length"]
+    room = clip.room(window) if clip is not None else window
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
     if input_context is not None:
@@ -133,12 +141,22 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     if repeat:  # after the shuffles: clean epochs, each in a new order
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    if clip is not None:   # a random number beside each batch: the seed of its clips
+        ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(
+            clip.seed, rerandomize_each_iteration=True))
     parse_spec = {f.name: f.codec.parse_feature() for f in selected}
 
-    def parse(serialized: tf.Tensor):
+    def parse(serialized: tf.Tensor, random: Optional[tf.Tensor] = None):
         parsed = tf.io.parse_example(serialized, parse_spec)
-        values = {f.name: f.codec.decode(parsed[f.name], float_pixels=float_pixels,
-                                         keep_float16=keep_float16) for f in selected}
+        options = {"float_pixels": float_pixels, "keep_float16": keep_float16}
+        values = {f.name: f.codec.decode(parsed[f.name], **options) for f in selected
+                  if clip is None or f.name not in data_format.PER_FRAME}
+        if clip is not None:
+            offsets = _clip_offsets(clip, room, serialized, random)
+            frames = offsets[:, None] + tf.range(0, clip.span, clip.step, tf.int64)
+            values.update({f.name: f.codec.decode_clip(parsed[f.name], frames, **options)
+                           for f in selected if f.name in data_format.PER_FRAME})
+            values[CLIP_OFFSET] = offsets
         if structure is None:
             return values
         return tf.nest.map_structure(lambda name: values[name], structure)
@@ -159,6 +177,18 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     options.autotune.enabled = False
     return checkpoints.identified(tf_internals.map_in_caller(ds, parse).prefetch(
         tf.data.AUTOTUNE).with_options(options), identity)
+
+
+def _clip_offsets(clip: Clip, room: int, serialized: tf.Tensor, random: tf.Tensor
+                  ) -> tf.Tensor:
+    """The clip offset of each record of a batch, int64 [batch]: fixed, or random from
+    the batch's random number."""
+    size = tf.shape(serialized, out_type=tf.int64)
+    if clip.offset == "random":
+        return tf.random.stateless_uniform(size, tf.stack([random, clip.seed]), maxval=room,
+                                           dtype=tf.int64)
+    fixed = 0 if clip.offset == "start" else (room - 1) // 2
+    return tf.fill(size, tf.constant(fixed, tf.int64))
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,

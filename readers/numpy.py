@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import copy
 import os
 from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from readers import scatter
+from readers import scatter, streaming
+from readers.clips import Clip
 from readers.selection import Selection, require_positive
 from readers.shards import Shards
 
@@ -47,21 +49,34 @@ class WindowSource:
       features: names of the features to read (default: all of dataset.json's).
       float_pixels: uint8 pixel windows come as float32 in [0, 1] (default: as stored).
       keep_float16: float16 and bfloat16 latents stay as stored (default: float32).
+      clip: a `readers.clips.Clip`: each window's clip (its frames, mask and labels cut
+        alike) and `clip_offset`, instead of the whole window.
+      epoch: whose random clips (`for_epoch` gives the same source for another).
 
     Raises:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
-        shards (they have no index), or a dataset.json the shards do not match.
+        shards (they have no index), a dataset.json the shards do not match, or a clip
+        longer than the windows.
     """
 
     def __init__(self, path: str, split: str = "train",
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
-                 keep_float16: bool = False):
+                 keep_float16: bool = False, clip: Optional[Clip] = None, epoch: int = 0):
         self._selection = selection = Selection.load(path, split, features)
         self.path, self.split, self.spec = path, split, selection.spec
         self.features = list(selection.features)
+        self.clip, self.epoch = clip, _epoch(epoch)
         self._shards = Shards(selection)
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
-                                        keep_float16=keep_float16)
+                                        keep_float16=keep_float16, clip=clip,
+                                        window=selection.spec.window["length"])
+
+    def for_epoch(self, epoch: int) -> "WindowSource":
+        """This source, reading `epoch`'s clips (a copy: the shards and their indexes
+        already read are shared, a DataLoader's workers get the epoch with it)."""
+        other = copy.copy(self)
+        other.epoch = _epoch(epoch)
+        return other
 
     def __len__(self) -> int:
         return self._shards.size
@@ -86,7 +101,11 @@ class WindowSource:
     def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
         (`S`) array (how: readers.scatter.Decoder.read_batch)."""
-        return self._decoder.read_batch(self._shards, self.indices(indices))
+        return self._read(self.indices(indices))
+
+    def _read(self, windows: np.ndarray, records: Optional[Sequence[bytes]] = None
+              ) -> dict[str, Any]:
+        return self._decoder.read_batch(self._shards, windows, self.epoch, records)
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
         """The window numbers a selector names, as numpy reads it: integers (negative
@@ -113,16 +132,26 @@ class WindowSource:
         return np.where(array < 0, array + size, array)
 
 
+def _epoch(epoch: int) -> int:
+    if not (isinstance(epoch, (int, np.integer)) and not isinstance(epoch, bool) and epoch >= 0):
+        raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
+    return int(epoch)
+
+
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
                 num_shards: int) -> np.ndarray:
     """This host's windows for an epoch: a permutation of all of them (a pure function
     of seed and epoch), cut into `num_shards` equal contiguous slices (the few windows
     left over are left out, so that every host takes the same number of steps)."""
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard_index must be in [0, {num_shards}), got {shard_index}")
     order = (np.random.default_rng([seed, epoch]).permutation(size) if shuffle
              else np.arange(size))
-    per_host = size // num_shards
+    return _host_slice(order, shard_index, num_shards)
+
+
+def _host_slice(order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index must be in [0, {num_shards}), got {shard_index}")
+    per_host = len(order) // num_shards
     return order[shard_index * per_host:(shard_index + 1) * per_host]
 
 
@@ -140,16 +169,26 @@ class EpochBatches:
 
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
-                 drop_remainder: bool = True, start_step: int = 0):
-        require_positive(batch_size=batch_size)
-        if not (isinstance(epoch, (int, np.integer)) and epoch >= 0):
-            raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
+                 drop_remainder: bool = True, start_step: int = 0, order: str = "random",
+                 buffer_bytes: Optional[int] = None):
+        require_positive(batch_size=batch_size, buffer_bytes=buffer_bytes)
+        _epoch(epoch)
+        streaming.check_order(order, buffer_bytes)
         self.source, self.batch_size = source, batch_size
         self.options = {"shuffle": shuffle, "seed": seed, "epoch": epoch,
                         "shard_index": shard_index, "num_shards": num_shards,
-                        "drop_remainder": drop_remainder}
-        self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
-                                  shard_index=shard_index, num_shards=num_shards)
+                        "drop_remainder": drop_remainder, "order": order,
+                        "buffer_bytes": buffer_bytes}
+        self.buffer_bytes = buffer_bytes or streaming.BUFFER_BYTES
+        # the streaming order's chunks (readers.streaming), None in the random-access one
+        self.chunks = streaming.chunks_of(source._shards) if order == "stream" else None
+        if self.chunks is not None and shuffle:
+            self._order = _host_slice(streaming.stream_order(
+                self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes),
+                shard_index, num_shards)
+        else:
+            self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
+                                      shard_index=shard_index, num_shards=num_shards)
         size = len(self._order)
         self.steps = size // batch_size if drop_remainder else -(-size // batch_size)
         if self.steps == 0:
@@ -188,6 +227,7 @@ class EpochBatches:
                              "would not mean the same windows; start the epoch at step 0")
         options = {key: state[key] for key in ("shuffle", "seed", "epoch", "shard_index",
                                                 "num_shards", "drop_remainder")}
+        options.update(order=state.get("order", "random"), buffer_bytes=state.get("buffer_bytes"))
         return cls(source, state["batch_size"], start_step=state["step"], **options)
 
 
@@ -195,14 +235,16 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
             epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
             drop_remainder: bool = True, start_step: int = 0,
             features: Optional[Sequence[str]] = None, float_pixels: bool = False,
-            keep_float16: bool = False, threads: Optional[int] = None, prefetch: int = 4
-            ) -> Iterator[dict[str, Any]]:
+            keep_float16: bool = False, clip: Optional[Clip] = None, order: str = "random",
+            buffer_bytes: Optional[int] = None, threads: Optional[int] = None,
+            prefetch: int = 4) -> Iterator[dict[str, Any]]:
     """Batches of one epoch, in an order that is a pure function of (seed, epoch): step k
     of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
     that stopped after k steps would have gone on.
 
     Args:
-      path, split, features, float_pixels, keep_float16: as `WindowSource`'s.
+      path, split, features, float_pixels, keep_float16, clip: as `WindowSource`'s (a
+        clip's random offsets are those of `epoch`).
       batch_size: windows a batch.
       shuffle: a new permutation each epoch (False: the split's order).
       seed, epoch: which permutation.
@@ -210,6 +252,9 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
         number of steps (the few windows left over are left out).
       drop_remainder: leave out a last partial batch.
       start_step: the first step to give (a resume).
+      order: "random" (each batch drawn from the whole split, a window at a time) or
+        "stream" (windows read in chunks of 8 MB of their shards, one request each, and
+        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.streaming).
       threads: a pool that reads and parses batches ahead (default: one for latents,
         whose parsing holds Python's lock; one per core for PNG and JPEG frames, which
         Pillow decodes without it).
@@ -223,19 +268,31 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       ValueError: as `WindowSource`, or fewer windows on this host than a batch.
     """
     source = WindowSource(path, split, features, float_pixels=float_pixels,
-                          keep_float16=keep_float16)
+                          keep_float16=keep_float16, clip=clip, epoch=epoch)
     plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards,
-                        drop_remainder=drop_remainder, start_step=start_step)
+                        drop_remainder=drop_remainder, start_step=start_step, order=order,
+                        buffer_bytes=buffer_bytes)
     if threads is None:
         images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
+    chunks = (streaming.Chunks(source._shards, plan.chunks, list(plan), 2 * plan.buffer_bytes)
+              if plan.chunks is not None and source._shards.remote else None)
+
+    def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
+        windows = np.asarray(windows, np.int64)
+        return source._read(windows, None if reads is None else chunks.records(reads, windows))
+
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        pending: collections.deque = collections.deque()
-        for indices in plan:
-            pending.append(pool.submit(source.read_batch, indices))
-            if len(pending) > prefetch:
+        try:
+            pending: collections.deque = collections.deque()
+            for k, windows in enumerate(plan):
+                pending.append(pool.submit(read, windows, chunks and chunks.fetch(k)))
+                if len(pending) > prefetch:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        finally:
+            if chunks is not None:
+                chunks.close()
 

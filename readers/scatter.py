@@ -16,6 +16,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from readers import format as data_format
+from readers.clips import CLIP_OFFSET, Clip, clipped_shape
+from readers.format import PER_FRAME
 from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES, header
 from readers.shards import Shards
 
@@ -25,15 +27,21 @@ class Decoder:
     the plans it learns serve every later batch."""
 
     def __init__(self, features: Sequence[data_format.FeatureSpec], *, float_pixels: bool,
-                 keep_float16: bool):
+                 keep_float16: bool, clip: Optional[Clip] = None, window: int = 0):
         self.features = list(features)
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
-        self._columns = {f.name: (f.shape, f.codec.column_dtype) for f in self.features}
+        self.clip, self.window = clip, window
+        if clip is not None:
+            clip.room(window)
+        self._columns = {f.name: (clipped_shape(f.name, f.shape, clip), f.codec.column_dtype)
+                         for f in self.features}
         self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
         self._plans = Plans(self.features)
 
-    def read_batch(self, shards: Shards, indices: Sequence[int]) -> dict[str, Any]:
-        """Windows `indices` of `shards` stacked: {name: array [len, ...]}.
+    def read_batch(self, shards: Shards, indices: Sequence[int], epoch: int = 0,
+                   records: Optional[Sequence[bytes]] = None) -> dict[str, Any]:
+        """Windows `indices` of `shards` stacked: {name: array [len, ...]}; with a clip,
+        each window's clip of `epoch` and `clip_offset`.
 
         Every example of a dataset has the same features and shapes, so the records of one
         size take a few layouts (readers.format.Layout), each learnt from the first record
@@ -42,25 +50,29 @@ class Decoder:
         features' values straight into their rows of the batch (one copy, from the page
         cache), the rest into a small buffer; its CRCs are checked over the pieces, and
         the bytes outside the lists must match the layout's, else it is read whole again
-        and its own layout learnt. The records of a remote split are fetched first, all
-        at once, and taken from memory in the same way."""
-        batch = Batch(self._columns, self._fixed_width, len(indices))
+        and its own layout learnt. A clip's frames go into the rows the same way, and the
+        frames it skips into a scratch buffer (the CRC covers them too; with a frame step,
+        the window, whose kept frames are then copied out); encoded frames it skips are
+        never decoded. The records of a remote split are fetched first, all at
+        once (or come as `records`, their bytes from readers.streaming), and taken from
+        memory in the same way."""
+        batch = Batch(self._columns, self._fixed_width, len(indices), self.clip, self.window)
+        offsets = (self.clip.offsets(self.window, indices, epoch).tolist()
+                   if self.clip is not None else [None] * len(indices))
         located = [shards.locate(int(i)) for i in indices]
         spans = shards.spans(located)
-        fetched = shards.fetch(located, spans)
-        for row, ((shard, local), (start, end), data) in enumerate(
-                zip(located, spans, fetched)):
+        fetched = records if records is not None else shards.fetch(located, spans)
+        for row, ((shard, local), (start, end), data, offset) in enumerate(
+                zip(located, spans, fetched, offsets)):
             plan = self._plans.first(end - start)
             if plan is not None:
                 rest = batch.rest(plan)
-                pieces = batch.pieces(plan, row, rest)
+                pieces, crc_data = batch.pieces(plan, row, rest, offset)
                 shards.read(shard, pieces, start, end, data)
-                crc_data = pieces[:]
-                crc_data[0::2] = rest.data
                 shards.check(shard, local, start, rest.buffer, crc_data, plan.header)
                 layout = plan.layout_of(rest.buffer)
                 if layout is not None:
-                    batch.store(plan, layout, row, rest)
+                    batch.store(plan, layout, row, rest, offset)
                     continue
             frame, size = shards.frame(shard, local, data)
             try:
@@ -71,13 +83,16 @@ class Decoder:
             plan = self._plans.learn(size, layout)
             rest = batch.rest(plan)
             done = 0
-            for piece in batch.pieces(plan, row, rest):
+            for piece in batch.pieces(plan, row, rest, offset)[0]:
                 piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
                 done += len(piece)
-            batch.store(plan, layout, row, rest)
-        return {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
-                                       keep_float16=self.keep_float16)
-                for f in self.features}
+            batch.store(plan, layout, row, rest, offset)
+        columns = {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
+                                          keep_float16=self.keep_float16)
+                   for f in self.features}
+        if self.clip is not None:
+            columns[CLIP_OFFSET] = np.asarray(offsets, np.int64)
+        return columns
 
 
 # Records of one size read the same way as long as their direct features sit in the same
@@ -158,14 +173,38 @@ class Rest:
 
 
 class Batch:
-    """The columns of one batch being read, as stored, and a rest buffer per plan."""
+    """The columns of one batch being read, as stored, and a rest buffer per plan.
+
+    With a clip, a direct per-frame feature's frames before the clip go to a scratch
+    buffer; those after it spill over into the next rows of the column, which are read
+    later (the column's buffer has room for the last row's), so that the clip and what
+    follows it are one piece; with a frame step the window goes whole to the scratch
+    buffer and `store` copies the kept frames out."""
 
     def __init__(self, columns: dict[str, tuple[tuple[int, ...], np.dtype]],
-                 fixed_width: Sequence[str], n: int):
-        self.columns = {name: np.empty((n, *shape), dtype)
-                        for name, (shape, dtype) in columns.items()}
+                 fixed_width: Sequence[str], n: int, clip: Optional[Clip] = None,
+                 window: int = 0):
+        self.clip, self.window = clip, window
+        cut = [name for name in fixed_width if clip is not None and name in PER_FRAME]
+        self.columns, self.rows, self._frame_bytes, self._storage = {}, {}, {}, {}
+        for name, (shape, dtype) in columns.items():
+            if name not in cut:
+                self.columns[name] = np.empty((n, *shape), dtype)
+                continue
+            size = self._frame_bytes[name] = math.prod(shape[1:]) * dtype.itemsize
+            storage = self._storage[name] = np.empty(
+                (n * clip.length + window - clip.length) * size, np.uint8)
+            self.columns[name] = storage[:n * clip.length * size].view(dtype).reshape(
+                n, *shape)
         self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
                      np.uint8) for name in fixed_width}
+        self._skipped = {name: np.empty(window * size, np.uint8)
+                         for name, size in self._frame_bytes.items()}
+        if clip is not None and clip.step > 1:
+            self._window_frames = {name: self._skipped[name].reshape(window, size)
+                                   for name, size in self._frame_bytes.items()}
+            self._clip_frames = {name: self.rows[name].reshape(n, clip.length, size)
+                                 for name, size in self._frame_bytes.items()}
         self._rests: dict[Plan, Rest] = {}
 
     def rest(self, plan: Plan) -> Rest:
@@ -174,16 +213,45 @@ class Batch:
             rest = self._rests[plan] = Rest(plan)
         return rest
 
-    def pieces(self, plan: Plan, row: int, rest: Rest) -> list[np.ndarray]:
-        """Where a frame of this plan for row `row` is read to, piece by piece."""
-        pieces = [None] * (2 * len(plan.direct) + 1)
-        pieces[0::2] = rest.pieces
-        pieces[1::2] = [self.rows[name][row] for name in plan.direct]
-        return pieces
+    def pieces(self, plan: Plan, row: int, rest: Rest, offset: Optional[int]
+               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Where a frame of this plan for row `row` (its clip from `offset`) is read to,
+        piece by piece; and the pieces its CRC covers (the same, but the rest's without
+        the frame's header and footer)."""
+        pieces, crc_data = [], []
+        for k, name in enumerate(plan.direct):
+            values = self._values(name, row, offset)
+            pieces += [rest.pieces[k], *values]
+            crc_data += [rest.data[k], *values]
+        return pieces + [rest.pieces[-1]], crc_data + [rest.data[-1]]
 
-    def store(self, plan: Plan, layout: data_format.Layout, row: int, rest: Rest) -> None:
+    def _values(self, name: str, row: int, offset: Optional[int]) -> list[np.ndarray]:
+        """The pieces a direct feature's values are read to: its row; with a clip, the
+        frames before it to the scratch buffer, then the clip and the frames after it
+        from the row on; with a frame step, the window to the scratch buffer (a piece a
+        frame would cost Python more than `store`'s copy, docs/benchmarks.md)."""
+        size = self._frame_bytes.get(name) if offset is not None else None
+        if size is None:
+            return [self.rows[name][row]]
+        if self.clip.step > 1:
+            return [self._skipped[name]]
+        row_start = row * self.clip.length * size
+        rest = self._storage[name][row_start:row_start + (self.window - offset) * size]
+        return [self._skipped[name][:offset * size], rest] if offset else [rest]
+
+    def store(self, plan: Plan, layout: data_format.Layout, row: int, rest: Rest,
+              offset: Optional[int]) -> None:
         """The values that the rest holds (the features that are not direct), into row
-        `row` of their columns."""
+        `row` of their columns, a per-frame one's clip from `offset` only; and a frame
+        step's kept frames out of the scratch buffer."""
+        if offset is not None and self.clip.step > 1:
+            frames = self.clip.frames(offset)
+            for name in plan.direct:
+                if name in self._window_frames:
+                    self._clip_frames[name][row] = self._window_frames[name][frames]
         values = layout.values(plan.others, rest.buffer, HEADER_BYTES)
         for f in plan.others:
-            f.codec.store(self.columns[f.name], row, values[f.name])
+            value = values[f.name]
+            if offset is not None and f.name in PER_FRAME:
+                value = value[self.clip.frames(offset)]
+            f.codec.store(self.columns[f.name], row, value)

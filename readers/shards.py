@@ -124,6 +124,32 @@ class Shards:
                               f"{local}); run python -m readers.inspect {self.path} --verify")
         return frames
 
+    def first_window(self, shard: int) -> int:
+        """The number in the split of the shard's first window."""
+        return self._starts[shard]
+
+    def offsets(self, shard: int) -> np.ndarray:
+        """Where each of the shard's records starts, and its end (every index not yet in
+        memory is read first, together)."""
+        self._load_indexes(range(len(self._shards)))
+        return self._offsets[shard]
+
+    def read_range(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a shard, read at once (one request on a store)."""
+        try:
+            data = _read_files([self._paths[shard]], [start], [end])[0]
+        except FileNotFoundError as e:
+            raise self._gone(e, [shard]) from None
+        if len(data) != end - start:
+            raise OSError(f"shard {self.name(shard)} ends before byte {end}; run "
+                          f"python -m readers.inspect {self.path} --verify")
+        return data
+
+    @property
+    def count(self) -> int:
+        """How many shards."""
+        return len(self._shards)
+
     def _load_indexes(self, shards: Iterable[int]) -> None:
         """The offset indexes of `shards` not yet in memory, read together; a local
         shard is opened with its index, which must end at the shard's end."""

@@ -65,3 +65,36 @@ def test_the_docs_pipeline_reads_every_window_as_readers_numpy_does(kinds, tmp_p
 def test_png_windows_are_refused_not_read_as_their_first_frame(kinds, tmp_path):
     assert run_apart(_READ, kinds["png"], "train", tmp_path=tmp_path) == (
         "DALI cannot read png windows: a list of strings")
+
+
+_EPOCHS = docs_code("readers.md", "NVIDIA DALI") + textwrap.dedent('''
+    import pickle, sys
+
+    import numpy as np
+
+    out, split = sys.argv[1], sys.argv[2]
+    epochs = []
+    for shard in range(2):
+        pipe = windows(out, split, batch_size=4, num_threads=1, device_id=None,
+                       shard_id=shard, num_shards=2, shuffle=True)
+        pipe.build()
+        for epoch in range(2):
+            keys = []
+            for (window, mask, *rest), rows in one_epoch(pipe, 4):
+                video_ids, starts = rest[-2], rest[-1]
+                keys += [(np.array(video_ids[i]).tobytes(), int(np.array(starts[i]).item()))
+                         for i in range(rows)]
+            epochs.append((shard, epoch, keys))
+    pickle.dump(epochs, open(os.environ["RESULT"], "wb"))
+''')
+
+
+def test_one_epoch_gives_every_window_once_across_pipelines_epoch_after_epoch(kinds, tmp_path):
+    path = kinds["latent"]
+    ours = WindowSource(path, "train")
+    expected = sorted(_key(w) for w in ours.__getitems__(range(len(ours))))
+    assert len(expected) % 4 and len(expected) // 2 % 4     # batches that do not fit
+    epochs = run_apart(_EPOCHS, path, "train", tmp_path=tmp_path)
+    for epoch in range(2):
+        keys = [k for shard, e, part in epochs if e == epoch for k in part]
+        assert sorted(keys) == expected, epoch

@@ -82,6 +82,16 @@ def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(kinds):
         readers.make_dataset(kinds["latent"], "empty")
 
 
+def test_builder_info_describes_this_dataset_and_cites_its_run(kinds):
+    spec = readers.load_spec(kinds["latent"])
+    info = tfds.builder_from_directory(kinds["latent"]).info
+    train = spec.splits["train"]
+    assert f"train {train.windows:,} windows of {train.videos:,} videos" in info.description
+    assert f"Windows of {spec.window['length']} frames every {spec.window['stride']}" in (
+        info.description)
+    assert info.citation.startswith(f"@misc{{video_window_shards_{spec.run_id},")
+
+
 def test_every_encoding_has_a_tfds_feature():
     assert sorted(tfds_info.FEATURE_OF) == sorted(CODECS)
 

@@ -30,7 +30,7 @@ from readers.format.names import (  # noqa: F401
     VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name, run_id_in,
     run_id_of, shard_name, sidecar_name, tf_compression_type)
 from readers.format.spec import (  # noqa: F401
-    FORMAT_VERSION, MASK_MEANING, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard, SpecError,
-    SplitInfo, load_spec, window_features)
+    FORMAT_VERSION, MASK_MEANING, PER_FRAME, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard,
+    SpecError, SplitInfo, load_spec, window_features)
 from readers.format.generations import Generation, generations_of  # noqa: F401
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

@@ -144,6 +144,15 @@ class Codec:
         """A batch parsed with `parse_feature` -> [batch, *shape] as the readers give it."""
         return parsed
 
+    def decode_clip(self, parsed: tf.Tensor, frames: tf.Tensor, *, float_pixels: bool,
+                    keep_float16: bool) -> tf.Tensor:
+        """`decode`, but only the frames `frames` ([batch, l] positions) of each window
+        ([batch, l, ...]; a per-frame feature's clip, readers.clips)."""
+        import tensorflow as tf
+
+        return tf.gather(self.decode(parsed, float_pixels=float_pixels,
+                                     keep_float16=keep_float16), frames, batch_dims=1)
+
 
 class _ArrayCodec(Codec):
     """Values that are a numpy array of the feature's shape and dtype."""
@@ -341,8 +350,10 @@ class RawCodec(_ArrayCodec):
         import tensorflow as tf
 
         dtype = self.feature.dtype
+        # the batch's size stays static where it is (drop_remainder)
         values = tf.reshape(tf.io.decode_raw(parsed, tf.dtypes.as_dtype(dtype),
-                                             little_endian=True), [-1, *self.feature.shape])
+                                             little_endian=True),
+                            [parsed.shape[0] or -1, *self.feature.shape])
         if dtype in ("float16", "bfloat16") and not keep_float16:
             return tf.cast(values, tf.float32)
         if float_pixels and dtype == "uint8":

@@ -78,7 +78,7 @@ class _ImageCodec(Codec):
     def decode(self, parsed: tf.Tensor, *, float_pixels: bool,
                keep_float16: bool) -> tf.Tensor:
         """[batch, L] encoded frames -> uint8 [batch, L, H, W, C], frames decoded in
-        parallel (float32 with `float_pixels`)."""
+        parallel (float32 with `float_pixels`); L is the frames given (a clip's)."""
         import tensorflow as tf
 
         decode_frame, frame_shape = self._tf_decoder(), self.feature.shape[1:]
@@ -87,8 +87,16 @@ class _ImageCodec(Codec):
                                          frame_shape),
             tf.reshape(parsed, [-1]), fn_output_signature=tf.TensorSpec(frame_shape, tf.uint8),
             parallel_iterations=32)
-        values = tf.reshape(frames, [-1, *self.feature.shape])
+        values = tf.reshape(frames, [-1, *parsed.shape[1:], *frame_shape])
         return tf_to_unit(values) if float_pixels else values
+
+    def decode_clip(self, parsed: tf.Tensor, frames: tf.Tensor, *, float_pixels: bool,
+                    keep_float16: bool) -> tf.Tensor:
+        """Only the kept frames are decoded."""
+        import tensorflow as tf
+
+        return self.decode(tf.gather(parsed, frames, batch_dims=1), float_pixels=float_pixels,
+                           keep_float16=keep_float16)
 
     def _tf_decoder(self):
         raise NotImplementedError

@@ -74,6 +74,10 @@ class FeatureSpec:
                 "encoding": self.encoding, "stored_as": self.codec.stored_as()}
 
 
+# The features of shape [L, ...] that follow the window's frames (a reader's clip cuts them)
+PER_FRAME = ("window", "mask", "labels")
+
+
 def window_features(window: FeatureSpec, metadata_length: int = 0,
                     label_shape: Optional[tuple[int, ...]] = None) -> list[FeatureSpec]:
     """The features of one window example: window [L, ...], mask [L], labels [L, ...]

@@ -126,13 +126,35 @@ def _splits(spec: DatasetSpec) -> list[dict]:
             for run_id, tfds_name in zip(runs, split_names(spec, name))]
 
 
+def _description(spec: DatasetSpec) -> str:
+    """What `builder.info.description` says: this dataset's windows, not boilerplate."""
+    window = spec.feature("window")
+    splits = ", ".join(f"{name} {split.windows:,} windows of {split.videos:,} videos"
+                       for name, split in spec.splits.items())
+    return (f"Windows of {spec.window['length']} frames every {spec.window['stride']} "
+            f"({window.dtype} {list(window.shape)}, {window.encoding}) cut from "
+            f"{spec.input_kind or 'videos'} by video-window-shards "
+            f"{spec.job_version or ''} (run {spec.run_id or 'without an id'}, "
+            f"{len(spec.generations)} generation(s)): {splits}. Features: "
+            f"{', '.join(f.name for f in spec.features)}. dataset.json beside this file is "
+            "the full spec; python -m readers.inspect DIR shows it.")
+
+
+def _citation(spec: DatasetSpec) -> str:
+    """A BibTeX entry naming this dataset's run (TFDS shows none otherwise)."""
+    run = spec.run_id or "unknown"
+    return (f"@misc{{video_window_shards_{run},\n  title = {{Video windows, run {run}}},\n"
+            f"  note = {{Written by video-window-shards {spec.job_version or ''}; "
+            f"format version {spec.format_version}}}\n}}")
+
+
 def dataset_info(spec: DatasetSpec) -> dict:
     """dataset_info.json's content: DatasetInfo as protobuf JSON (camelCase fields)."""
     return {
         "name": NAME,
         "version": f"{spec.format_version}.0.0",
-        "description": "Fixed-length windows of videos (frames or latents) written by "
-                       "video-window-shards; dataset.json beside this file is the full spec.",
+        "description": _description(spec),
+        "citation": _citation(spec),
         "fileFormat": "tfrecord",
         "splits": _splits(spec),
     }

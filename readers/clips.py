@@ -1,0 +1,96 @@
+"""Clips sampled at read time: `length` frames of each stored window, every `step`-th, from
+an offset that is random per window and epoch or fixed (the start, the center).
+
+The job fixes a window's length L when it writes; a trainer that wants temporal
+augmentation (shorter clips at random places, a frame rate halved) asks the reader for a
+`Clip` instead of a rebuild. The features that follow the frames (`PER_FRAME`: the window,
+its mask, its labels) are cut alike; metadata, video_id and start stay whole, and
+`clip_offset` says where in the window each clip begins (its first frame in the video is
+start + clip_offset).
+
+Both readers cut the same way; where the offsets come from differs, because they read in
+different orders:
+- readers.numpy: a pure function of (clip seed, epoch, window number), so any batch is
+  the same whenever and wherever it is read, and a resume gives the same clips;
+- tf.data: a seeded random stream, one value per batch in read order, new each
+  iteration, kept in an iterator checkpoint.
+Numpy only (the hash below is plain integer arithmetic).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from readers.format.spec import PER_FRAME
+
+OFFSETS = ("random", "start", "center")
+CLIP_OFFSET = "clip_offset"    # what the readers name each clip's offset in its window
+_MASK = 0xFFFFFFFF
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A 32-bit integer hash (xor-shift-multiply, constants below 2**31 so that int64
+    products never overflow)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _MASK
+    return x ^ (x >> 16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """`length` frames of each window, every `step`-th, from `offset`: "random" (per
+    window and epoch, from `seed`), "start" or "center".
+
+    A clip spans (length - 1) * step + 1 frames, which must fit in the stored window."""
+    length: int
+    step: int = 1
+    offset: str = "random"
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("length", "step"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                    and value >= 1):
+                raise ValueError(f"Clip {name} must be a whole number >= 1, got {value!r}")
+        if self.offset not in OFFSETS:
+            raise ValueError(f"Clip offset must be one of {', '.join(OFFSETS)}, got "
+                             f"{self.offset!r}")
+
+    @property
+    def span(self) -> int:
+        """The frames of the window from a clip's first frame to its last."""
+        return (self.length - 1) * self.step + 1
+
+    def room(self, window: int) -> int:
+        """How many offsets a window of `window` frames has for this clip; ValueError
+        when the clip does not fit."""
+        if self.span > window:
+            raise ValueError(f"a clip of {self.length} frames every {self.step} spans "
+                             f"{self.span} frames, more than the dataset's windows hold "
+                             f"({window})")
+        return window - self.span + 1
+
+    def offsets(self, window: int, windows: np.ndarray, epoch: int) -> np.ndarray:
+        """The first frame of each clip of `windows` (window numbers in the split) in
+        `epoch`, as int64: a pure function of (seed, epoch, window)."""
+        room = self.room(window)
+        windows = np.asarray(windows, np.int64)
+        if self.offset == "start":
+            return np.zeros(len(windows), np.int64)
+        if self.offset == "center":
+            return np.full(len(windows), (room - 1) // 2, np.int64)
+        key = _mix(_mix(np.int64(self.seed) & _MASK) ^ (epoch & _MASK))
+        return _mix(key ^ (windows & _MASK)) % room
+
+    def frames(self, offset: int) -> slice:
+        """The frames of the window that a clip from `offset` keeps."""
+        return slice(offset, offset + self.span, self.step)
+
+
+def clipped_shape(name: str, shape: tuple[int, ...], clip: "Clip | None") -> tuple[int, ...]:
+    """A feature's shape as a reader gives it: a per-frame feature has the clip's frames."""
+    return (clip.length, *shape[1:]) if clip is not None and name in PER_FRAME else shape

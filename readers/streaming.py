@@ -1,0 +1,144 @@
+"""readers.numpy's streaming order: windows read in large sequential ranges of their shards,
+mixed in a bounded buffer, for a store where every request waits (gs://).
+
+The random-access order (`epoch_order`) asks for every window alone: on GCS each is a
+request of about 30 ms, so a process reads a few thousand windows a second at best
+however many it asks for at once. Here a split's shards are cut into chunks of up to
+CHUNK_BYTES of consecutive records, each read with one request. An epoch's order:
+
+1. the chunks, permuted by (seed, epoch);
+2. taken in groups of up to `buffer_bytes` (at least one chunk);
+3. the windows of each group permuted (by (seed, epoch) too).
+
+So a batch draws its windows from the few chunks of one group, of random shards and
+places, as tf.data's interleave and shuffle buffer do; the random-access order draws
+them from the whole split. The order is a pure function of (seed, epoch) like the
+random-access one, so `start_step` and `EpochBatches.resume` resume it exactly.
+
+`Chunks` holds the chunks of the group being read and of the next (read meanwhile),
+each fetched by one ranged read, and hands the decoder each record's bytes from them:
+about `2 * buffer_bytes` in memory. Numpy only.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from readers.shards import Shards
+
+CHUNK_BYTES = 8 << 20
+BUFFER_BYTES = 64 << 20
+ORDERS = ("random", "stream")
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Consecutive records of one shard: windows [first, first + count) of the split, bytes
+    [start, end) of the shard."""
+    shard: int
+    first: int
+    count: int
+    start: int
+    end: int
+
+
+def chunks_of(shards: Shards, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
+    """The split's chunks, in order (every shard's offset index is read, all at once)."""
+    out = []
+    for shard in range(shards.count):
+        offsets = shards.offsets(shard)
+        first, base = 0, shards.first_window(shard)
+        while first < len(offsets) - 1:
+            # the last record that ends within chunk_bytes of the first's start (at least one)
+            last = max(first + 1, int(np.searchsorted(offsets, offsets[first] + chunk_bytes,
+                                                      "right")) - 1)
+            out.append(Chunk(shard, base + first, last - first, int(offsets[first]),
+                             int(offsets[last])))
+            first = last
+    return out
+
+
+def stream_order(chunks: Sequence[Chunk], *, seed: int, epoch: int,
+                 buffer_bytes: int = BUFFER_BYTES) -> np.ndarray:
+    """All the split's windows in an epoch's streaming order (the module's docstring)."""
+    rng = np.random.default_rng([seed, epoch, 1])
+    order, group, group_bytes = [], [], 0
+    for k in rng.permutation(len(chunks)):
+        chunk = chunks[k]
+        group.append(np.arange(chunk.first, chunk.first + chunk.count))
+        group_bytes += chunk.end - chunk.start
+        if group_bytes >= buffer_bytes:
+            order.append(rng.permutation(np.concatenate(group)))
+            group, group_bytes = [], 0
+    if group:
+        order.append(rng.permutation(np.concatenate(group)))
+    return np.concatenate(order) if order else np.zeros(0, np.int64)
+
+
+class Chunks:
+    """The bytes of each record of a remote split's batches, from whole chunks: a chunk is
+    fetched (one ranged read) before the first batch that needs it, in order of first
+    need, up to `ahead_bytes` beyond those being read, and let go after its last batch.
+
+    `fetch(step)` is called once a step, in order (the bookkeeping); `records` may run
+    in any thread (it waits for the chunks' reads)."""
+
+    def __init__(self, shards: Shards, chunks: Sequence[Chunk],
+                 batches: Sequence[Sequence[int]], ahead_bytes: int, threads: int = 8):
+        self._shards, self._chunks = shards, list(chunks)
+        self._firsts = np.array([c.first for c in self._chunks])
+        self._needs = [sorted(set(self.chunk_of(b).tolist())) for b in batches]
+        self._last_step = {c: step for step, needed in enumerate(self._needs) for c in needed}
+        self._queue = collections.deque(dict.fromkeys(
+            c for needed in self._needs for c in needed))        # in order of first need
+        self._ahead = ahead_bytes
+        self._pool = concurrent.futures.ThreadPoolExecutor(threads)
+        self._held: dict[int, concurrent.futures.Future] = {}
+
+    def chunk_of(self, windows: Sequence[int]) -> np.ndarray:
+        return np.searchsorted(self._firsts, np.asarray(windows), "right") - 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def fetch(self, step: int) -> dict[int, concurrent.futures.Future]:
+        """The reads of the chunks batch `step` needs (asked for now if not yet), and
+        more ahead in order of first need while those held stay under the bytes ahead."""
+        needed = set(self._needs[step])
+        held = sum(self._size(c) for c in self._held)
+        while self._queue and (self._queue[0] in needed or held < self._ahead):
+            c = self._queue.popleft()
+            chunk = self._chunks[c]
+            self._held[c] = self._pool.submit(self._shards.read_range, chunk.shard,
+                                              chunk.start, chunk.end)
+            held += self._size(c)
+        reads = {c: self._held[c] for c in self._needs[step]}
+        for c in self._needs[step]:
+            if self._last_step[c] == step:
+                del self._held[c]
+        return reads
+
+    def records(self, reads: dict[int, concurrent.futures.Future], windows: Sequence[int]
+                ) -> list[memoryview]:
+        """The bytes of each of `windows`, from the chunk reads `fetch` gave for them."""
+        located = [self._shards.locate(int(i)) for i in windows]
+        out = []
+        for c, (start, end) in zip(self.chunk_of(windows).tolist(),
+                                   self._shards.spans(located)):
+            first = self._chunks[c].start
+            out.append(memoryview(reads[c].result())[start - first:end - first])
+        return out
+
+    def _size(self, c: int) -> int:
+        return self._chunks[c].end - self._chunks[c].start
+
+
+def check_order(order: str, buffer_bytes: Optional[int]) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if buffer_bytes is not None and order != "stream":
+        raise ValueError("buffer_bytes is the streaming order's (order='stream')")
