@@ -155,21 +155,26 @@ def plain_names(names) -> list[str]:
     return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
 
 
-def _plain_info(text: str) -> str:
-    """dataset_info.json's text without the run id its templates carry."""
-    return re.sub(r"-[0-9a-f]{12}\.\{FILEFORMAT\}", ".{FILEFORMAT}", text)
+def _plain_info(text: str, run_ids: Sequence[str]) -> str:
+    """dataset_info.json's text without the run ids its templates, description and
+    citation carry."""
+    for run_id in run_ids:
+        text = text.replace(run_id, "RUNID")
+    return text
 
 
 def same_dataset_files(a, b) -> None:
     """Same shards and failures byte for byte (under the same names but for the run id);
-    same dataset_info.json but for the run id in its shards' template; same dataset.json
-    but for the flags and the run id (its own and its generation's)."""
+    same dataset_info.json but for the run ids in it; same dataset.json but for the flags
+    and the run id (its own and its generations')."""
     files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
     assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
+    run_ids = [[g["run_id"] for g in read_dataset_json(d)["generations"]] for d in (a, b)]
     for name, path in files[0].items():
         if name == "dataset_info.json":
             texts = [open(f[name]).read() for f in files]
-            assert texts[0] != texts[1] and _plain_info(texts[0]) == _plain_info(texts[1])
+            assert texts[0] != texts[1] and (
+                _plain_info(texts[0], run_ids[0]) == _plain_info(texts[1], run_ids[1]))
         elif name != "dataset.json":
             assert filecmp.cmp(path, files[1][name], shallow=False), name
     meta_a, meta_b = plain_dataset_json(a), plain_dataset_json(b)

@@ -75,7 +75,8 @@ def _broken_copy(source, tmp_path, how):
     return str(copy), shard.name
 
 
-@pytest.mark.parametrize("how, needle", [("flipped byte", "corrupt"), ("truncated", "corrupt"),
+@pytest.mark.parametrize("how, needle", [("flipped byte", "corrupt"),
+                                         ("truncated", "where dataset.json says"),
                                          ("missing shard", "missing"),
                                          ("extra record", "dataset.json says")])
 def test_verify_finds_broken_shards(latent_dataset, tmp_path, capsys, how, needle):

@@ -90,6 +90,9 @@ def test_builder_info_describes_this_dataset_and_cites_its_run(kinds):
     assert f"Windows of {spec.window['length']} frames every {spec.window['stride']}" in (
         info.description)
     assert info.citation.startswith(f"@misc{{video_window_shards_{spec.run_id},")
+    on_disk = sum(os.path.getsize(os.path.join(kinds["latent"], shard.file))
+                  for split in spec.splits.values() for shard in split.shards)
+    assert int(info.dataset_size) == on_disk > 0
 
 
 def test_every_encoding_has_a_tfds_feature():

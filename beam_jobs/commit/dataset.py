@@ -56,7 +56,7 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                   if name == data_format.sidecar_name(kind, run_id)},
         splits={split: data_format.SplitInfo(
                     **counts[split],
-                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets)
+                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes)
                                  for s in shards if s.split == split))
                 for split in config.splits})
     return dataset if base is None else extend(base, dataset)

@@ -50,6 +50,7 @@ class WrittenShard(NamedTuple):
     file: str
     examples: int
     offsets: Optional[str] = None   # the shard's offset index file
+    bytes: Optional[int] = None     # its size (an uncompressed shard's)
 
 
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],

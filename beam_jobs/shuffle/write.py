@@ -202,7 +202,8 @@ class WriteShard(beam.DoFn):
             with FileSystems.create(paths.join(self._output_dir, index),
                                     compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 f.write(data_format.index.encode(offsets))
-        yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index)
+        yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
+                           offsets[-1] if index else None)
 
 
 def _list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:

@@ -59,6 +59,6 @@ def get(d: Mapping, key: str, kind: type, where: str, default: Any = REQUIRED) -
 
 def count(d: Mapping, key: str, where: str, default: Any = REQUIRED, least: int = 0) -> int:
     value = get(d, key, int, where, default)
-    if value < least:
+    if value is not None and value < least:
         raise Bad(f"{at(where, key)}: {value}, not >= {least}")
     return value

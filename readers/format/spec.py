@@ -145,7 +145,7 @@ class DatasetSpec:
             "splits": {name: {"videos": s.videos, "windows": s.windows,
                               "skipped_short": s.skipped_short, "frames": s.frames,
                               "bad_frames": s.bad_frames,
-                              "shards": [dataclasses.asdict(sh) for sh in s.shards]}
+                              "shards": [_shard_json(sh) for sh in s.shards]}
                        for name, s in self.splits.items()},
             "flags": dict(self.flags),
             "run_id": self.run_id,
@@ -162,8 +162,12 @@ class DatasetSpec:
 
     def shard_problem(self, shard: Shard, size: int) -> Optional[str]:
         """What is wrong with `shard`, of `size` bytes on disk, against dataset.json, or
-        None: a record cannot be larger than its shard, so a shard too small for its
-        records at the features' shapes means those shapes (or counts) are not its."""
+        None: not the size dataset.json records (where it does); or, a record being no
+        larger than its shard, too small for its records at the features' shapes, which
+        means those shapes (or counts) are not its."""
+        if shard.bytes is not None and shard.bytes != size:
+            return (f"{shard.file}: {size:,} bytes, where dataset.json says {shard.bytes:,}: "
+                    f"it was {'cut short' if size < shard.bytes else 'added to'} or replaced")
         if shard.examples * self.min_frame_bytes > size * _EXPANSION[self.compression]:
             return (f"{shard.file}: {size:,} bytes cannot hold its {shard.examples:,} "
                     f"records of at least {self.min_frame_bytes:,} bytes each: dataset.json's "
@@ -335,7 +339,16 @@ def _shard(d: Any, where: str, split: str, compression: str,
     if index is not None and index != index_name(file):
         raise Bad(f"{at(where, 'index')}: {shown(index)} is not the plain name of its "
                    f"shard's index, {index_name(file)!r}")
-    return Shard(file, count(d, "examples", where), index)
+    return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None))
+
+
+def _shard_json(shard: Shard) -> dict:
+    """A shard's entry; `bytes` only where known (not a gzip shard's, nor one written
+    before dataset.json recorded sizes)."""
+    d = dataclasses.asdict(shard)
+    if d["bytes"] is None:
+        del d["bytes"]
+    return d
 
 
 def load_spec(path: str) -> DatasetSpec:

@@ -10,6 +10,7 @@ class Shard:
     file: str
     examples: int
     index: Optional[str] = None   # its offset index (uncompressed shards only)
+    bytes: Optional[int] = None   # its size (uncompressed shards; older datasets lack it)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,8 +91,11 @@ def _split(spec: DatasetSpec, name: str, run_id: Optional[str], tfds_name: str) 
     if [shard.file for shard in shards] != expected:
         raise ValueError(f"split {name!r}: its shards are not named {name}-NNNNN-of-"
                          f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
-    return {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
+    info = {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
             "filepathTemplate": f"{name}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
+    if all(shard.bytes is not None for shard in shards):   # builder.info.dataset_size
+        info["numBytes"] = str(sum(shard.bytes for shard in shards))
+    return info
 
 
 def shards_of(info: dict) -> list[tuple[str, int]]:
