@@ -295,7 +295,8 @@ def test_pytorch_dataloader_workers_read_every_window_once(kinds):
         torch.utils.data.RandomSampler(source, generator=torch.Generator().manual_seed(0)),
         batch_size=4, drop_last=False)
     loader = torch.utils.data.DataLoader(source, sampler=sampler, batch_size=None,
-                                         num_workers=2)
+                                         num_workers=2,
+                                         multiprocessing_context="forkserver")
     seen = []
     for batch in loader:
         assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
@@ -310,7 +311,8 @@ def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
     torch = pytest.importorskip("torch")
     source = WindowSource(kinds["latent"], "train")
     loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True, num_workers=2,
-                                         generator=torch.Generator().manual_seed(0))
+                                         generator=torch.Generator().manual_seed(0),
+                                         multiprocessing_context="forkserver")
     seen = []
     for batch in loader:
         assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)

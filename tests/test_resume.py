@@ -75,7 +75,9 @@ def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path)
 
 def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
     """EpochBatches as the sampler: seeded, and a restart from a saved state gives the
-    batches a run never stopped gave, whatever the workers' timing."""
+    batches a run never stopped gave, whatever the workers' timing. Workers from a fork
+    server: forked from this threaded process (Beam's pools, gcsfs's loop), a worker
+    once never got its batch and the loader waited forever."""
     torch = pytest.importorskip("torch")
     from readers.numpy import EpochBatches
 
@@ -83,7 +85,8 @@ def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
 
     def keys(sampler, steps=None):
         loader = torch.utils.data.DataLoader(source, sampler=sampler, batch_size=None,
-                                             num_workers=2)
+                                             num_workers=2,
+                                             multiprocessing_context="forkserver")
         got = []
         for batch in loader:
             got.append([(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])])
