@@ -4,9 +4,11 @@
     python -m readers.inspect OUT --verify          # read every record; exit 1 on problems
     python -m readers.inspect OUT --preview 8 --out preview.png [--decoder vae_decoder.keras]
     python -m readers.inspect OUT --stats [--all]
+    python -m readers.inspect OUT --report report.html [--report_samples 12] [--verify]
 
-The summary and --verify read the files with numpy and fsspec only (the light install);
---stats and --preview read through readers.make_dataset, and so need TensorFlow.
+The summary, --verify and --report read the files with numpy, fsspec and Pillow only
+(the light install); --stats and --preview read through readers.make_dataset, and so
+need TensorFlow.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from readers import format as data_format, quiet
+from readers import format as data_format, quiet, report
 from readers.format import tfrecord, wire
 from readers.selection import DatasetChanged, NotAFile, check_regular, gone
 
@@ -29,17 +31,9 @@ MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
 
 
-class _Files:
-    """The files of a dataset directory, local or of any fsspec scheme (gs:// with gcsfs)."""
-
-    def __init__(self, path: str):
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(path)
-        self.root = root.rstrip("/")
-
-    def path(self, name: str) -> str:
-        return f"{self.root}/{name}"
+class _Files(report.collect.Files):
+    """The files of a dataset directory, local or of any fsspec scheme (gs:// with gcsfs),
+    with what the summary and --verify ask of them."""
 
     def exists(self, name: str) -> bool:
         return self.fs.exists(self.path(name))
@@ -324,13 +318,21 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     parser.add_argument("--sample", type=_positive, default=1000,
                         help="--stats sample size, in windows (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="which windows --preview draws and --stats samples "
-                             "(default: %(default)s)")
+                        help="which windows --preview draws and --stats and --report "
+                             "sample (default: %(default)s)")
+    parser.add_argument("--report", metavar="PATH", help="write one self-contained HTML page "
+                        "of the dataset (docs/report.md); with --verify, its result too")
+    parser.add_argument("--report_samples", type=_positive, metavar="N", default=None,
+                        help="--report's contact sheets; its statistics sample "
+                             f"{report.STATS_PER_SHEET} windows a sheet (default: "
+                             f"{report.SAMPLES})")
     args = parser.parse_args(argv)
     if args.out and not args.preview:
         parser.error("--out: names the picture of --preview N; give --preview too")
     if args.decoder and not args.preview:
         parser.error("--decoder: decodes the latents of --preview N; give --preview too")
+    if args.report_samples and not args.report:
+        parser.error("--report_samples: sizes the page of --report PATH; give --report too")
     if args.preview and args.preview > MAX_PREVIEW:
         print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
               "picture shows", file=sys.stderr)
@@ -377,8 +379,17 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         out = args.out or "preview.png"
         image.save(out)
         print(f"wrote {out} ({image.width}x{image.height})")
-    if args.verify:
-        problems = verify(args.path, dataset)
+    problems = verify(args.path, dataset) if args.verify else None
+    if args.report:
+        try:
+            size = report.write(args.path, dataset, args.report, seed=args.seed,
+                                samples=args.report_samples or report.SAMPLES,
+                                verified=problems)
+        except (OSError, ValueError) as e:   # PATH cannot be written, a side file read
+            said = (str(e) or repr(e)).splitlines()[0]
+            parser.exit(1, f"{parser.prog}: error: --report: {said}\n")
+        print(f"wrote {args.report} ({size / 2**20:.1f} MB)")
+    if problems is not None:
         if problems:
             print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
                   file=sys.stderr)

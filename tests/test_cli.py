@@ -118,10 +118,12 @@ def test_the_first_readme_command_is_quiet(tmp_path):
     lines = job.stderr.strip().splitlines()
     assert lines[0].startswith("INFO beam_jobs.progress: worker")
     assert "frames/s on this worker" in lines[0]
-    assert lines[-3].split() == ["split", "videos", "skipped", "frames", "bad", "frames",
+    assert lines[-4].split() == ["split", "videos", "skipped", "frames", "bad", "frames",
                                  "windows", "shards", "MB"]
-    assert "from the command's start" in lines[-1] and "overall" in lines[-1]
-    assert len(lines) <= 8
+    assert "from the command's start" in lines[-2] and "overall" in lines[-2]
+    assert lines[-1].endswith(f"python -m readers.inspect {tmp_path / 'out'} --report "
+                              "report.html")
+    assert len(lines) <= 9
     inspect = _quiet_run("readers.inspect", str(tmp_path / "out"), "--verify")
     assert "records of 1 shard are sound" in inspect.stdout
 

@@ -1,6 +1,7 @@
-"""The light install: `pip install video-window-shards` (no extra) is the numpy reader and
-`readers.inspect --verify`, without TensorFlow or Beam; what needs TensorFlow says in one
-line how to add it; and the job's sample is written without TensorFlow too."""
+"""The light install: `pip install video-window-shards` (no extra) is the numpy reader,
+`readers.inspect --verify` and `--report`, without TensorFlow or Beam; what needs
+TensorFlow says in one line how to add it; and the job's sample is written without
+TensorFlow too."""
 import os
 import re
 import subprocess
@@ -89,8 +90,8 @@ from readers.numpy import WindowSource, batches
 for name in ("latent", "png"):
     batch = next(batches(paths[name], "train", 2))
     print(name, batch["window"].shape, WindowSource(paths[name])[0]["video_id"])
-for path in paths.values():
-    inspect.main([path, "--verify"])
+for path in paths.values():   # --report too: numpy, fsspec and Pillow, no TensorFlow
+    inspect.main([path, "--verify", "--report", path + ".html"])
 try:
     readers.make_dataset
 except ImportError as e:
@@ -111,6 +112,10 @@ def test_the_readers_and_verify_work_in_the_light_install(datasets, tmp_path):
     assert "latent (2, 4, 3) b'" in out and "png (2, 4, 24, 32, 3) b'v'" in out, \
         result.stderr[-2000:]
     assert out.count("verify: all") == 3, result.stderr[-2000:]
+    for path in datasets.values():
+        assert f"wrote {path}.html (" in out
+        page = open(f"{path}.html", encoding="utf-8").read()
+        assert "data-verify='sound'" in page and "id='unread'" not in page
     assert f"make_dataset: {NO_TF}" in out
     # --stats reads through tf.data: one line that says so, exit 2
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

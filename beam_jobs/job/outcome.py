@@ -4,6 +4,7 @@ commit or raises `Failed` with the one line that says why there was none."""
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 
 from apache_beam.metrics.metric import MetricsFilter
@@ -110,7 +111,9 @@ def _log_summary(directory: str, elapsed: float) -> None:
     dataset = data_format.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
                                                 source=path)
     sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
-    _LOG.info("wrote %s\n%s", path, summary_table(dataset, sizes, elapsed))
+    _LOG.info("wrote %s\n%s\none page of it all (docs/report.md): python -m readers.inspect %s "
+              "--report report.html", path, summary_table(dataset, sizes, elapsed),
+              shlex.quote(directory))
     single = [s.file for split in dataset.splits.values() for s in split.shards
               if s.examples == 1]
     if single:

@@ -1,0 +1,179 @@
+"""The report's statistics that stream: the videos file row by row, the failures and
+bad frames files row by row; the shard sizes dataset.json records (or one listing of the
+directory, for a dataset whose dataset.json does not).
+
+Nothing kept grows with the dataset: each distribution is a `Histogram` of at most
+`Histogram.BINS` bins, reasons are counted by their kind (paths and numbers left out)
+up to `MAX_REASONS` kinds, and at most `MAX_ROWS` rows of each side file are kept for
+the page's tables. What is read is the dataset's own files, through fsspec (local, gs://,
+any scheme), each once.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from readers import format as data_format
+
+MAX_ROWS = 50          # rows of a side file shown in its table; the rest are counted
+MAX_REASONS = 100      # kinds of reason counted apart; the rest are "other"
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\S*[/\\]\S*?(?=[:,;.]?(?:\s|$))|\d+(?:\.\d+)?")
+
+
+class Files:
+    """A dataset directory's files through fsspec: local, gs:// (with gcsfs), any scheme
+    (readers.inspect's summary and --verify read through it too)."""
+
+    def __init__(self, path: str):
+        import fsspec
+
+        self.fs, root = fsspec.core.url_to_fs(path)
+        self.root = root.rstrip("/")
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def reader(self, name: str, compression: Optional[str] = None):
+        """A file for reading in binary, read ahead in 1 MiB blocks on a store: gcsfs's
+        own default cache asks for each small read (a record's header, its data, its
+        CRC) in a request of its own at first."""
+        return self.fs.open(self.path(name), "rb", compression=compression,
+                            block_size=1 << 20, cache_type="readahead")
+
+    def sizes(self) -> dict[str, int]:
+        """Every file's size by name, from one listing (pages of 1,000 names on GCS),
+        not one request per shard."""
+        return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
+                for entry in self.fs.ls(self.root, detail=True)}
+
+    def rows(self, name: str) -> Iterator[dict]:
+        """The JSON rows of a side file, one line at a time (blank lines skipped)."""
+        with self.reader(name) as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+
+
+@dataclasses.dataclass
+class Histogram:
+    """Counts of whole numbers >= 0 in BINS bins of equal width from 0; when a value falls
+    past the last bin the width doubles (pairs of bins merged), so memory is fixed
+    whatever the stream, and each bin's count is exact."""
+    BINS = 32
+    width: int = 1
+    counts: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(Histogram.BINS, np.int64))
+    total: int = 0
+    low: Optional[int] = None
+    high: int = 0
+
+    def add(self, value: int) -> None:
+        while value >= self.width * self.BINS:
+            self.counts = self.counts.reshape(-1, 2).sum(1)
+            self.counts = np.concatenate([self.counts, np.zeros(self.BINS // 2, np.int64)])
+            self.width *= 2
+        self.counts[value // self.width] += 1
+        self.total += 1
+        self.low = value if self.low is None else min(self.low, value)
+        self.high = max(self.high, value)
+
+    def bins(self) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, edges) from the first bin with a value to the last: bin i holds
+        [edges[i], edges[i + 1])."""
+        first, used = (self.low or 0) // self.width, self.high // self.width + 1
+        return self.counts[first:used], np.arange(first, used + 1) * self.width
+
+
+@dataclasses.dataclass
+class SplitVideos:
+    """One split's videos as videos.jsonl gives them, streamed."""
+    frames: Histogram = dataclasses.field(default_factory=Histogram)
+    windows: Histogram = dataclasses.field(default_factory=Histogram)
+    bad_frames: Histogram = dataclasses.field(default_factory=Histogram)
+    videos: int = 0
+    window_squares: int = 0    # sum of windows**2: the share of same-video neighbours
+
+    def add(self, row: dict) -> None:
+        self.videos += 1
+        self.frames.add(row["frames"])
+        self.windows.add(row["windows"])
+        self.bad_frames.add(int(row.get("bad_frames") or 0))
+        self.window_squares += row["windows"] ** 2
+
+    def neighbour_share(self, windows: int) -> float:
+        """The share of neighbouring records of one video in a perfectly shuffled split
+        of `windows`: sum over videos of (w / W) * ((w - 1) / (W - 1))."""
+        if windows < 2:
+            return 0.0
+        return (self.window_squares - windows) / (windows * (windows - 1))
+
+
+@dataclasses.dataclass
+class SideFile:
+    """One side file (failures or bad frames): its rows counted by reason, the first
+    MAX_ROWS kept."""
+    name: Optional[str]
+    rows: int = 0
+    by_reason: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    first: list[dict] = dataclasses.field(default_factory=list)
+
+    def add(self, row: dict) -> None:
+        self.rows += 1
+        kind = reason_kind(str(row.get("reason", "")))
+        if kind not in self.by_reason and len(self.by_reason) >= MAX_REASONS:
+            kind = "(other reasons)"
+        self.by_reason[kind] += 1
+        if len(self.first) < MAX_ROWS:
+            self.first.append(row)
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without what varies from row to row (paths, quoted names, numbers), so
+    that rows of one cause count together: `cannot read /a/f_4.png: No such file` ->
+    `cannot read …: No such file`."""
+    return _VARYING.sub("…", reason)[:200]
+
+
+@dataclasses.dataclass
+class Collected:
+    """Everything the page shows that is read by streaming, not by sampling windows."""
+    shard_bytes: dict[str, int]                # shard file -> bytes (0: missing)
+    videos: dict[str, SplitVideos]
+    failures: SideFile
+    bad_frames: SideFile
+
+    def split_bytes(self, spec: data_format.DatasetSpec, split: str) -> int:
+        return sum(self.shard_bytes.get(s.file, 0) for s in spec.splits[split].shards)
+
+
+def collect(path: str, spec: data_format.DatasetSpec) -> Collected:
+    """One pass over the videos, failures and bad frames files; the shard sizes that
+    dataset.json records (each uncompressed shard's), or else one listing."""
+    files = Files(path)
+    shards = [s for split in spec.splits.values() for s in split.shards]
+    listed = {} if all(s.bytes is not None for s in shards) else files.sizes()
+    shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
+                   for s in shards}
+    videos = {name: SplitVideos() for name in spec.splits}
+    if spec.sidecars.get("videos"):
+        for row in files.rows(spec.sidecars["videos"]):
+            if row.get("split") in videos:
+                videos[row["split"]].add(row)
+    sides = []
+    for kind in ("failures", "bad_frames"):
+        side = SideFile(spec.sidecars.get(kind))
+        if side.name:
+            for row in files.rows(side.name):
+                side.add(row)
+        sides.append(side)
+    return Collected(shard_bytes, videos, *sides)
+
+
+def flag_value(value: Any) -> str:
+    """A flag's value as the page prints it: JSON, so lists and maps read as they were."""
+    return value if isinstance(value, str) else json.dumps(value)

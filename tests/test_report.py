@@ -1,0 +1,611 @@
+"""readers.inspect --report: one self-contained HTML page of a dataset, checked in a real
+browser (headless Chromium over its DevTools pipe): it renders without console errors,
+asks for nothing over the network, its pictures are real windows of the sizes they say,
+and its figures are dataset.json's. Built on a latent, a pixel (PNG, labels, bad frames,
+a failure) and an appended dataset, each by real job runs."""
+import base64
+import fcntl
+import html.parser
+import io
+import json
+import logging
+import os
+import re
+import select
+import shlex
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import gcs_emulator
+from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job,
+                     sidecar, solid_frames, write_frame_folder, write_manifest, write_records,
+                     write_videos)
+from readers import format as data_format, preview, report
+from readers.numpy import WindowSource
+from readers.report import collect, pictures, sampled
+
+CHROMIUM = shutil.which("chromium")
+NO_CHROMIUM = ("chromium is not installed (`apt-get install -y chromium`, which .ci/run "
+               "tries): the report's browser checks need it")
+
+
+class _Lines(logging.Handler):
+    """The job's log lines, kept (a module fixture has no caplog)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def _latent(root):
+    videos = random_videos(np.random.default_rng(11), 12, lengths=(20, 40), dim=6)
+    write_videos(str(root / "lat_in"), videos, files=3)
+    with open(root / "lat_in" / "lat-0.tfrecord", "ab") as f:
+        f.write(b"garbage that is no record")      # a failure row
+    logger, lines = logging.getLogger("beam_jobs.make_shards"), _Lines()
+    logger.addHandler(lines)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        run_job(str(root / "lat_in" / "*"), root / "latent", "--window", "8", "--stride", "4",
+                "--num_shards", "3", "--splits", "train=0.6,val=0.4",
+                "--max_failure_fraction", "0.2")
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    return lines.lines
+
+
+def _pixel(root):
+    rows = []
+    for v in range(4):
+        write_frame_folder(root / f"v{v}", solid_frames(10, start=4 * v))
+        (root / f"v{v}.csv").write_text("heat,smoke\n" + "\n".join(
+            f"{t * (v + 1)},{v}" for t in range(10)))
+        rows.append({"video_id": f"v{v}", "frames": [f"v{v}/frame_{i}.png" for i in range(10)],
+                     "labels": f"v{v}.csv",
+                     "metadata": [v, 0.5]})
+    os.remove(root / "v1" / "frame_4.png")                   # a missing frame
+    (root / "v2" / "frame_6.png").write_bytes(b"not a png")  # an undecodable one
+    rows.append({"video_id": "broken", "frames": ["v0/frame_0.png"], "labels": [1.0]})
+    write_manifest(root / "m.jsonl", rows)
+    run_job(str(root / "m.jsonl"), root / "pixel", "--window", "5", "--stride", "3",
+            "--frame_encoding", "png", "--max_failure_fraction", "0.5")
+
+
+def _appended(root):
+    rng = np.random.default_rng(7)
+    flags = ["--window", "8", "--stride", "4", "--splits", "train=0.5,val=0.5",
+             "--id_feature", "vid", "--num_shards", "2", "--append"]
+    for name, count, prefix in (("a", 8, "a"), ("b", 4, "b")):
+        write_records(str(root / "app_in" / f"{name}.tfrecord"),
+                      [latent_example(frames, recipe, video_id=f"{prefix}{i}")
+                       for i, (frames, recipe) in enumerate(random_videos(rng, count, dim=4))])
+        run_job(str(root / "app_in" / "*"), root / "appended", *flags)
+
+
+def _report_of(path) -> tuple[str, str]:
+    """(the dataset, its report made as with --verify on a sound dataset)."""
+    page = f"{path}.html"
+    report.write(str(path), data_format.load_spec(str(path)), page, verified=[])
+    return str(path), page
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (dataset, its report); and the latent run's log lines. The appended
+    dataset (two runs more) is built only for the tests that ask for it (slow)."""
+    root = tmp_path_factory.mktemp("report")
+    log = _latent(root)
+    _pixel(root)
+    return {name: _report_of(root / name) for name in ("latent", "pixel")}, log
+
+
+@pytest.fixture(scope="module")
+def appended(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report_appended")
+    _appended(root)
+    return _report_of(root / "appended")
+
+
+@pytest.fixture
+def reports(built, request):
+    """The datasets a test names; the appended one built on first need."""
+    made = dict(built[0])
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("name") == "appended":
+        made["appended"] = request.getfixturevalue("appended")
+    return made
+
+
+KINDS = ["latent", "pixel", pytest.param("appended", marks=pytest.mark.slow)]
+
+
+class _Page(html.parser.HTMLParser):
+    """What a test reads of the page's HTML: the `data-key` figures, the sheets, the
+    elements with other data- attributes."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.keys, self.sheets, self.images, self.data = {}, [], [], []
+        self._open = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "data-key" in attrs:
+            self._open = attrs["data-key"]
+            self.keys[self._open] = ""
+        if tag == "figure" and "data-video-id" in attrs:
+            self.sheets.append(attrs)
+        if tag == "img":
+            self.images.append(attrs)
+        self.data.append(attrs)
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self.keys[self._open] += data
+
+    def handle_endtag(self, tag):
+        self._open = None
+
+
+def _read(page: str) -> _Page:
+    with open(page, encoding="utf-8") as f:
+        return _Page(f.read())
+
+
+def _value(meta: dict, key: str):
+    value = meta
+    for part in key.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+def _check_figures(keys: dict[str, str], meta: dict) -> None:
+    """Each figure the page marks with data-key is dataset.json's, as it writes it."""
+    for key, text in keys.items():
+        expected = _value(meta, key)
+        if key.startswith("flags.") and not isinstance(expected, str):
+            assert json.loads(text) == expected, key
+        elif isinstance(expected, int):
+            assert int(text.replace(",", "")) == expected, key
+        else:
+            assert text == str(expected), key
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_the_figures_on_the_page_are_dataset_json_s(reports, name):
+    path, page = reports[name]
+    meta = read_dataset_json(path)
+    found = _read(page)
+    _check_figures(found.keys, meta)
+    for split in meta["splits"]:
+        for field in ("videos", "windows", "frames", "bad_frames", "skipped_short"):
+            assert f"splits.{split}.{field}" in found.keys
+    for i, _ in enumerate(meta["generations"]):
+        assert f"generations.{i}.windows" in found.keys
+    assert {f"flags.{flag}" for flag in meta["flags"]} <= set(found.keys)
+    assert "format_version" in found.keys and "features.0.encoding" in found.keys
+    sizes = [int(a["data-bytes"]) for a in found.data if "data-bytes" in a]
+    assert [size > 0 for size in sizes] == [bool(s["windows"]) for s in meta["splits"].values()]
+
+
+def _sheets(page: str) -> list[tuple[dict, Image.Image]]:
+    found = _read(page)
+    images = [Image.open(io.BytesIO(base64.b64decode(
+        img["src"].split(",", 1)[1]))) for img in found.images]
+    assert all(img["src"].startswith("data:image/png;base64,") for img in found.images)
+    return list(zip(found.sheets, images))
+
+
+def _windows_of(path: str) -> dict[tuple[str, bytes, int], np.ndarray]:
+    """(split, video id, start) -> mask, of every window."""
+    out = {}
+    for split, info in data_format.load_spec(path).splits.items():
+        if info.windows:
+            batch = WindowSource(path, split, ["mask", "video_id", "start"])[:]
+            out.update({(split, v, int(s)): m for v, s, m in
+                        zip(batch["video_id"], batch["start"], batch["mask"])})
+    return out
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_contact_sheets_are_real_windows_of_the_size_they_say(reports, name):
+    path, page = reports[name]
+    spec = data_format.load_spec(path)
+    windows = _windows_of(path)
+    sheets = _sheets(page)
+    assert len(sheets) == min(report.SAMPLES, len(windows))
+    length = spec.window["length"]
+    for attrs, image in sheets:
+        assert image.size == (int(attrs["data-width"]), int(attrs["data-height"]))
+        key = (attrs["data-split"], attrs["data-video-id"].encode(), int(attrs["data-start"]))
+        assert key in windows, key
+        image = np.asarray(image.convert("RGB"))
+        if name == "pixel":   # a strip of frames and the label curve under them
+            assert image.shape[0] == (preview.THUMB_HEIGHT + preview.TEXT_HEIGHT
+                                      + preview.LABEL_STRIP + 2 * preview.MARGIN)
+            assert image.shape[1] > length * 40
+        else:                 # frames by values, then the mask strip: red where masked
+            dims = spec.feature("window").shape[-1]
+            assert image.shape[1::-1] == pictures.latent_size(length, dims)
+            strip = image[-2, ::image.shape[1] // length][:length]
+            red = (strip[:, 0] > 200) & (strip[:, 1] < 80)
+            assert np.array_equal(red, windows[key] == 0), key
+    splits = {attrs["data-split"] for attrs, _ in sheets}
+    assert splits == {s for s, info in spec.splits.items() if info.windows}
+
+
+@pytest.mark.slow
+def test_sheets_come_from_every_generation(appended):
+    path, page = appended
+    text = open(page, encoding="utf-8").read()
+    runs = [g["run_id"] for g in read_dataset_json(path)["generations"]]
+    assert len(runs) == 2
+    for i, run in enumerate(runs):
+        assert f"generation {i + 1} (run {run})" in text
+
+
+def test_pixel_sheets_mark_masked_frames_and_show_labels(reports):
+    path, page = reports["pixel"]
+    windows = _windows_of(path)
+    text = open(page, encoding="utf-8").read()
+    captions = re.findall(r"<b>(v\d)</b> @ (\d+) .*?; masked ([\d, ]+|none); labels ([^<]+)<",
+                          text)
+    assert captions
+    for video, start, masked, labels in captions:
+        mask = windows[("train", video.encode(), int(start))]
+        assert masked == (", ".join(str(i) for i in np.flatnonzero(mask == 0)) or "none")
+        heat = [float(v) for v in labels.split(", ")]
+        real = mask > 0
+        v = int(video[1])   # heat is t * (v + 1) at frame t of the video
+        assert np.allclose(np.array(heat)[real], (int(start) + np.flatnonzero(real)) * (v + 1))
+    assert ("v1", "3", "1") in [c[:3] for c in captions]    # v1's missing frame 4
+
+
+def test_failures_and_bad_frames_are_counted_by_reason(reports):
+    path, page = reports["pixel"]
+    found = _read(page)
+    rows = {a["data-rows"] for a in found.data if "data-rows" in a}
+    assert rows == {"failures", "bad_frames"}
+    text = open(page, encoding="utf-8").read()
+    assert re.search(r"data-rows='failures'>1</span> row ", text)
+    assert re.search(r"data-rows='bad_frames'>2</span> rows", text)
+    # the reason without its path, counted; the row with it
+    assert "cannot read …: No such file or directory" in text
+    assert "not an image file Pillow can decode" in text
+    assert "frame_4.png" in text and "broken" in text
+
+
+def test_side_file_tables_are_capped_and_reasons_grouped():
+    side = collect.SideFile("failures-x.jsonl")
+    for i in range(130):
+        side.add({"reason": f"cannot read /data/v{i}/frame_{i}.png: No such file",
+                  "video_id": f"v{i}"})
+    for i in range(collect.MAX_REASONS + 5):
+        side.add({"reason": f"reason {chr(65 + i % 26) * (1 + i // 26)}"})
+    assert side.rows == 130 + collect.MAX_REASONS + 5
+    assert len(side.first) == collect.MAX_ROWS
+    assert side.by_reason["cannot read …: No such file"] == 130
+    assert len(side.by_reason) == collect.MAX_REASONS + 1
+    assert side.by_reason["(other reasons)"] == 6
+
+
+def test_a_streamed_histogram_keeps_its_bins_and_exact_counts():
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 10**6, 5000)
+    hist = collect.Histogram()
+    for v in values:
+        hist.add(int(v))
+    counts, edges = hist.bins()
+    assert len(hist.counts) == collect.Histogram.BINS and counts.sum() == len(values)
+    assert np.array_equal(counts, np.histogram(values, bins=edges)[0])
+
+
+def test_distributions_stream_the_videos_file(reports):
+    path, page = reports["pixel"]
+    spec = data_format.load_spec(path)
+    got = collect.collect(path, spec)
+    rows = [json.loads(line) for line in open(sidecar(path, "videos"))]
+    counts, edges = got.videos["train"].frames.bins()
+    assert np.array_equal(counts, np.histogram([r["frames"] for r in rows], bins=edges)[0])
+    assert got.videos["train"].bad_frames.bins()[0].sum() == len(rows) == 4
+    text = open(page, encoding="utf-8").read()
+    for title in ("labels: heat", "labels: smoke", "metadata[0]", "metadata[1]",
+                  "masked frames (padding or bad) per window", "frames per video",
+                  "windows per video", "bad frames per video"):
+        assert title in text, title
+    latent = open(reports["latent"][1], encoding="utf-8").read()
+    assert "per-channel mean (line) and std (band)" in latent and "6 of 6 channels" in latent
+
+
+def test_shuffle_quality_is_what_the_shards_hold(reports):
+    path, page = reports["latent"]
+    spec = data_format.load_spec(path)
+    order = sampled.shuffle_order(path, spec)
+    for split, info in spec.splits.items():
+        assert len(order[split]) == len([s for s in info.shards if s.examples])
+        for shard_order, shard in zip(order[split], [s for s in info.shards if s.examples]):
+            ids = WindowSource(path, split, ["video_id"])
+            first = sum(s.examples for s in info.shards[:info.shards.index(shard)])
+            read = min(shard.examples, sampled.SHUFFLE_RECORDS)
+            got = ids.read_batch(list(range(first, first + read)))["video_id"]
+            assert shard_order.pairs == read - 1
+            assert shard_order.same == int((got[1:] == got[:-1]).sum())
+    rows = [json.loads(line) for line in open(sidecar(path, "videos"))]
+    text = open(page, encoding="utf-8").read()
+    for split, info in spec.splits.items():
+        w = np.array([r["windows"] for r in rows if r["split"] == split])
+        expected = (w * (w - 1)).sum() / (info.windows * (info.windows - 1))
+        assert f"a perfect shuffle gives {expected:.1%}" in text
+
+
+def test_the_job_prints_the_command_that_makes_the_report(built, tmp_path, capsys,
+                                                          monkeypatch):
+    (reports, log) = built
+    line = next(line for line in log if "--report" in line).splitlines()[-1]
+    command = line.split("python -m readers.inspect ", 1)[1]
+    assert shlex.split(command) == [reports["latent"][0], "--report", "report.html"]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = inspect_run(capsys, *shlex.split(command))
+    assert code == 0, err
+    assert "wrote report.html" in out and (tmp_path / "report.html").stat().st_size > 10_000
+
+
+def test_verify_s_result_is_on_the_page(reports, tmp_path, capsys):
+    path, page = reports["latent"]
+    assert "data-verify='sound'" in open(page, encoding="utf-8").read()
+    plain = tmp_path / "plain.html"
+    assert inspect_run(capsys, path, "--report", plain)[0] == 0
+    assert "data-verify='not run'" in plain.read_text()
+    copy = tmp_path / "broken"
+    shutil.copytree(path, copy)
+    meta = read_dataset_json(copy)
+    shard = copy / meta["splits"]["train"]["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    broken = tmp_path / "broken.html"
+    code, out, err = inspect_run(capsys, copy, "--report", broken, "--verify")
+    assert code == 1 and "corrupt" in err
+    text = broken.read_text()
+    assert "data-verify='problems'" in text and shard.name in text
+
+
+def test_report_flags(reports, tmp_path, capsys):
+    path, _ = reports["latent"]
+    code, _, err = inspect_run(capsys, path, "--report_samples", "3")
+    assert code == 2 and "--report_samples" in err and "give --report too" in err
+    page = tmp_path / "three.html"
+    code, out, _ = inspect_run(capsys, path, "--report", page, "--report_samples", "3",
+                               "--seed", "5")
+    assert code == 0 and f"wrote {page}" in out
+    assert len(_sheets(str(page))) == 3
+    windows = sum(s.windows for s in data_format.load_spec(path).splits.values())
+    sample = min(3 * report.STATS_PER_SHEET, windows)
+    assert f"Windows (a sample of {sample}, drawn with seed 5" in page.read_text()
+    help_text = inspect_run(capsys, "--help")[1]
+    assert "--report PATH" in help_text and f"(default: {report.SAMPLES})" in help_text
+
+
+def test_a_sheet_is_scaled_down_to_its_byte_budget():
+    noise = np.random.default_rng(0).integers(0, 255, (600, 900, 3), np.uint8)
+    png, picture, scaled = pictures.png_within(Image.fromarray(noise), 200_000)
+    assert len(png) <= 200_000 and scaled < 1 and picture.width < 900
+    assert Image.open(io.BytesIO(png)).size == picture.size
+
+
+@pytest.mark.slow
+def test_a_report_of_a_dataset_on_gcs_is_the_local_one_s(appended):
+    """gs:// through fsspec (gcsfs), against the GCS emulator: the same page as of the
+    local copy, but for the path it names."""
+    path, _ = appended
+    spec = data_format.load_spec(path)
+    local = report.build(path, spec)
+    with gcs_emulator.running("bkt"):
+        import fsspec
+
+        fs = fsspec.filesystem("gs", skip_instance_cache=True)
+        for name in os.listdir(path):
+            if os.path.isfile(os.path.join(path, name)):
+                fs.put_file(os.path.join(path, name), f"bkt/appended/{name}")
+        gcs_emulator.reset_counts()
+        remote = report.build("gs://bkt/appended", data_format.load_spec("gs://bkt/appended"))
+        reads = gcs_emulator.counts()["read"]
+    assert remote.replace("gs://bkt/appended", path) == local
+    # a request per sampled window and per sheet (random access, as readers.numpy), a few
+    # per shard (its index; its first records, read ahead in one), the side files: none
+    # per small read
+    windows = sum(s.windows for s in spec.splits.values())
+    shards = sum(len(s.shards) for s in spec.splits.values())
+    sampled_windows = min(windows, report.STATS_PER_SHEET * report.SAMPLES)
+    assert reads <= sampled_windows + report.SAMPLES + 3 * shards + 10, reads
+
+
+# --- in a real browser
+
+
+class _Chromium:
+    """Headless Chromium driven over its DevTools pipe (`--remote-debugging-pipe`: the
+    browser reads commands on fd 3 and writes answers and events on fd 4, each a JSON
+    message ended by a NUL byte): no websocket library, no port."""
+
+    def __init__(self, profile):
+        commands, self._commands = os.pipe()
+        self._answers, answers = os.pipe()
+        # above 4, so that the child's dup2 onto 3 and 4 never overwrites its source
+        keep = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (commands, answers)]
+        os.close(commands)
+        os.close(answers)
+
+        def onto_3_and_4():
+            os.dup2(keep[0], 3)
+            os.dup2(keep[1], 4)
+
+        self.process = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--remote-debugging-pipe", f"--user-data-dir={profile}", "--no-first-run",
+             "about:blank"], close_fds=False, preexec_fn=onto_3_and_4,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for fd in keep:
+            os.close(fd)
+        self._buffer, self.events, self._id = b"", [], 0
+
+    def _next(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._answers], [], [], left)[0]:
+                raise TimeoutError("chromium did not answer")
+            chunk = os.read(self._answers, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed its pipe")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, params=None, session=None, timeout: float = 60) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._commands, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self._next(deadline)
+            if answer.get("id") == self._id:
+                assert "error" not in answer, (method, answer["error"])
+                return answer["result"]
+            self.events.append(answer)
+
+    def until(self, method: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == method for e in self.events):
+            self.events.append(self._next(deadline))
+        return next(e for e in self.events if e.get("method") == method)
+
+    def open(self, url: str) -> "_Tab":
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target,
+                                                      "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable", session=session)
+        self.events.clear()
+        self.call("Page.navigate", {"url": url}, session=session)
+        self.until("Page.loadEventFired")
+        return _Tab(self, session)
+
+    def close(self):
+        try:
+            self.call("Browser.close", timeout=10)
+        except (EOFError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._commands)
+        os.close(self._answers)
+
+
+class _Tab:
+    def __init__(self, browser: _Chromium, session: str):
+        self.browser, self.session = browser, session
+
+    def value(self, expression: str):
+        result = self.browser.call("Runtime.evaluate", {"expression": expression,
+                                                        "returnByValue": True},
+                                   session=self.session)
+        assert "exceptionDetails" not in result, result
+        return result["result"]["value"]
+
+    def events(self, *methods: str) -> list[dict]:
+        return [e["params"] for e in self.browser.events
+                if e.get("method") in methods and e.get("sessionId") == self.session]
+
+    def errors(self) -> list[str]:
+        """Console errors and warnings, exceptions, and the browser's own log errors
+        (a Content-Security-Policy refusal among them)."""
+        said = [e["entry"]["text"] for e in self.events("Log.entryAdded")
+                if e["entry"]["level"] in ("error", "warning")]
+        said += [" ".join(str(a.get("value")) for a in e["args"])
+                 for e in self.events("Runtime.consoleAPICalled")
+                 if e["type"] in ("error", "warning", "assert")]
+        said += [e["exceptionDetails"]["text"] for e in self.events("Runtime.exceptionThrown")]
+        return said
+
+    def requests(self) -> list[str]:
+        return [e["request"]["url"] for e in self.events("Network.requestWillBeSent")]
+
+    def screenshot(self) -> Image.Image:
+        data = self.browser.call("Page.captureScreenshot", {"format": "png"},
+                                 session=self.session)["data"]
+        return Image.open(io.BytesIO(base64.b64decode(data)))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not CHROMIUM:
+        pytest.skip(NO_CHROMIUM)
+    chromium = _Chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield chromium
+    chromium.close()
+
+
+_DOM = """JSON.stringify({
+  keys: Object.fromEntries([...document.querySelectorAll('[data-key]')]
+                           .map(e => [e.dataset.key, e.textContent])),
+  images: [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight,
+                                         i.getAttribute('width'), i.getAttribute('height')]),
+  scripts: document.scripts.length,
+  sections: [...document.querySelectorAll('section')].map(s => s.id),
+  height: document.documentElement.scrollHeight})"""
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_the_page_renders_offline_in_a_browser(reports, browser, name, tmp_path):
+    path, page = reports[name]
+    tab = browser.open(f"file://{page}")
+    assert not tab.errors()
+    requests = tab.requests()
+    assert requests[0] == f"file://{page}"
+    assert all(url.startswith("data:image/png;base64,") for url in requests[1:]), \
+        [u[:80] for u in requests]
+    dom = json.loads(tab.value(_DOM))
+    _check_figures(dom["keys"], read_dataset_json(path))
+    assert dom["keys"] == _read(page).keys
+    assert dom["scripts"] == 0
+    assert dom["sections"] == ["summary", "splits", "distributions", "failures", "sheets",
+                               "shuffle", "verify"]
+    assert len(dom["images"]) == len(_sheets(page)) > 0
+    for complete, width, height, said_width, said_height in dom["images"]:
+        assert complete and (width, height) == (int(said_width), int(said_height))
+    shot = tab.screenshot()
+    shot.save(tmp_path / "shot.png")
+    pixels = np.asarray(shot.convert("L"))
+    assert shot.width >= 780 and pixels.std() > 10   # drawn, not a blank page
+    assert dom["height"] > 2 * shot.height
+
+
+def test_the_browser_check_sees_a_request_and_a_script(reports, browser, tmp_path):
+    """The checks above would fail a page that asked for anything: the same page with an
+    image from a server and a script added is caught twice over."""
+    _, page = reports["latent"]
+    text = open(page, encoding="utf-8").read().replace(
+        "</body>", "<img src='http://127.0.0.1:9/x.png'><script>console.error('x')</script>"
+                   "</body>")
+    tampered = tmp_path / "tampered.html"
+    tampered.write_text(text, encoding="utf-8")
+    tab = browser.open(f"file://{tampered}")
+    assert "http://127.0.0.1:9/x.png" in tab.requests()
+    errors = " ".join(tab.errors())
+    assert "Content Security Policy" in errors and "http://127.0.0.1:9/x.png" in errors
