@@ -149,14 +149,16 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     def parse(serialized: tf.Tensor, random: Optional[tf.Tensor] = None):
         parsed = tf.io.parse_example(serialized, parse_spec)
         options = {"float_pixels": float_pixels, "keep_float16": keep_float16}
+        cut = clip is not None and clip.length < window   # a whole window: nothing to cut
         values = {f.name: f.codec.decode(parsed[f.name], **options) for f in selected
-                  if clip is None or f.name not in data_format.PER_FRAME}
+                  if not cut or f.name not in data_format.PER_FRAME}
         if clip is not None:
             offsets = _clip_offsets(clip, room, serialized, random)
+            values[CLIP_OFFSET] = offsets
+        if cut:
             frames = offsets[:, None] + tf.range(0, clip.span, clip.step, tf.int64)
             values.update({f.name: f.codec.decode_clip(parsed[f.name], frames, **options)
                            for f in selected if f.name in data_format.PER_FRAME})
-            values[CLIP_OFFSET] = offsets
         if structure is None:
             return values
         return tf.nest.map_structure(lambda name: values[name], structure)

@@ -137,6 +137,11 @@ def test_tf_data_clips_are_the_stored_windows_with_static_shapes(kinds, kind):
     again = [b["clip_offset"] for b in readers.make_dataset(
         path, "train", batch_size=2, clip=clip, seed=1).as_numpy_iterator()]
     np.testing.assert_array_equal(np.concatenate(again), offsets)
+    for batch in readers.make_dataset(path, "train", batch_size=2, clip=Clip(4)
+                                      ).as_numpy_iterator():      # the whole window
+        rows = [by_key[(v, s)] for v, s in zip(batch["video_id"], batch["start"])]
+        _assert_clips_of({name: values[rows] for name, values in whole.items()}, batch,
+                         Clip(4), 4)
 
 
 def test_tf_data_gives_clip_offset_in_a_structure(kinds):
