@@ -22,9 +22,9 @@ import pytest
 from PIL import Image
 
 import gcs_emulator
-from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job,
-                     sidecar, solid_frames, write_frame_folder, write_manifest, write_records,
-                     write_videos)
+from helpers import (assert_verified, inspect_run, latent_example, random_videos,
+                     read_dataset_json, run_job, sidecar, solid_frames, write_frame_folder,
+                     write_manifest, write_records, write_videos)
 from readers import format as data_format, preview, report
 from readers.numpy import WindowSource
 from readers.report import collect, pictures, sampled
@@ -609,3 +609,17 @@ def test_the_browser_check_sees_a_request_and_a_script(reports, browser, tmp_pat
     assert "http://127.0.0.1:9/x.png" in tab.requests()
     errors = " ".join(tab.errors())
     assert "Content Security Policy" in errors and "http://127.0.0.1:9/x.png" in errors
+
+
+@pytest.mark.slow
+def test_names_that_are_html_are_shown_as_text(tmp_path):
+    """A video id (here a file's name) full of markup is text on the page, never markup."""
+    write_videos(str(tmp_path / "in"), random_videos(np.random.default_rng(4), 3), files=1)
+    hostile = tmp_path / "in" / "<i onclick=x>&amp.tfrecord"
+    os.rename(next((tmp_path / "in").iterdir()), hostile)
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--stride", "2")
+    assert_verified(tmp_path / "out")
+    _, page = _report_of(tmp_path / "out")
+    text = open(page, encoding="utf-8").read()
+    assert "&lt;i onclick=x&gt;&amp;amp.tfrecord" in text
+    assert "<i onclick" not in text and "&amp.tfrecord" not in text.replace("&amp;amp", "")
