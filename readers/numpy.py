@@ -205,6 +205,10 @@ class EpochBatches:
         for step in range(self.start_step, self.steps):
             yield self.batch(step)
 
+    def windows(self) -> np.ndarray:
+        """The windows of the batches from `start_step` on, in order."""
+        return self._order[self.start_step * self.batch_size:self.steps * self.batch_size]
+
     def batch(self, step: int) -> list[int]:
         return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
 
@@ -276,7 +280,8 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     if threads is None:
         images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
-    chunks = (streaming.Chunks(source._shards, plan.chunks, list(plan), 2 * plan.buffer_bytes)
+    chunks = (streaming.Chunks(source._shards, plan.chunks, plan.windows(), batch_size,
+                               2 * plan.buffer_bytes)
               if plan.chunks is not None and source._shards.remote else None)
 
     def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
@@ -287,7 +292,8 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
         try:
             pending: collections.deque = collections.deque()
             for k, windows in enumerate(plan):
-                pending.append(pool.submit(read, windows, chunks and chunks.fetch(k)))
+                reads = chunks.fetch(k) if chunks is not None else None
+                pending.append(pool.submit(read, windows, reads))
                 if len(pending) > prefetch:
                     yield pending.popleft().result()
             while pending:

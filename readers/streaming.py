@@ -87,14 +87,17 @@ class Chunks:
     `fetch(step)` is called once a step, in order (the bookkeeping); `records` may run
     in any thread (it waits for the chunks' reads)."""
 
-    def __init__(self, shards: Shards, chunks: Sequence[Chunk],
-                 batches: Sequence[Sequence[int]], ahead_bytes: int, threads: int = 8):
-        self._shards, self._chunks = shards, list(chunks)
+    def __init__(self, shards: Shards, chunks: Sequence[Chunk], windows: np.ndarray,
+                 batch_size: int, ahead_bytes: int, threads: int = 8):
+        """`windows`: those the batches read, in order, `batch_size` a step (numpy
+        throughout: an epoch of 100 million windows is one array, not lists of them)."""
+        self._shards, self._chunks, self._batch_size = shards, list(chunks), batch_size
         self._firsts = np.array([c.first for c in self._chunks])
-        self._needs = [sorted(set(self.chunk_of(b).tolist())) for b in batches]
-        self._last_step = {c: step for step, needed in enumerate(self._needs) for c in needed}
-        self._queue = collections.deque(dict.fromkeys(
-            c for needed in self._needs for c in needed))        # in order of first need
+        self._of = self.chunk_of(windows).astype(np.int32)      # each window's chunk
+        needed, first = np.unique(self._of, return_index=True)
+        last = len(self._of) - 1 - np.unique(self._of[::-1], return_index=True)[1]
+        self._queue = collections.deque(needed[np.argsort(first)].tolist())  # by first need
+        self._last_step = dict(zip(needed.tolist(), (last // batch_size).tolist()))
         self._ahead = ahead_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(threads)
         self._held: dict[int, concurrent.futures.Future] = {}
@@ -108,7 +111,7 @@ class Chunks:
     def fetch(self, step: int) -> dict[int, concurrent.futures.Future]:
         """The reads of the chunks batch `step` needs (asked for now if not yet), and
         more ahead in order of first need while those held stay under the bytes ahead."""
-        needed = set(self._needs[step])
+        needed = set(self._of[step * self._batch_size:(step + 1) * self._batch_size].tolist())
         held = sum(self._size(c) for c in self._held)
         while self._queue and (self._queue[0] in needed or held < self._ahead):
             c = self._queue.popleft()
@@ -116,8 +119,8 @@ class Chunks:
             self._held[c] = self._pool.submit(self._shards.read_range, chunk.shard,
                                               chunk.start, chunk.end)
             held += self._size(c)
-        reads = {c: self._held[c] for c in self._needs[step]}
-        for c in self._needs[step]:
+        reads = {c: self._held[c] for c in needed}
+        for c in needed:
             if self._last_step[c] == step:
                 del self._held[c]
         return reads

@@ -86,6 +86,9 @@ def test_on_gcs_a_chunk_is_one_request_and_the_batches_are_the_local_ones(kinds)
         remote = list(batches("gs://bkt/out", "train", 4, order="stream", seed=1,
                               buffer_bytes=1))
         reads = gcs_emulator.counts()["read"]
+        resumed = list(batches("gs://bkt/out", "train", 4, order="stream", seed=1,
+                               buffer_bytes=1, start_step=2))
+    assert _keys(resumed) == _keys(remote[2:])
     ours = list(batches(local, "train", 4, order="stream", seed=1, buffer_bytes=1))
     assert len(remote) == len(ours) > 2
     for theirs, mine in zip(remote, ours):
