@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import concurrent.futures
 import json
-import os
 import re
 import sys
 from typing import Iterable, Optional
@@ -24,40 +22,14 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format, quiet, report
-from readers.format import tfrecord, wire
-from readers.selection import DatasetChanged, NotAFile, check_regular, gone
+from readers.verify import DatasetFiles, verify
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
 
 
-class _Files(report.collect.Files):
-    """The files of a dataset directory, local or of any fsspec scheme (gs:// with gcsfs),
-    with what the summary and --verify ask of them."""
-
-    def exists(self, name: str) -> bool:
-        return self.fs.exists(self.path(name))
-
-    def size(self, name: str) -> int:
-        return self.fs.size(self.path(name))
-
-    def open(self, name: str, mode: str = "rb", compression: Optional[str] = None):
-        return self.fs.open(self.path(name), mode, compression=compression)
-
-    def not_a_file(self, name: str) -> Optional[str]:
-        """Why a local dataset's `name` cannot be opened as a file (a FIFO, whose open
-        would wait forever; a directory), or None. Objects on a store are files."""
-        if not self.fs.protocol or "file" not in self.fs.protocol:
-            return None
-        try:
-            check_regular(self.root, name)
-        except NotAFile as e:
-            return str(e)
-        return None
-
-
 def _failure_rows(path: str, dataset: data_format.DatasetSpec) -> list[dict]:
-    files, name = _Files(path), dataset.sidecars.get("failures")
+    files, name = DatasetFiles(path), dataset.sidecars.get("failures")
     if name is None or not files.exists(name):
         return []
     with files.open(name, "r") as f:
@@ -77,7 +49,7 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         lines.append(f"encoder: {e['path']} {e['input_shape']} -> {e['output_shape']} "
                      f"{e['latent_dtype']} (sha256 {str(e['sha256'])[:12]})")
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
-    files = _Files(path)
+    files = DatasetFiles(path)
     for name, split in dataset.splits.items():
         size = sum(files.size(s.file) for s in split.shards if files.exists(s.file))
         rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
@@ -95,172 +67,6 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
     return "\n".join(lines)
-
-
-def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
-                  ) -> tuple[list[str], list[tuple[bytes, int]]]:
-    """Problems of one shard, and the (video_id, start) of its examples; DatasetChanged
-    when it is gone because the dataset was rewritten. A shard too small for its records
-    at dataset.json's shapes is not parsed by them. Each record is read in turn (its
-    CRCs checked) and parsed to the spec as readers.numpy does, images decoded."""
-    files = _Files(path)
-    if not files.exists(shard.file):
-        return [_missing(path, dataset, shard.file)], []
-    problem = files.not_a_file(shard.file) or (shard.index and files.not_a_file(shard.index))
-    problem = problem or dataset.shard_problem(shard, files.size(shard.file))
-    if problem:
-        return [problem], []
-    compression = None if dataset.compression == "none" else dataset.compression
-    problems, keys, count = [], [], 0
-    with files.open(shard.file, compression=compression) as f:
-        while True:
-            try:
-                record = tfrecord.read_frame(f)
-            except (OSError, EOFError) as e:     # a gzip stream that is cut or damaged
-                record = tfrecord.Lost(str(e), 1, 0, True)
-            if record is None:
-                break
-            if isinstance(record, tfrecord.Lost):
-                problems.append(f"{shard.file}: corrupt after {count} records ({record.reason})")
-                break
-            try:
-                values = _parsed(dataset.features, record)
-            except (ValueError, OSError) as e:   # OSError: Pillow's, for a bad image
-                problems.append(f"{shard.file}: record #{count} does not parse to the "
-                                f"spec: {str(e).splitlines()[0][:200]}")
-                break
-            if not np.isin(values["mask"], (0, 1)).all():
-                problems.append(f"{shard.file}: masks other than 0 or 1 in record #{count}")
-            if values["start"] < 0:
-                problems.append(f"{shard.file}: a negative start in record #{count}")
-            keys.append((values["video_id"], int(values["start"])))
-            count += 1
-    if count != shard.examples and not problems:
-        problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
-    if shard.index and not problems:
-        problems += _verify_index(path, shard, dataset)
-    return problems, keys
-
-
-def _parsed(features: list[data_format.FeatureSpec], record: bytes) -> dict:
-    """A record's values, each put in a row of its feature's column as readers.numpy
-    puts it (so images are decoded and every shape checked)."""
-    values = wire.example_values(list(features), record)
-    for f in features:
-        column = np.empty((1, *f.shape), f.codec.column_dtype)
-        f.codec.store(column, 0, values[f.name])
-    return values
-
-
-def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
-    """The problem of a file dataset.json lists that is not there; DatasetChanged when
-    dataset.json now names another run (or is gone): then nothing else is worth saying."""
-    error = gone(path, dataset.run_id, file)
-    if isinstance(error, DatasetChanged):
-        raise error
-    return f"{file}: missing"
-
-
-def _verify_index(path: str, shard: data_format.Shard,
-                  dataset: data_format.DatasetSpec) -> list[str]:
-    """The offset index beside a shard (readers.format.index), against the shard."""
-    files = _Files(path)
-    if not files.exists(shard.index):
-        return [_missing(path, dataset, shard.index)]
-    with files.open(shard.index) as f:
-        data = f.read()
-    try:
-        offsets = data_format.index.decode(data, shard.index, shard.examples,
-                                           dataset.format_version,
-                                           files.size(shard.file), dataset.min_frame_bytes)
-    except ValueError as e:
-        return [str(e)]
-    with files.open(shard.file) as f:
-        problem = data_format.index.verify(shard.index, offsets, f)
-    return [problem] if problem else []
-
-
-def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]:
-    """The TFDS files dataset.json lists (dataset_info.json; features.json too before
-    format 5; none before there were any): each must be the bytes
-    readers.format.tfds_info makes from dataset.json, else TFDS reads other shard
-    lengths or features than ours."""
-    listed = [name for name in data_format.TFDS_FILES if name in dataset.files]
-    try:
-        expected = data_format.tfds_info.files(dataset) if listed else {}
-    except ValueError as e:   # shards not named as TFDS opens them
-        return [f"{listed[0]}: {e}"]
-    problems, files = [], _Files(path)
-    for name in listed:
-        if name not in expected:
-            problems.append(f"{name}: listed, but a {dataset.compression} dataset has none "
-                            "(TFDS cannot read its shards)")
-        elif not files.exists(name):
-            problems.append(_missing(path, dataset, name))
-        else:
-            with files.open(name) as f:
-                found = f.read()
-            if found != expected[name] and not _a_whole_earlier_view(files, name, found):
-                problems.append(f"{name}: not what dataset.json gives, nor the view of an "
-                                "earlier commit whose shards are all there (regenerate it "
-                                "with readers.format.tfds_info.files)")
-    return problems
-
-
-def _a_whole_earlier_view(files: "_Files", name: str, found: bytes) -> bool:
-    """Whether a dataset_info.json that is not dataset.json's is the one of the commit
-    before, whole: every shard it names there with the records it says (its index's
-    lines). A kill between a commit and this file's rewrite leaves it so: TFDS then
-    reads that dataset, whole, until the next run in the directory rewrites the file."""
-    if name != data_format.DATASET_INFO_JSON:
-        return False
-    try:
-        shards = data_format.tfds_info.shards_of(json.loads(found))
-    except ValueError:
-        return False
-    for shard, records in shards:
-        index = data_format.index_name(shard)
-        if not (files.exists(shard) and files.exists(index)):
-            return False
-        with files.open(index) as f:
-            if sum(1 for _ in f) != records:
-                return False
-    return True
-
-
-def _verify_videos_file(path: str, dataset: data_format.DatasetSpec) -> list[str]:
-    """The videos file dataset.json names, against it (readers/format/videos_file.py)."""
-    name = dataset.sidecars.get("videos")
-    files = _Files(path)
-    if name is None:
-        return []
-    if not files.exists(name):
-        return [_missing(path, dataset, name)]
-    problem = data_format.videos_file.problem(lambda: files.open(name), dataset)
-    return [f"{name}: {problem}"] if problem else []
-
-
-def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:
-    """Read every record of every shard in parallel, and check the TFDS files; return
-    the problems found. DatasetChanged when the dataset is rewritten or deleted
-    meanwhile."""
-    jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
-    problems: list[str] = _verify_tfds_files(path, dataset) + _verify_videos_file(path, dataset)
-    split_of: dict[bytes, str] = {}
-    seen: set[tuple[str, bytes, int]] = set()
-    with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
-        results = pool.map(lambda job: _verify_shard(path, job[1], dataset), jobs)
-        for (name, shard), (shard_problems, keys) in zip(jobs, results):
-            problems += shard_problems
-            for video_id, start in keys:
-                if (name, video_id, start) in seen:
-                    problems.append(f"{shard.file}: window ({video_id.decode()}, {start}) "
-                                    "appears twice")
-                seen.add((name, video_id, start))
-                if split_of.setdefault(video_id, name) != name:
-                    problems.append(f"video {video_id.decode()} is in splits "
-                                    f"{split_of[video_id]} and {name}")
-    return problems
 
 
 def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int, seed: int,
