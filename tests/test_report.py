@@ -497,3 +497,19 @@ def test_names_that_are_html_are_shown_as_text(tmp_path):
     text = open(page, encoding="utf-8").read()
     assert "&lt;i onclick=x&gt;&amp;amp.tfrecord" in text
     assert "<i onclick" not in text and "&amp.tfrecord" not in text.replace("&amp;amp", "")
+
+
+def test_a_gzip_dataset_gets_its_page_and_a_damaged_shard_is_left_out(kinds, tmp_path):
+    """Gzip shards have no index: the sample comes from their first records; a shard cut
+    short leaves the parts it breaks out, saying so, instead of stopping the page."""
+    whole = tmp_path / "whole"
+    shutil.copytree(kinds["gzip"], whole)
+    text = open(_report_of(whole)[1], encoding="utf-8").read()
+    assert "id='unread'" not in text and "data:image/png;base64," in text
+    cut = tmp_path / "cut"
+    shutil.copytree(kinds["gzip"], cut)
+    shard = read_dataset_json(cut)["splits"]["train"]["shards"][0]["file"]
+    data = (cut / shard).read_bytes()
+    (cut / shard).write_bytes(data[:len(data) // 3])
+    text = open(_report_of(cut)[1], encoding="utf-8").read()
+    assert "id='unread'" in text and f"{shard}: " in text and "records readable" in text

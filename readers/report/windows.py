@@ -10,6 +10,7 @@ first records of shards in order the same way (`heads`), for any compression.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -138,6 +139,11 @@ class Windows:
         found = {}
         for shard, locals_ in wanted.items():
             rows = heads(self.path, self.spec, shards[shard], max(locals_) + 1, features)
+            readable = len(next(iter(rows.values())))
+            if max(locals_) >= readable:      # a damaged shard: the caller leaves it out
+                raise ValueError(f"{shards[shard].file}: {readable} records readable from "
+                                 f"its start, record {max(locals_)} wanted; run "
+                                 f"python -m readers.inspect {self.path} --verify")
             first = int(ends[shard] - shards[shard].examples)
             found.update({first + k: {name: column[k] for name, column in rows.items()}
                           for k in locals_})
@@ -147,7 +153,8 @@ class Windows:
 def heads(path: str, spec: data_format.DatasetSpec, shard: data_format.Shard, count: int,
           features: Sequence[str]) -> dict[str, np.ndarray]:
     """The first `count` records of a shard, in order, decoded as readers.numpy decodes
-    them (images with Pillow; float16 to float32); fewer when the shard has fewer.
+    them (images with Pillow; float16 to float32); fewer when the shard has fewer, or is
+    damaged before them.
     Reads about `count` records' bytes from the shard's start, whatever its size."""
     chosen = [spec.feature(name) for name in features]
     columns = {f.name: np.empty((count, *f.shape), f.codec.column_dtype) for f in chosen}
@@ -155,7 +162,10 @@ def heads(path: str, spec: data_format.DatasetSpec, shard: data_format.Shard, co
     done = 0
     with Files(path).reader(shard.file, compression) as f:
         while done < count:
-            record = tfrecord.read_frame(f)
+            try:
+                record = tfrecord.read_frame(f)
+            except (EOFError, OSError, zlib.error):   # a gzip stream cut short or damaged
+                break
             if record is None or isinstance(record, tfrecord.Lost):
                 break
             values = wire.example_values(chosen, record)
