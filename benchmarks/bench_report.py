@@ -31,6 +31,7 @@ sys.path.insert(0, REPO)
 from beam_jobs import make_shards  # noqa: E402
 from beam_jobs.sample import write_latent_sample  # noqa: E402
 from readers import format as data_format  # noqa: E402
+from readers.files import DatasetFiles  # noqa: E402
 from readers.report import collect  # noqa: E402
 
 WINDOW, STRIDE = 100, 50
@@ -86,7 +87,7 @@ def videos_rows_per_second(rows: int = 200_000) -> float:
     try:
         videos = collect.SplitVideos()
         started = time.perf_counter()
-        for row in collect.Files(os.path.dirname(f.name)).rows(os.path.basename(f.name)):
+        for row in DatasetFiles(os.path.dirname(f.name)).rows(os.path.basename(f.name)):
             videos.add(row)
         return rows / (time.perf_counter() - started)
     finally:

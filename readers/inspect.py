@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 import sys
 from typing import Iterable, Optional
@@ -22,18 +21,11 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format, quiet, report
-from readers.verify import DatasetFiles, verify
+from readers.files import DatasetFiles
+from readers.verify import verify
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
-
-
-def _failure_rows(path: str, dataset: data_format.DatasetSpec) -> list[dict]:
-    files, name = DatasetFiles(path), dataset.sidecars.get("failures")
-    if name is None or not files.exists(name):
-        return []
-    with files.open(name, "r") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def summary(path: str, dataset: data_format.DatasetSpec) -> str:
@@ -50,8 +42,9 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
                      f"{e['latent_dtype']} (sha256 {str(e['sha256'])[:12]})")
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
     files = DatasetFiles(path)
+    sizes = files.sizes()      # one listing, not a request or two a shard
     for name, split in dataset.splits.items():
-        size = sum(files.size(s.file) for s in split.shards if files.exists(s.file))
+        size = sum(sizes.get(s.file, 0) for s in split.shards)
         rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
                      split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
@@ -63,7 +56,9 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         lines += [f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
                   f"{g.skipped_existing} input videos skipped as already in the dataset"
                   for g in dataset.generations]
-    reasons = collections.Counter(row["reason"] for row in _failure_rows(path, dataset))
+    failures = dataset.sidecars.get("failures")
+    reasons = collections.Counter(row["reason"] for row in files.rows(failures)
+                                  ) if failures in sizes else collections.Counter()
     lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
     return "\n".join(lines)

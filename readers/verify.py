@@ -15,33 +15,8 @@ import numpy as np
 
 from readers import format as data_format
 from readers.format import tfrecord, wire
-from readers.report.collect import Files
-from readers.selection import DatasetChanged, NotAFile, check_regular, gone
-
-
-class DatasetFiles(Files):
-    """The files of a dataset directory, local or of any fsspec scheme (gs:// with gcsfs),
-    with what the summary and --verify ask of them."""
-
-    def exists(self, name: str) -> bool:
-        return self.fs.exists(self.path(name))
-
-    def size(self, name: str) -> int:
-        return self.fs.size(self.path(name))
-
-    def open(self, name: str, mode: str = "rb", compression: Optional[str] = None):
-        return self.fs.open(self.path(name), mode, compression=compression)
-
-    def not_a_file(self, name: str) -> Optional[str]:
-        """Why a local dataset's `name` cannot be opened as a file (a FIFO, whose open
-        would wait forever; a directory), or None. Objects on a store are files."""
-        if not self.fs.protocol or "file" not in self.fs.protocol:
-            return None
-        try:
-            check_regular(self.root, name)
-        except NotAFile as e:
-            return str(e)
-        return None
+from readers.files import DatasetFiles
+from readers.selection import DatasetChanged, gone
 
 
 def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec

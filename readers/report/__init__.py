@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, seed: int = 0,
           verified: Optional[list[str]] = None) -> str:
-    """The page's HTML. `verified`: the problems `readers.inspect.verify` found (None:
+    """The page's HTML. `verified`: the problems `readers.verify.verify` found (None:
     it was not run). A record that cannot be read where the sample falls (a corrupt
     shard) leaves that part of the page out, saying why, so that a broken dataset still
     gets its report."""

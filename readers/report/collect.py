@@ -14,49 +14,16 @@ import collections
 import dataclasses
 import json
 import re
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from readers import format as data_format
+from readers.files import DatasetFiles
 
 MAX_ROWS = 50          # rows of a side file shown in its table; the rest are counted
 MAX_REASONS = 100      # kinds of reason counted apart; the rest are "other"
 _VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\S*[/\\]\S*?(?=[:,;.]?(?:\s|$))|\d+(?:\.\d+)?")
-
-
-class Files:
-    """A dataset directory's files through fsspec: local, gs:// (with gcsfs), any scheme
-    (readers.inspect's summary and --verify read through it too)."""
-
-    def __init__(self, path: str):
-        import fsspec
-
-        self.fs, root = fsspec.core.url_to_fs(path)
-        self.root = root.rstrip("/")
-
-    def path(self, name: str) -> str:
-        return f"{self.root}/{name}"
-
-    def reader(self, name: str, compression: Optional[str] = None):
-        """A file for reading in binary, read ahead in 1 MiB blocks on a store: gcsfs's
-        own default cache asks for each small read (a record's header, its data, its
-        CRC) in a request of its own at first."""
-        return self.fs.open(self.path(name), "rb", compression=compression,
-                            block_size=1 << 20, cache_type="readahead")
-
-    def sizes(self) -> dict[str, int]:
-        """Every file's size by name, from one listing (pages of 1,000 names on GCS),
-        not one request per shard."""
-        return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
-                for entry in self.fs.ls(self.root, detail=True)}
-
-    def rows(self, name: str) -> Iterator[dict]:
-        """The JSON rows of a side file, one line at a time (blank lines skipped)."""
-        with self.reader(name) as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
 
 
 @dataclasses.dataclass
@@ -154,7 +121,7 @@ class Collected:
 def collect(path: str, spec: data_format.DatasetSpec) -> Collected:
     """One pass over the videos, failures and bad frames files; the shard sizes that
     dataset.json records (each uncompressed shard's), or else one listing."""
-    files = Files(path)
+    files = DatasetFiles(path)
     shards = [s for split in spec.splits.values() for s in split.shards]
     listed = {} if all(s.bytes is not None for s in shards) else files.sizes()
     shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)

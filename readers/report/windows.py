@@ -17,7 +17,7 @@ import numpy as np
 
 from readers import format as data_format
 from readers.format import tfrecord, wire
-from readers.report.collect import Files
+from readers.files import DatasetFiles
 
 HEAD_RECORDS = 64   # of a gzip shard, the records the sample is drawn from
 HEAD_SHARDS = 16    # gzip shards a split the sample is drawn from, evenly over its list
@@ -160,7 +160,7 @@ def heads(path: str, spec: data_format.DatasetSpec, shard: data_format.Shard, co
     columns = {f.name: np.empty((count, *f.shape), f.codec.column_dtype) for f in chosen}
     compression = None if spec.compression == "none" else spec.compression
     done = 0
-    with Files(path).reader(shard.file, compression) as f:
+    with DatasetFiles(path).reader(shard.file, compression) as f:
         while done < count:
             try:
                 record = tfrecord.read_frame(f)
