@@ -19,7 +19,7 @@ After each, four checks; a failed one is a violation, counted and described:
   old or new   dataset.json is the one before or a new one; every file it lists is
                there, and every file it lists that was there before is byte for byte
                what it was (shards are never rewritten)
-  verify       readers.inspect's verify finds no problem
+  verify       readers.verify (inspect --verify) finds no problem
   next run     the same command, run to its end, exits 0 (its own checks as above)
   left behind  then the directory holds dataset.json, the files it lists and nothing
                else (but the marker folders of runs that lost their lease), and no
@@ -50,7 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from beam_jobs.sample import write_latent_sample  # noqa: E402
-from readers import inspect, load_spec  # noqa: E402
+from readers import load_spec  # noqa: E402
+from readers.verify import verify  # noqa: E402
 from readers.format import RUN_ID  # noqa: E402
 
 KILLS = ("kill", "int", "term", "stop")
@@ -126,7 +127,7 @@ def check_whole(out: str, before: dict[str, str]) -> list[str]:
     if changed:
         problems.append(f"old or new: rewritten: {changed[:3]}")
     try:
-        problems += [f"verify: {p}" for p in inspect.verify(out, load_spec(out))]
+        problems += [f"verify: {p}" for p in verify(out, load_spec(out))]
     except Exception as e:   # a reader that cannot even open it
         problems.append(f"verify: {type(e).__name__}: {e}")
     return problems

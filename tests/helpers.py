@@ -198,10 +198,10 @@ def assert_verified(output_dir) -> None:
     if str(output_dir).startswith("gs://") or not os.path.exists(
             os.path.join(output_dir, "dataset.json")):
         return
-    from readers import inspect
     import readers
+    from readers.verify import verify
 
-    problems = inspect.verify(str(output_dir), readers.load_spec(str(output_dir)))
+    problems = verify(str(output_dir), readers.load_spec(str(output_dir)))
     assert not problems, problems[:5]
 
 

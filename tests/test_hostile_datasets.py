@@ -17,10 +17,10 @@ import tensorflow as tf
 
 import readers
 from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
-from readers import inspect
 from readers.format import SpecError
 from readers.numpy import WindowSource, batches
 from readers.selection import DatasetChanged
+from readers.verify import verify
 
 
 def _build(root, *extra) -> str:
@@ -352,4 +352,4 @@ def test_tf_data_reads_its_own_run_then_says_it_was_rewritten(rewritten):
 def test_inspect_says_the_dataset_was_rewritten(rewritten):
     r = rewritten
     with pytest.raises(DatasetChanged, match=f"now names run {r['new']}"):
-        inspect.verify(r["out"], r["spec"])
+        verify(r["out"], r["spec"])

@@ -10,7 +10,9 @@ from PIL import Image
 
 from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job,
                      solid_frames, write_frame_folder, write_manifest, write_records, write_videos)
-from readers import inspect, preview
+import readers
+from readers import preview
+from readers.verify import verify
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +83,7 @@ def _broken_copy(source, tmp_path, how):
                                          ("extra record", "dataset.json says")])
 def test_verify_finds_broken_shards(latent_dataset, tmp_path, capsys, how, needle):
     copy, shard = _broken_copy(latent_dataset, tmp_path, how)
-    problems = inspect.verify(copy, inspect.data_format.DatasetSpec.from_json(
-        open(os.path.join(copy, "dataset.json")).read()))
+    problems = verify(copy, readers.load_spec(copy))
     assert problems and any(shard in p and needle in p for p in problems), problems
     code, _, err = inspect_run(capsys, copy, "--verify")
     assert code == 1 and needle in err
