@@ -19,6 +19,8 @@ MARGIN = 4
 GAP = 2                   # between frames of a contact sheet
 FONT_SIZE = 13
 TEXT_HEIGHT = FONT_SIZE + 5
+# The latent colour map, low to high (a diverging blue-yellow-red); NaN is black.
+COLOURS = ((44, 123, 182), (171, 217, 233), (255, 255, 191), (253, 174, 97), (215, 25, 28))
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,8 +29,8 @@ def _font() -> ImageFont.ImageFont:
     return ImageFont.load_default(size=FONT_SIZE)
 
 
-def _columns(length: int) -> np.ndarray:
-    """At most MAX_COLUMNS frame indices, evenly over the window."""
+def frame_columns(length: int) -> np.ndarray:
+    """The frames a contact sheet shows: at most MAX_COLUMNS, evenly over the window."""
     return np.unique(np.linspace(0, length - 1, min(length, MAX_COLUMNS)).round().astype(int))
 
 
@@ -62,7 +64,7 @@ def contact_sheet(windows: np.ndarray, masks: np.ndarray, labels: Optional[np.nd
                   captions: list[str]) -> Image.Image:
     """One row per window: its frames with a thin gap between them (masked ones dimmed
     and crossed in red), and the labels as a curve under them."""
-    columns = _columns(windows.shape[1])
+    columns = frame_columns(windows.shape[1])
     thumbs = [[_thumb(w[i]) for i in columns] for w in windows]
     width = max(sum(t.width + GAP for t in row) for row in thumbs) + 2 * MARGIN + 40
     row_height = THUMB_HEIGHT + TEXT_HEIGHT + (LABEL_STRIP if labels is not None else 0) + MARGIN
@@ -88,35 +90,45 @@ def contact_sheet(windows: np.ndarray, masks: np.ndarray, labels: Optional[np.nd
     return sheet
 
 
-def _colormap(values: np.ndarray) -> np.ndarray:
-    """[0, 1] -> RGB uint8, blue through white to red."""
-    v = np.clip(values, 0, 1)[..., None]
-    blue, white, red = np.array([40, 70, 200]), np.array([245, 245, 245]), np.array([200, 40, 40])
-    rgb = np.where(v < 0.5, blue + (white - blue) * v * 2, white + (red - white) * (v - 0.5) * 2)
-    return rgb.astype(np.uint8)
+def colour_map(values: np.ndarray) -> np.ndarray:
+    """Values in [0, 1] (clipped; NaN black) -> RGB uint8 along COLOURS."""
+    stops = np.array(COLOURS, np.float64)
+    where = np.clip(np.nan_to_num(values, nan=0.0), 0, 1) * (len(stops) - 1)
+    low = np.minimum(where.astype(int), len(stops) - 2)
+    frac = (where - low)[..., None]
+    rgb = stops[low] * (1 - frac) + stops[low + 1] * frac
+    rgb[np.isnan(values)] = 0
+    return rgb.round().astype(np.uint8)
 
 
-def _heatmap(window: np.ndarray) -> tuple[Image.Image, float, float, int]:
-    """(image, low, high, dims shown) of one window: frames across, latent dims down,
-    every cell at least one pixel (never a dim dropped by resizing); at most MAX_DIMS
-    dims, the first ones."""
-    flat = window.reshape(len(window), -1).astype(np.float32).T          # [D, L]
-    finite = flat[np.isfinite(flat)]
-    low, high = ((float(np.percentile(finite, 1)), float(np.percentile(finite, 99)))
-                 if finite.size else (0.0, 1.0))
-    shown = flat[:MAX_DIMS]
-    cell_w = max(1, HEATMAP_WIDTH // shown.shape[1])
-    cell_h = max(1, HEATMAP_HEIGHT // shown.shape[0])
-    rgb = _colormap((shown - low) / ((high - low) or 1.0))
-    image = Image.fromarray(rgb).resize((shown.shape[1] * cell_w, shown.shape[0] * cell_h),
-                                        Image.Resampling.NEAREST)
-    return image, low, high, len(shown)
+def heatmap_size(length: int, dims: int) -> tuple[int, int]:
+    """(width, height) of a heatmap of `length` frames of `dims` values: at least a pixel
+    a cell, at most MAX_DIMS dims."""
+    shown = min(dims, MAX_DIMS)
+    return (length * max(1, HEATMAP_WIDTH // length),
+            shown * max(1, HEATMAP_HEIGHT // shown))
+
+
+def heatmap(window: np.ndarray, low: float, high: float) -> Image.Image:
+    """One window: frames across, its first MAX_DIMS values down, coloured from `low`
+    to `high`; every cell at least one pixel (never a dim dropped by resizing)."""
+    values = window.reshape(len(window), -1).astype(np.float64).T[:MAX_DIMS]    # [D, L]
+    rgb = colour_map((values - low) / ((high - low) or 1.0))
+    return Image.fromarray(rgb).resize(heatmap_size(*values.T.shape), Image.Resampling.NEAREST)
+
+
+def value_range(window: np.ndarray) -> tuple[float, float]:
+    """A window's own colour scale: its finite values' 1st to 99th percentile."""
+    finite = window[np.isfinite(window)].astype(np.float64)
+    if not finite.size:
+        return 0.0, 1.0
+    return float(np.percentile(finite, 1)), float(np.percentile(finite, 99))
 
 
 def _colour_scale(sheet: Image.Image, draw: ImageDraw.ImageDraw, x: int, y: int, low: float,
                   high: float) -> None:
     """A horizontal bar of the colour map with its value range written at the ends."""
-    bar = _colormap(np.linspace(0, 1, SCALE_WIDTH))[None].repeat(8, 0)
+    bar = colour_map(np.linspace(0, 1, SCALE_WIDTH))[None].repeat(8, 0)
     sheet.paste(Image.fromarray(bar), (x, y))
     draw.text((x - 4, y), f"{low:.3g}", fill=(0, 0, 0), font=_font(), anchor="ra")
     draw.text((x + SCALE_WIDTH + 4, y), f"{high:.3g}", fill=(0, 0, 0), font=_font())
@@ -128,14 +140,16 @@ def heatmaps(windows: np.ndarray, masks: np.ndarray, metadata: Optional[np.ndarr
     colour scale and value range (1st to 99th percentile), axis labels, its metadata,
     and a red tick under each masked frame. More than MAX_DIMS dims: the first MAX_DIMS
     are shown, and a note says so."""
-    maps = [_heatmap(w) for w in windows]
+    ranges = [value_range(w) for w in windows]
+    maps = [heatmap(w, low, high) for w, (low, high) in zip(windows, ranges)]
     dims = int(np.prod(windows.shape[2:]))
-    width = max(m.width for m, *_ in maps) + AXIS_WIDTH + 2 * MARGIN + SCALE_WIDTH + 120
-    heights = [TEXT_HEIGHT * 2 + m.height + 8 + TEXT_HEIGHT + MARGIN for m, *_ in maps]
+    shown = min(dims, MAX_DIMS)
+    width = max(m.width for m in maps) + AXIS_WIDTH + 2 * MARGIN + SCALE_WIDTH + 120
+    heights = [TEXT_HEIGHT * 2 + m.height + 8 + TEXT_HEIGHT + MARGIN for m in maps]
     sheet = Image.new("RGB", (width, sum(heights) + MARGIN), "white")
     draw = ImageDraw.Draw(sheet)
     top = MARGIN
-    for r, ((image, low, high, shown), height) in enumerate(zip(maps, heights)):
+    for r, (image, (low, high), height) in enumerate(zip(maps, ranges, heights)):
         text = captions[r]
         if metadata is not None:
             text += "   metadata " + " ".join(f"{v:.3g}" for v in metadata[r])

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from readers import format as data_format
+from readers import format as data_format, preview
 from readers.report import collect, pictures, sampled, svg
 
 MAX_PLOTTED_SHARDS = 400     # more shards: a histogram of their sizes instead of a bar each
@@ -251,8 +251,9 @@ def _failures(page: Inputs) -> str:
 def _sheets(page: Inputs) -> str:
     parts = ["<section id='sheets'><h2>Contact sheets</h2>"]
     if page.pixels:
-        k = pictures.every_kth(page.spec.window["length"])
-        every = "every frame" if k == 1 else f"every {k}th frame"
+        length = page.spec.window["length"]
+        every = ("every frame" if length <= preview.MAX_COLUMNS else
+                 f"{preview.MAX_COLUMNS} of its {length} frames, evenly spread")
         parts.append(f"<p>Each window as a strip of {every}; masked "
                      "frames dimmed and crossed in red; the first label under the frames "
                      "as a curve, scaled to the window's own range.</p>")
@@ -263,7 +264,7 @@ def _sheets(page: Inputs) -> str:
                      f"</span> to <span data-scale-high>{svg.number(high)}</span> (the "
                      "sample's mean &#177; 3 std; values outside are clipped, NaN black); a "
                      "red mark under a masked frame.</p>"
-                     + svg.colour_bar(low, high, pictures.COLOURS))
+                     + svg.colour_bar(low, high, preview.COLOURS))
     parts.append("<div class='sheets'>")
     runs = [g.run_id for g in page.spec.generations]
     for sheet in page.sheets:
