@@ -31,7 +31,8 @@ KINDS = {
     "long": ("longin/*", ["--num_shards", "2"]),
     # videos a (7 frames) and b (9), labels heat and smoke, metadata [1.5, i]
     "raw": ("m.jsonl", ["--frame_encoding", "raw", "--num_shards", "2"]),
-    "png": ("m.jsonl", ["--frame_encoding", "png", "--num_shards", "2"]),
+    "png": ("m.jsonl", ["--frame_encoding", "png", "--num_shards", "2",
+                        "--homepage", "https://example.org/cams?q=1&r=é"]),
     "jpeg": ("m.jsonl", ["--frame_encoding", "jpeg"]),
 }
 

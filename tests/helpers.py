@@ -155,18 +155,20 @@ def plain_names(names) -> list[str]:
     return sorted(plain_name(str(name).rsplit("/", 1)[-1]) for name in names)
 
 
-def _plain_info(text: str, run_ids: Sequence[str]) -> str:
-    """dataset_info.json's text without the run ids its templates, description and
-    citation carry."""
+def _plain_info(text: str, run_ids: Sequence[str]) -> dict:
+    """dataset_info.json without the run ids its templates, description and citation
+    carry, and without its homepage (by default where the dataset was written)."""
     for run_id in run_ids:
         text = text.replace(run_id, "RUNID")
-    return text
+    info = json.loads(text)
+    info.pop("location", None)
+    return info
 
 
 def same_dataset_files(a, b) -> None:
     """Same shards and failures byte for byte (under the same names but for the run id);
-    same dataset_info.json but for the run ids in it; same dataset.json but for the flags
-    and the run id (its own and its generations')."""
+    same dataset_info.json but for the run ids and the homepage in it; same dataset.json
+    but for the flags and the run id (its own and its generations')."""
     files = [{plain_name(n): os.path.join(d, n) for n in os.listdir(d)} for d in (a, b)]
     assert sorted(files[0]) == sorted(files[1]) and len(files[0]) > 4
     run_ids = [[g["run_id"] for g in read_dataset_json(d)["generations"]] for d in (a, b)]

@@ -45,6 +45,8 @@ def latents(tmp_path_factory):
     (["--job_port", "1", "--job_port", "2"], "--job_port: given twice; give it once"),
     (["--dry_run=True"], "--dry_run: only DataflowRunner builds a job without running it; "
                          "FnApiRunner would run it"),
+    (["--homepage", " "], "--homepage: a URL: printable text, not empty"),
+    (["--homepage", "https://a\nb"], "--homepage: a URL: printable text, not empty"),
 ])
 def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, message):
     line = job_line(capsys, "--input", latents[0], "--output_dir", tmp_path / "out",

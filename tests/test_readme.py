@@ -262,3 +262,11 @@ def test_the_light_install_row_names_setup_pys_requirements():
     named = [n.strip().lower() for n in row.split("|")[2].split(",")]
     assert named == [re.split(r"[<>=]", r)[0].lower() for r in READER]
     assert f"| {len(READER)} packages and the project" in row
+
+
+def test_docs_append_names_the_flags_an_append_may_change():
+    from beam_jobs.commit.append import FREE_FLAGS
+
+    text = _read("docs", "append.md")
+    listed = text[text.index("flags but `--input`"):text.index("`FREE_FLAGS`")]
+    assert set(re.findall(r"`--(\w+)`", " ".join(listed.split()))) == FREE_FLAGS

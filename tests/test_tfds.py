@@ -5,6 +5,7 @@ rewrites one a kill left behind."""
 import dataclasses
 import json
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -93,6 +94,14 @@ def test_builder_info_describes_this_dataset_and_cites_its_run(kinds):
     on_disk = sum(os.path.getsize(os.path.join(kinds["latent"], shard.file))
                   for split in spec.splits.values() for shard in split.shards)
     assert int(info.dataset_size) == on_disk > 0
+
+
+def test_builder_info_homepage_is_the_flag_or_where_the_dataset_was_written(kinds):
+    """Not TFDS's catalog page for the name, which does not exist."""
+    info = tfds.builder_from_directory(kinds["latent"]).info
+    assert info.homepage == pathlib.Path(kinds["latent"]).resolve().as_uri()
+    given = tfds.builder_from_directory(kinds["png"]).info
+    assert given.homepage == "https://example.org/cams?q=1&r=é"
 
 
 def test_every_encoding_has_a_tfds_feature():

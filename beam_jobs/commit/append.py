@@ -31,7 +31,7 @@ from readers import format as data_format
 # window holds: an append may give other values.
 FREE_FLAGS = frozenset({
     "input", "output_dir", "overwrite", "append", "retry_failed", "detach", "break_lease",
-    "all_cores",
+    "all_cores", "homepage",
     "progress_interval", "num_shards", "shard_size_mb", "max_failure_fraction", "shuffle",
     "shuffle_bucket_mb", "spill_buffer_mb", "encoder_device", "encoder_batch_size"})
 APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one

@@ -26,6 +26,7 @@ class IoConfig:
     all_cores: bool
     progress_interval: float
     allow_nonfinite: bool
+    homepage: Optional[str]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--allow_nonfinite", action="store_true",
                     help="keep latents, labels and metadata holding NaN or Inf (default: "
                          "such a video is a failure)")
+    io.add_argument("--homepage", type=_homepage, default=None, metavar="URL",
+                    help="the page TFDS's builder.info.homepage names (default: the output "
+                         "directory, where the job wrote the dataset)")
     fmt = p.add_argument_group("latent input")
     fmt.add_argument("--sequence_feature", default="frames",
                      help="bytes feature with tf.io.serialize_tensor of float [T, ...], or a "
@@ -288,6 +291,12 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
         dataclasses.replace(groups[EncoderConfig], handler=encoder_handler),
         groups[WindowConfig], groups[ShardsConfig],
         Inputs(tuple(input_files), input_kind, paths.common_root(patterns))), pipeline_args
+
+
+def _homepage(given: str) -> str:
+    if not given.strip() or not given.isprintable():
+        raise argparse.ArgumentTypeError("a URL: printable text, not empty")
+    return given
 
 
 def _output_dir(given: str) -> str:

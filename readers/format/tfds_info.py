@@ -24,6 +24,7 @@ keys), so `readers.inspect --verify` regenerates them and compares.
 from __future__ import annotations
 
 import json
+import pathlib
 from typing import Callable, Optional
 
 from readers.format.names import (
@@ -151,13 +152,25 @@ def _citation(spec: DatasetSpec) -> str:
             f"format version {spec.format_version}}}\n}}")
 
 
+def _homepage(spec: DatasetSpec) -> Optional[str]:
+    """The job's --homepage, else where it wrote the dataset (a local directory as a
+    file:// URL): TFDS names a catalog page that does not exist when there is none."""
+    given, written = spec.flags.get("homepage"), spec.flags.get("output_dir")
+    if given or not isinstance(written, str):
+        return given
+    path = pathlib.PurePosixPath(written)
+    return path.as_uri() if "://" not in written and path.is_absolute() else written
+
+
 def dataset_info(spec: DatasetSpec) -> dict:
     """dataset_info.json's content: DatasetInfo as protobuf JSON (camelCase fields)."""
+    homepage = _homepage(spec)
     return {
         "name": NAME,
         "version": f"{spec.format_version}.0.0",
         "description": _description(spec),
         "citation": _citation(spec),
+        **({"location": {"urls": [homepage]}} if homepage else {}),
         "fileFormat": "tfrecord",
         "splits": _splits(spec),
     }
