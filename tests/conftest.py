@@ -75,3 +75,36 @@ def kinds(tmp_path_factory, worker_id) -> dict[str, str]:
             run_jobs(root, [(name, source, flags) for name, (source, flags) in KINDS.items()])
             (root / "built").touch()
     return {name: os.path.join(root, name) for name in KINDS}
+
+
+@pytest.fixture(scope="session")
+def report_datasets(tmp_path_factory):
+    """The report tests' latent and pixel datasets with their pages (tests/report_pages.py),
+    built once a worker: (name -> (dataset, page), the latent run's log lines)."""
+    import report_pages
+
+    root = tmp_path_factory.mktemp("report")
+    log = report_pages.build_latent(root)
+    report_pages.build_pixel(root)
+    return {name: report_pages.report_of(root / name) for name in ("latent", "pixel")}, log
+
+
+@pytest.fixture(scope="session")
+def appended_report(tmp_path_factory):
+    """The appended dataset (two runs more) and its page, built on first need."""
+    import report_pages
+
+    root = tmp_path_factory.mktemp("report_appended")
+    report_pages.build_appended(root)
+    return report_pages.report_of(root / "appended")
+
+
+@pytest.fixture
+def reports(report_datasets, request):
+    """name -> (dataset, page) of the report datasets; the appended one only for a test
+    parametrized with name="appended" (report_pages.PAGES marks it slow)."""
+    made = dict(report_datasets[0])
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("name") == "appended":
+        made["appended"] = request.getfixturevalue("appended_report")
+    return made

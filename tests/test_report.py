@@ -1,13 +1,12 @@
-"""readers.inspect --report: one self-contained HTML page of a dataset, checked in a real
-browser (headless Chromium over its DevTools pipe): it renders without console errors,
-asks for nothing over the network, its pictures are real windows of the sizes they say,
-and its figures are dataset.json's. Built on a latent, a pixel (PNG, labels, bad frames,
-a failure) and an appended dataset, each by real job runs."""
-import base64
-import html.parser
+"""readers.inspect --report: what the page says. Its figures are dataset.json's, its
+contact sheets real windows of the sizes they say, its distributions, failures and shuffle
+check what the files hold; the job names the command, --verify's result is on it, gs:// gives
+the local page, gzip and damaged datasets get theirs, names that are HTML stay text. On a
+latent, a pixel (PNG, labels, bad frames, a failure) and an appended dataset, each by real
+job runs (tests/report_pages.py); how a browser renders the page:
+tests/test_report_browser.py."""
 import io
 import json
-import logging
 import os
 import re
 import shlex
@@ -17,169 +16,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import chromium
 import gcs_emulator
-from helpers import (assert_verified, inspect_run, latent_example, random_videos,
-                     read_dataset_json, run_job, sidecar, solid_frames, write_frame_folder,
-                     write_manifest, write_records, write_videos)
+from helpers import (assert_verified, inspect_run, random_videos, read_dataset_json, run_job,
+                     sidecar, write_videos)
 from readers import format as data_format, preview, report
 from readers.numpy import WindowSource
 from readers.report import collect, pictures, sampled
-
-class _Lines(logging.Handler):
-    """The job's log lines, kept (a module fixture has no caplog)."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
+from report_pages import PAGES, check_figures, read_page, report_of, sheets_of
 
 
-def _latent(root):
-    videos = random_videos(np.random.default_rng(11), 12, lengths=(20, 40), dim=6)
-    write_videos(str(root / "lat_in"), videos, files=3)
-    with open(root / "lat_in" / "lat-0.tfrecord", "ab") as f:
-        f.write(b"garbage that is no record")      # a failure row
-    logger, lines = logging.getLogger("beam_jobs.make_shards"), _Lines()
-    logger.addHandler(lines)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        run_job(str(root / "lat_in" / "*"), root / "latent", "--window", "8", "--stride", "4",
-                "--num_shards", "3", "--splits", "train=0.6,val=0.4",
-                "--max_failure_fraction", "0.2")
-    finally:
-        logger.removeHandler(lines)
-        logger.setLevel(level)
-    return lines.lines
-
-
-def _pixel(root):
-    rows = []
-    for v in range(4):
-        write_frame_folder(root / f"v{v}", solid_frames(10, start=4 * v))
-        (root / f"v{v}.csv").write_text("heat,smoke\n" + "\n".join(
-            f"{t * (v + 1)},{v}" for t in range(10)))
-        rows.append({"video_id": f"v{v}", "frames": [f"v{v}/frame_{i}.png" for i in range(10)],
-                     "labels": f"v{v}.csv",
-                     "metadata": [v, 0.5]})
-    os.remove(root / "v1" / "frame_4.png")                   # a missing frame
-    (root / "v2" / "frame_6.png").write_bytes(b"not a png")  # an undecodable one
-    rows.append({"video_id": "broken", "frames": ["v0/frame_0.png"], "labels": [1.0]})
-    write_manifest(root / "m.jsonl", rows)
-    run_job(str(root / "m.jsonl"), root / "pixel", "--window", "5", "--stride", "3",
-            "--frame_encoding", "png", "--max_failure_fraction", "0.5")
-
-
-def _appended(root):
-    rng = np.random.default_rng(7)
-    flags = ["--window", "8", "--stride", "4", "--splits", "train=0.5,val=0.5",
-             "--id_feature", "vid", "--num_shards", "2", "--append"]
-    for name, count, prefix in (("a", 8, "a"), ("b", 4, "b")):
-        write_records(str(root / "app_in" / f"{name}.tfrecord"),
-                      [latent_example(frames, recipe, video_id=f"{prefix}{i}")
-                       for i, (frames, recipe) in enumerate(random_videos(rng, count, dim=4))])
-        run_job(str(root / "app_in" / "*"), root / "appended", *flags)
-
-
-def _report_of(path) -> tuple[str, str]:
-    """(the dataset, its report made as with --verify on a sound dataset)."""
-    page = f"{path}.html"
-    report.write(str(path), data_format.load_spec(str(path)), page, verified=[])
-    return str(path), page
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """name -> (dataset, its report); and the latent run's log lines. The appended
-    dataset (two runs more) is built only for the tests that ask for it (slow)."""
-    root = tmp_path_factory.mktemp("report")
-    log = _latent(root)
-    _pixel(root)
-    return {name: _report_of(root / name) for name in ("latent", "pixel")}, log
-
-
-@pytest.fixture(scope="module")
-def appended(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report_appended")
-    _appended(root)
-    return _report_of(root / "appended")
-
-
-@pytest.fixture
-def reports(built, request):
-    """The datasets a test names; the appended one built on first need."""
-    made = dict(built[0])
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and callspec.params.get("name") == "appended":
-        made["appended"] = request.getfixturevalue("appended")
-    return made
-
-
-KINDS = ["latent", "pixel", pytest.param("appended", marks=pytest.mark.slow)]
-
-
-class _Page(html.parser.HTMLParser):
-    """What a test reads of the page's HTML: the `data-key` figures, the sheets, the
-    elements with other data- attributes."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.keys, self.sheets, self.images, self.data = {}, [], [], []
-        self._open = None
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if "data-key" in attrs:
-            self._open = attrs["data-key"]
-            self.keys[self._open] = ""
-        if tag == "figure" and "data-video-id" in attrs:
-            self.sheets.append(attrs)
-        if tag == "img":
-            self.images.append(attrs)
-        self.data.append(attrs)
-
-    def handle_data(self, data):
-        if self._open is not None:
-            self.keys[self._open] += data
-
-    def handle_endtag(self, tag):
-        self._open = None
-
-
-def _read(page: str) -> _Page:
-    with open(page, encoding="utf-8") as f:
-        return _Page(f.read())
-
-
-def _value(meta: dict, key: str):
-    value = meta
-    for part in key.split("."):
-        value = value[int(part)] if isinstance(value, list) else value[part]
-    return value
-
-
-def _check_figures(keys: dict[str, str], meta: dict) -> None:
-    """Each figure the page marks with data-key is dataset.json's, as it writes it."""
-    for key, text in keys.items():
-        expected = _value(meta, key)
-        if key.startswith("flags.") and not isinstance(expected, str):
-            assert json.loads(text) == expected, key
-        elif isinstance(expected, int):
-            assert int(text.replace(",", "")) == expected, key
-        else:
-            assert text == str(expected), key
-
-
-@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("name", PAGES)
 def test_the_figures_on_the_page_are_dataset_json_s(reports, name):
     path, page = reports[name]
     meta = read_dataset_json(path)
-    found = _read(page)
-    _check_figures(found.keys, meta)
+    found = read_page(page)
+    check_figures(found.keys, meta)
     for split in meta["splits"]:
         for field in ("videos", "windows", "frames", "bad_frames", "skipped_short"):
             assert f"splits.{split}.{field}" in found.keys
@@ -189,14 +40,6 @@ def test_the_figures_on_the_page_are_dataset_json_s(reports, name):
     assert "format_version" in found.keys and "features.0.encoding" in found.keys
     sizes = [int(a["data-bytes"]) for a in found.data if "data-bytes" in a]
     assert [size > 0 for size in sizes] == [bool(s["windows"]) for s in meta["splits"].values()]
-
-
-def _sheets(page: str) -> list[tuple[dict, Image.Image]]:
-    found = _read(page)
-    images = [Image.open(io.BytesIO(base64.b64decode(
-        img["src"].split(",", 1)[1]))) for img in found.images]
-    assert all(img["src"].startswith("data:image/png;base64,") for img in found.images)
-    return list(zip(found.sheets, images))
 
 
 def _windows_of(path: str) -> dict[tuple[str, bytes, int], np.ndarray]:
@@ -210,12 +53,12 @@ def _windows_of(path: str) -> dict[tuple[str, bytes, int], np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("name", PAGES)
 def test_contact_sheets_are_real_windows_of_the_size_they_say(reports, name):
     path, page = reports[name]
     spec = data_format.load_spec(path)
     windows = _windows_of(path)
-    sheets = _sheets(page)
+    sheets = sheets_of(page)
     assert len(sheets) == min(report.SAMPLES, len(windows))
     length = spec.window["length"]
     for attrs, image in sheets:
@@ -238,8 +81,8 @@ def test_contact_sheets_are_real_windows_of_the_size_they_say(reports, name):
 
 
 @pytest.mark.slow
-def test_sheets_come_from_every_generation(appended):
-    path, page = appended
+def test_sheets_come_from_every_generation(appended_report):
+    path, page = appended_report
     text = open(page, encoding="utf-8").read()
     runs = [g["run_id"] for g in read_dataset_json(path)["generations"]]
     assert len(runs) == 2
@@ -266,7 +109,7 @@ def test_pixel_sheets_mark_masked_frames_and_show_labels(reports):
 
 def test_failures_and_bad_frames_are_counted_by_reason(reports):
     path, page = reports["pixel"]
-    found = _read(page)
+    found = read_page(page)
     rows = {a["data-rows"] for a in found.data if "data-rows" in a}
     assert rows == {"failures", "bad_frames"}
     text = open(page, encoding="utf-8").read()
@@ -341,9 +184,9 @@ def test_shuffle_quality_is_what_the_shards_hold(reports):
         assert f"a perfect shuffle gives {expected:.1%}" in text
 
 
-def test_the_job_prints_the_command_that_makes_the_report(built, tmp_path, capsys,
+def test_the_job_prints_the_command_that_makes_the_report(report_datasets, tmp_path, capsys,
                                                           monkeypatch):
-    (reports, log) = built
+    reports, log = report_datasets
     line = next(line for line in log if "--report" in line).splitlines()[-1]
     command = line.split("python -m readers.inspect ", 1)[1]
     assert shlex.split(command) == [reports["latent"][0], "--report", "report.html"]
@@ -381,7 +224,7 @@ def test_report_flags(reports, tmp_path, capsys):
     code, out, _ = inspect_run(capsys, path, "--report", page, "--report_samples", "3",
                                "--seed", "5")
     assert code == 0 and f"wrote {page}" in out
-    assert len(_sheets(str(page))) == 3
+    assert len(sheets_of(str(page))) == 3
     windows = sum(s.windows for s in data_format.load_spec(path).splits.values())
     sample = min(3 * report.STATS_PER_SHEET, windows)
     assert f"Windows (a sample of {sample}, drawn with seed 5" in page.read_text()
@@ -397,10 +240,10 @@ def test_a_sheet_is_scaled_down_to_its_byte_budget():
 
 
 @pytest.mark.slow
-def test_a_report_of_a_dataset_on_gcs_is_the_local_one_s(appended):
+def test_a_report_of_a_dataset_on_gcs_is_the_local_one_s(appended_report):
     """gs:// through fsspec (gcsfs), against the GCS emulator: the same page as of the
     local copy, but for the path it names."""
-    path, _ = appended
+    path, _ = appended_report
     spec = data_format.load_spec(path)
     local = report.build(path, spec)
     with gcs_emulator.running("bkt"):
@@ -423,68 +266,6 @@ def test_a_report_of_a_dataset_on_gcs_is_the_local_one_s(appended):
     assert reads <= sampled_windows + report.SAMPLES + 3 * shards + 10, reads
 
 
-# --- in a real browser
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not chromium.CHROMIUM:
-        pytest.skip(chromium.MISSING)
-    browser = chromium.Chromium(tmp_path_factory.mktemp("chromium-profile"))
-    yield browser
-    browser.close()
-
-
-_DOM = """JSON.stringify({
-  keys: Object.fromEntries([...document.querySelectorAll('[data-key]')]
-                           .map(e => [e.dataset.key, e.textContent])),
-  images: [...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight,
-                                         i.getAttribute('width'), i.getAttribute('height')]),
-  scripts: document.scripts.length,
-  sections: [...document.querySelectorAll('section')].map(s => s.id),
-  height: document.documentElement.scrollHeight})"""
-
-
-@pytest.mark.parametrize("name", KINDS)
-def test_the_page_renders_offline_in_a_browser(reports, browser, name, tmp_path):
-    path, page = reports[name]
-    tab = browser.open(f"file://{page}")
-    assert not tab.errors()
-    requests = tab.requests()
-    assert requests[0] == f"file://{page}"
-    assert all(url.startswith("data:image/png;base64,") for url in requests[1:]), \
-        [u[:80] for u in requests]
-    dom = json.loads(tab.value(_DOM))
-    _check_figures(dom["keys"], read_dataset_json(path))
-    assert dom["keys"] == _read(page).keys
-    assert dom["scripts"] == 0
-    assert dom["sections"] == ["summary", "splits", "distributions", "failures", "sheets",
-                               "shuffle", "verify"]
-    assert len(dom["images"]) == len(_sheets(page)) > 0
-    for complete, width, height, said_width, said_height in dom["images"]:
-        assert complete and (width, height) == (int(said_width), int(said_height))
-    shot = tab.screenshot()
-    shot.save(tmp_path / "shot.png")
-    pixels = np.asarray(shot.convert("L"))
-    assert shot.width >= 780 and pixels.std() > 10   # drawn, not a blank page
-    assert dom["height"] > 2 * shot.height
-
-
-def test_the_browser_check_sees_a_request_and_a_script(reports, browser, tmp_path):
-    """The checks above would fail a page that asked for anything: the same page with an
-    image from a server and a script added is caught twice over."""
-    _, page = reports["latent"]
-    text = open(page, encoding="utf-8").read().replace(
-        "</body>", "<img src='http://127.0.0.1:9/x.png'><script>console.error('x')</script>"
-                   "</body>")
-    tampered = tmp_path / "tampered.html"
-    tampered.write_text(text, encoding="utf-8")
-    tab = browser.open(f"file://{tampered}")
-    assert "http://127.0.0.1:9/x.png" in tab.requests()
-    errors = " ".join(tab.errors())
-    assert "Content Security Policy" in errors and "http://127.0.0.1:9/x.png" in errors
-
-
 @pytest.mark.slow
 def test_names_that_are_html_are_shown_as_text(tmp_path):
     """A video id (here a file's name) full of markup is text on the page, never markup."""
@@ -493,7 +274,7 @@ def test_names_that_are_html_are_shown_as_text(tmp_path):
     os.rename(next((tmp_path / "in").iterdir()), hostile)
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--stride", "2")
     assert_verified(tmp_path / "out")
-    _, page = _report_of(tmp_path / "out")
+    _, page = report_of(tmp_path / "out")
     text = open(page, encoding="utf-8").read()
     assert "&lt;i onclick=x&gt;&amp;amp.tfrecord" in text
     assert "<i onclick" not in text and "&amp.tfrecord" not in text.replace("&amp;amp", "")
@@ -504,12 +285,12 @@ def test_a_gzip_dataset_gets_its_page_and_a_damaged_shard_is_left_out(kinds, tmp
     short leaves the parts it breaks out, saying so, instead of stopping the page."""
     whole = tmp_path / "whole"
     shutil.copytree(kinds["gzip"], whole)
-    text = open(_report_of(whole)[1], encoding="utf-8").read()
+    text = open(report_of(whole)[1], encoding="utf-8").read()
     assert "id='unread'" not in text and "data:image/png;base64," in text
     cut = tmp_path / "cut"
     shutil.copytree(kinds["gzip"], cut)
     shard = read_dataset_json(cut)["splits"]["train"]["shards"][0]["file"]
     data = (cut / shard).read_bytes()
     (cut / shard).write_bytes(data[:len(data) // 3])
-    text = open(_report_of(cut)[1], encoding="utf-8").read()
+    text = open(report_of(cut)[1], encoding="utf-8").read()
     assert "id='unread'" in text and f"{shard}: " in text and "records readable" in text
