@@ -74,15 +74,17 @@ class Clip:
                              f"({window})")
         return window - self.span + 1
 
+    def fixed_offset(self, window: int) -> int:
+        """A "start" or "center" clip's offset in a window of `window` frames."""
+        return 0 if self.offset == "start" else (self.room(window) - 1) // 2
+
     def offsets(self, window: int, windows: np.ndarray, epoch: int) -> np.ndarray:
         """The first frame of each clip of `windows` (window numbers in the split) in
         `epoch`, as int64: a pure function of (seed, epoch, window)."""
         room = self.room(window)
         windows = np.asarray(windows, np.int64)
-        if self.offset == "start":
-            return np.zeros(len(windows), np.int64)
-        if self.offset == "center":
-            return np.full(len(windows), (room - 1) // 2, np.int64)
+        if self.offset != "random":
+            return np.full(len(windows), self.fixed_offset(window), np.int64)
         key = _mix(_mix(np.int64(self.seed) & _MASK) ^ (epoch & _MASK))
         return _mix(key ^ (windows & _MASK)) % room
 

@@ -78,7 +78,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
       clip: a `readers.clips.Clip`: each window's clip, [batch, clip.length, ...] for the
         window, mask and labels (static), and `clip_offset` [batch], where in the window
         it starts. Random offsets come from a stream seeded by `clip.seed`, one value per
-        record in read order, new each iteration (and restored with the iterator).
+        batch in read order (each record's offset drawn from it without state), new each
+        iteration (and restored with the iterator).
 
     Returns:
       A `tf.data.Dataset` of batches, prefetched.
@@ -96,7 +97,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         features = [name for name in tf.nest.flatten(structure) if name != CLIP_OFFSET]
     selection = Selection.load(path, split, features)
     window = selection.spec.window["length"]
-    room = clip.room(window) if clip is not None else window
+    if clip is not None:
+        clip.room(window)    # a clip longer than the windows: ValueError now, not in a map
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
     if input_context is not None:
@@ -153,7 +155,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         values = {f.name: f.codec.decode(parsed[f.name], **options) for f in selected
                   if not cut or f.name not in data_format.PER_FRAME}
         if clip is not None:
-            offsets = _clip_offsets(clip, room, serialized, random)
+            offsets = _clip_offsets(clip, window, serialized, random)
             values[CLIP_OFFSET] = offsets
         if cut:
             frames = offsets[:, None] + tf.range(0, clip.span, clip.step, tf.int64)
@@ -181,16 +183,16 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         tf.data.AUTOTUNE).with_options(options), identity)
 
 
-def _clip_offsets(clip: Clip, room: int, serialized: tf.Tensor, random: tf.Tensor
+def _clip_offsets(clip: Clip, window: int, serialized: tf.Tensor, random: tf.Tensor
                   ) -> tf.Tensor:
     """The clip offset of each record of a batch, int64 [batch]: fixed, or random from
     the batch's random number."""
     size = tf.shape(serialized, out_type=tf.int64)
     if clip.offset == "random":
-        return tf.random.stateless_uniform(size, tf.stack([random, clip.seed]), maxval=room,
+        return tf.random.stateless_uniform(size, tf.stack([random, clip.seed]),
+                                           maxval=clip.room(window),
                                            dtype=tf.int64)
-    fixed = 0 if clip.offset == "start" else (room - 1) // 2
-    return tf.fill(size, tf.constant(fixed, tf.int64))
+    return tf.fill(size, tf.constant(clip.fixed_offset(window), tf.int64))
 
 
 def shard_records(file: tf.Tensor, expected: tf.Tensor, lost: tf.Tensor, compression: str,

@@ -162,6 +162,10 @@ class EpochBatches:
     keeps their order, so a run resumed with `start_step=k` (or `resume(state)`) gets the
     batches a run never stopped got from step k on, whatever its workers.
 
+    `source` is the source for the epoch's DataLoader: a copy of the one given, reading
+    the epoch's clips (`WindowSource.for_epoch`), so that a plan and the clips its
+    batches get never disagree, a resumed plan's included.
+
     `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
     refuses a state of another dataset run or size (an --append or a rebuild since
     changes the permutation: the same step would not mean the same windows).
@@ -174,7 +178,7 @@ class EpochBatches:
         require_positive(batch_size=batch_size, buffer_bytes=buffer_bytes)
         _epoch(epoch)
         streaming.check_order(order, buffer_bytes)
-        self.source, self.batch_size = source, batch_size
+        self.source, self.batch_size = source.for_epoch(epoch), batch_size
         self.options = {"shuffle": shuffle, "seed": seed, "epoch": epoch,
                         "shard_index": shard_index, "num_shards": num_shards,
                         "drop_remainder": drop_remainder, "order": order,
@@ -272,11 +276,12 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       ValueError: as `WindowSource`, or fewer windows on this host than a batch.
     """
     source = WindowSource(path, split, features, float_pixels=float_pixels,
-                          keep_float16=keep_float16, clip=clip, epoch=epoch)
+                          keep_float16=keep_float16, clip=clip)
     plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards,
                         drop_remainder=drop_remainder, start_step=start_step, order=order,
                         buffer_bytes=buffer_bytes)
+    source = plan.source     # the epoch's clips
     if threads is None:
         images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1

@@ -75,10 +75,16 @@ def test_batches_with_clips_resume_at_a_step_and_match_a_sampler(kinds):
             np.testing.assert_array_equal(ours[name], theirs[name])
     source = WindowSource(path, "train", clip=clip)
     plan = EpochBatches(source, 2, seed=4, epoch=2)
-    epoch_source = source.for_epoch(plan.options["epoch"])
+    assert plan.source.epoch == 2 and source.epoch == 0
     for step, batch in enumerate(straight):
-        read = epoch_source.read_batch(plan.batch(step))
+        read = plan.source.read_batch(plan.batch(step))
         np.testing.assert_array_equal(read["window"], batch["window"])
+    # a plan resumed from its state, on a new source, reads the epoch's clips too
+    again = EpochBatches.resume(WindowSource(path, "train", clip=clip), plan.state(1))
+    for ours, step in zip(straight[1:], again):
+        read = again.source.read_batch(step)
+        for name in ("window", "clip_offset"):
+            np.testing.assert_array_equal(read[name], ours[name])
 
 
 def test_encoded_frames_a_clip_skips_are_never_decoded(kinds, monkeypatch):

@@ -347,13 +347,31 @@ class RawCodec(_ArrayCodec):
 
     def decode(self, parsed: tf.Tensor, *, float_pixels: bool,
                keep_float16: bool) -> tf.Tensor:
+        return self._tf_finish(self._tf_stored(parsed), float_pixels=float_pixels,
+                               keep_float16=keep_float16)
+
+    def decode_clip(self, parsed: tf.Tensor, frames: tf.Tensor, *, float_pixels: bool,
+                    keep_float16: bool) -> tf.Tensor:
+        """The clip's frames taken before the cast: only they are converted."""
+        import tensorflow as tf
+
+        return self._tf_finish(tf.gather(self._tf_stored(parsed), frames, batch_dims=1),
+                               float_pixels=float_pixels, keep_float16=keep_float16)
+
+    def _tf_stored(self, parsed: tf.Tensor) -> tf.Tensor:
+        """[batch, *shape] as stored; the batch's size stays static where it is
+        (drop_remainder)."""
+        import tensorflow as tf
+
+        return tf.reshape(tf.io.decode_raw(parsed, tf.dtypes.as_dtype(self.feature.dtype),
+                                           little_endian=True),
+                          [parsed.shape[0] or -1, *self.feature.shape])
+
+    def _tf_finish(self, values: tf.Tensor, *, float_pixels: bool,
+                   keep_float16: bool) -> tf.Tensor:
         import tensorflow as tf
 
         dtype = self.feature.dtype
-        # the batch's size stays static where it is (drop_remainder)
-        values = tf.reshape(tf.io.decode_raw(parsed, tf.dtypes.as_dtype(dtype),
-                                             little_endian=True),
-                            [parsed.shape[0] or -1, *self.feature.shape])
         if dtype in ("float16", "bfloat16") and not keep_float16:
             return tf.cast(values, tf.float32)
         if float_pixels and dtype == "uint8":
