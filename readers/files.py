@@ -36,11 +36,19 @@ class DatasetFiles:
                 for entry in self.fs.ls(self.root, detail=True)}
 
     def rows(self, name: str) -> Iterator[dict]:
-        """The JSON rows of a side file, one line at a time (blank lines skipped)."""
+        """The JSON objects of a side file, one line at a time (blank lines skipped);
+        ValueError naming the file and line of one that is not a JSON object."""
         with self.reader(name) as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:    # not UTF-8, or not JSON
+                    row = None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{name}: line {number} is not a JSON object")
+                yield row
 
     def exists(self, name: str) -> bool:
         return self.fs.exists(self.path(name))

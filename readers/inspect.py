@@ -57,9 +57,14 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
                   f"{g.skipped_existing} input videos skipped as already in the dataset"
                   for g in dataset.generations]
     failures = dataset.sidecars.get("failures")
-    reasons = collections.Counter(row["reason"] for row in files.rows(failures)
-                                  ) if failures in sizes else collections.Counter()
-    lines.append(f"failures: {dataset.failures}" + (", most common reasons:" if reasons else ""))
+    reasons, unread = collections.Counter(), ""
+    try:
+        if failures in sizes:
+            reasons.update(str(row.get("reason")) for row in files.rows(failures))
+    except (OSError, ValueError) as e:
+        unread = f" (its reasons cannot be read: {str(e).splitlines()[0]})"
+    lines.append(f"failures: {dataset.failures}{unread}"
+                 + (", most common reasons:" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
     return "\n".join(lines)
 
@@ -181,25 +186,28 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         image.save(out)
         print(f"wrote {out} ({image.width}x{image.height})")
     problems = verify(args.path, dataset) if args.verify else None
+    failed = bool(problems)
     if args.report:
         try:
             size = report.write(args.path, dataset, args.report, seed=args.seed,
                                 samples=args.report_samples or report.SAMPLES,
                                 verified=problems)
-        except (OSError, ValueError) as e:   # PATH cannot be written, a side file read
+            print(f"wrote {args.report} ({size / 2**20:.1f} MB)")
+        except (OSError, ValueError) as e:   # PATH cannot be written
             said = (str(e) or repr(e)).splitlines()[0]
-            parser.exit(1, f"{parser.prog}: error: --report: {said}\n")
-        print(f"wrote {args.report} ({size / 2**20:.1f} MB)")
-    if problems is not None:
-        if problems:
-            print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
-                  file=sys.stderr)
-            for problem in problems[:MAX_PROBLEMS]:
-                print(f"  {problem}", file=sys.stderr)
-            sys.exit(1)
+            print(f"{parser.prog}: error: --report: {said}", file=sys.stderr)
+            failed = True
+    if problems:
+        print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
+              file=sys.stderr)
+        for problem in problems[:MAX_PROBLEMS]:
+            print(f"  {problem}", file=sys.stderr)
+    elif problems is not None:
         total = sum(s.windows for s in dataset.splits.values())
         shards = sum(len(s.shards) for s in dataset.splits.values())
         print(f"verify: all {total} records of {shards} shard{'s' * (shards != 1)} are sound")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

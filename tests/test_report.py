@@ -5,6 +5,7 @@ the local page, gzip and damaged datasets get theirs, names that are HTML stay t
 latent, a pixel (PNG, labels, bad frames, a failure) and an appended dataset, each by real
 job runs (tests/report_pages.py); how a browser renders the page:
 tests/test_report_browser.py."""
+import html
 import io
 import json
 import os
@@ -214,6 +215,35 @@ def test_verify_s_result_is_on_the_page(reports, tmp_path, capsys):
     assert code == 1 and "corrupt" in err
     text = broken.read_text()
     assert "data-verify='problems'" in text and shard.name in text
+
+
+def test_broken_side_files_are_left_out_and_verify_still_speaks(reports, tmp_path, capsys):
+    """A videos row without its counts, a failures line that is no JSON, a negative bad
+    frames count: the summary and the page say so in a line each (the page leaves those
+    parts out), and --verify's problems are printed beside the page."""
+    copy = tmp_path / "broken"
+    shutil.copytree(reports["pixel"][0], copy)
+    with open(sidecar(copy, "videos"), "a") as f:
+        f.write(json.dumps({"video_id": "x", "split": "train"}) + "\n")
+    with open(sidecar(copy, "failures"), "a") as f:
+        f.write("not json\n")
+    code, out, _ = inspect_run(capsys, copy)
+    assert code == 0 and re.search(r"failures: 1 \(its reasons cannot be read: failures-\w+"
+                                   r"\.jsonl: line 2 is not a JSON object\)", out)
+    page = tmp_path / "broken.html"
+    code, out, err = inspect_run(capsys, copy, "--report", page, "--verify")
+    assert code == 1 and f"wrote {page}" in out
+    assert "verify: 1 problem" in err and "line 5 has no 'windows'" in err
+    text = html.unescape(page.read_text())
+    assert "the videos file: line 5 has no 'windows' (a count)" in text
+    assert re.search(r"the failures file: failures-\w+\.jsonl: line 2 is not a JSON object",
+                     text)
+    rows = [json.loads(line) for line in open(sidecar(copy, "videos"))][:4]
+    rows[0]["bad_frames"] = -1
+    with open(sidecar(copy, "videos"), "w") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+    text = html.unescape(open(report_of(copy)[1], encoding="utf-8").read())
+    assert f"video {rows[0]['video_id']!r}: bad_frames -1 is not a count" in text
 
 
 def test_report_flags(reports, tmp_path, capsys):

@@ -65,6 +65,13 @@ def _row(line: bytes, number: int, splits) -> dict:
     return row
 
 
+def rows(open_file: Callable[[], BinaryIO], splits) -> Iterator[dict]:
+    """The file's rows in order, each checked (an id, a split of `splits`, counts >= 0);
+    ValueError naming the line of the first that is not."""
+    for number, line in _lines(open_file):
+        yield _row(line, number, splits)
+
+
 def _id_hash(video_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(video_id.encode("utf-8", "surrogatepass"),
                                           digest_size=8).digest(), "little")
@@ -94,8 +101,7 @@ def problem(open_file: Callable[[], BinaryIO], spec: DatasetSpec) -> Optional[st
     found = {split: [0, 0, 0] for split in spec.splits}
     hashes = []
     try:
-        for number, line in _lines(open_file):
-            row = _row(line, number, spec.splits)
+        for row in rows(open_file, spec.splits):
             counts = found[row["split"]]
             counts[0 if row["windows"] else 1] += 1
             counts[2] += row["windows"]

@@ -18,6 +18,7 @@ each contact sheet's PNG is at most `pictures.SHEET_BYTES`. docs/report.md has t
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional, TypeVar
 
 from readers import format as data_format
@@ -33,8 +34,8 @@ def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, s
           verified: Optional[list[str]] = None) -> str:
     """The page's HTML. `verified`: the problems `readers.verify.verify` found (None:
     it was not run). A record that cannot be read where the sample falls (a corrupt
-    shard) leaves that part of the page out, saying why, so that a broken dataset still
-    gets its report."""
+    shard), or a side file that is broken or missing, leaves that part of the page out,
+    saying why, so that a broken dataset still gets its report."""
     ranges = windows.Ranges.of(spec)
     reader = windows.Windows(path, spec)
     errors: list[str] = []
@@ -52,14 +53,16 @@ def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, s
     order = _guarded(errors, "the shuffle check",
                      lambda: sampled.shuffle_order(path, spec), {})
     return page.render(page.Inputs(
-        path=path, spec=spec, collected=collect.collect(path, spec), stats=stats,
+        path=path, spec=spec, stats=stats,
+        collected=collect.collect(path, spec, functools.partial(_guarded, errors)),
         sheets=[s for s in sheets if s is not None], order=order, verified=verified,
         samples=samples, seed=seed, pixels=pixels, errors=errors))
 
 
 def _guarded(errors: list[str], what: str, make: Callable[[], T], instead: T) -> T:
-    """make(), or `instead` with a line in `errors` when a record cannot be read (the
-    dataset being rewritten meanwhile is not that: DatasetChanged goes on up)."""
+    """make(), or `instead` with a line in `errors` when what it reads is broken or
+    missing (the dataset being rewritten meanwhile is not that: DatasetChanged goes on
+    up)."""
     try:
         return make()
     except DatasetChanged:

@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from readers.files import DatasetFiles
 
 MAX_ROWS = 50          # rows of a side file shown in its table; the rest are counted
 MAX_REASONS = 100      # kinds of reason counted apart; the rest are "other"
+T = TypeVar("T")
+# guarded(what, make, instead): make(), or `instead` where what it reads is broken
+Guard = Callable[[str, Callable[[], T], T], T]
 _VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\S*[/\\]\S*?(?=[:,;.]?(?:\s|$))|\d+(?:\.\d+)?")
 
 
@@ -40,6 +43,8 @@ class Histogram:
     high: int = 0
 
     def add(self, value: int) -> None:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"{value!r} is not a count")
         while value >= self.width * self.BINS:
             self.counts = self.counts.reshape(-1, 2).sum(1)
             self.counts = np.concatenate([self.counts, np.zeros(self.BINS // 2, np.int64)])
@@ -69,7 +74,7 @@ class SplitVideos:
         self.videos += 1
         self.frames.add(row["frames"])
         self.windows.add(row["windows"])
-        self.bad_frames.add(int(row.get("bad_frames") or 0))
+        self.bad_frames.add(row.get("bad_frames") or 0)
         self.window_squares += row["windows"] ** 2
 
     def neighbour_share(self, windows: int) -> float:
@@ -118,27 +123,51 @@ class Collected:
         return sum(self.shard_bytes.get(s.file, 0) for s in spec.splits[split].shards)
 
 
-def collect(path: str, spec: data_format.DatasetSpec) -> Collected:
+def _unguarded(what: str, make: Callable[[], T], instead: T) -> T:
+    return make()
+
+
+def collect(path: str, spec: data_format.DatasetSpec, guarded: Guard = _unguarded
+            ) -> Collected:
     """One pass over the videos, failures and bad frames files; the shard sizes that
-    dataset.json records (each uncompressed shard's), or else one listing."""
+    dataset.json records (each uncompressed shard's), or else one listing. Each is read
+    through `guarded`, so that a broken file leaves its part out (readers.report.build);
+    by default its ValueError or OSError goes up."""
     files = DatasetFiles(path)
     shards = [s for split in spec.splits.values() for s in split.shards]
-    listed = {} if all(s.bytes is not None for s in shards) else files.sizes()
-    shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
-                   for s in shards}
+    if all(s.bytes is not None for s in shards):
+        shard_bytes = {s.file: s.bytes for s in shards}
+    else:
+        listed = guarded("the shards' sizes", files.sizes, {})
+        shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
+                       for s in shards}
+    return Collected(
+        shard_bytes,
+        guarded("the videos file", lambda: _videos(files, spec),
+                {name: SplitVideos() for name in spec.splits}),
+        *(guarded(f"the {kind.replace('_', ' ')} file", lambda kind=kind: _side(files, spec, kind),
+                  SideFile(None)) for kind in ("failures", "bad_frames")))
+
+
+def _videos(files: DatasetFiles, spec: data_format.DatasetSpec) -> dict[str, SplitVideos]:
+    """Each split's videos, from the videos file's rows, each checked as --verify does."""
     videos = {name: SplitVideos() for name in spec.splits}
-    if spec.sidecars.get("videos"):
-        for row in files.rows(spec.sidecars["videos"]):
-            if row.get("split") in videos:
+    name = spec.sidecars.get("videos")
+    if name:
+        for row in data_format.videos_file.rows(lambda: files.reader(name), spec.splits):
+            try:
                 videos[row["split"]].add(row)
-    sides = []
-    for kind in ("failures", "bad_frames"):
-        side = SideFile(spec.sidecars.get(kind))
-        if side.name:
-            for row in files.rows(side.name):
-                side.add(row)
-        sides.append(side)
-    return Collected(shard_bytes, videos, *sides)
+            except ValueError as e:   # its bad frames
+                raise ValueError(f"{name}: video {row['video_id']!r}: bad_frames {e}") from None
+    return videos
+
+
+def _side(files: DatasetFiles, spec: data_format.DatasetSpec, kind: str) -> SideFile:
+    side = SideFile(spec.sidecars.get(kind))
+    if side.name:
+        for row in files.rows(side.name):
+            side.add(row)
+    return side
 
 
 def flag_value(value: Any) -> str:

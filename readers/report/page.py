@@ -332,8 +332,8 @@ def _verify(page: Inputs) -> str:
 def render(page: Inputs) -> str:
     """The whole page."""
     unread = "".join(f"<li>{_e(error)}</li>" for error in page.errors)
-    sections = [(f"<section id='unread'><h2>Left out</h2><p class='bad'>records that could "
-                 f"not be read:</p><ul>{unread}</ul></section>" if unread else ""),
+    sections = [(f"<section id='unread'><h2>Left out</h2><p class='bad'>parts of the dataset "
+                 f"that could not be read:</p><ul>{unread}</ul></section>" if unread else ""),
                 _summary(page), _splits(page), _distributions(page), _failures(page),
                 _sheets(page), _shuffle(page), _verify(page)]
     nav = " ".join(f"<a href='#{anchor}'>{name}</a>" for anchor, name in (
