@@ -106,3 +106,20 @@ class DieAtCommitStep:
         storage.place = dying(storage.place)
         outdir.write_derived = dying(outdir.write_derived)
         outdir.clean_up_after_commit = dying(outdir.clean_up_after_commit)
+
+
+class StopAtCommit:
+    """A `prepare` that makes the command stop itself (SIGSTOP) as its pipeline's Commit
+    step starts (commit/finalize.py's `finalize`), so that a test can take its lease
+    over at that moment and then continue it (SIGCONT)."""
+
+    def __call__(self) -> None:
+        from beam_jobs.commit import finalize as module
+
+        function = module.finalize
+
+        def stopping(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return function(*args, **kwargs)
+
+        module.finalize = stopping

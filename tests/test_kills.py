@@ -18,7 +18,7 @@ import readers
 from beam_jobs import make_shards
 from helpers import (assert_verified, dataset_bytes, first_day, random_videos, read_dataset_json,
                      overriding, run_job, write_videos)
-from job_process import DieAtCommitStep, JobProcess
+from job_process import DieAtCommitStep, JobProcess, StopAtCommit
 from readers.format import tfds_info
 
 FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]
@@ -109,6 +109,43 @@ def test_a_paused_run_that_lost_its_lease_commits_nothing_and_blocks_no_one(day1
     # C: whatever A wrote is A's (named with its id), removed; nothing refused
     run_job(glob, out, *FLAGS, "--overwrite")
     assert not [n for n in os.listdir(out) if held["run_id"] in n]
+    assert_verified(out)
+
+
+@pytest.mark.slow
+def test_a_run_that_lost_its_lease_at_its_commit_says_so_in_one_line(day1, tmp_path):
+    """Run A is paused as its Commit step starts, past its lease's expiry; B takes over
+    and commits. A, continued, finds at its commit that it lost the lease: its stderr
+    holds its one line and no traceback (Beam's log of the step's error is at debug
+    level). Then A is gone, and the next run removes its folder's marker too."""
+    out = tmp_path / "out"
+    shutil.copytree(day1 / "out", out)
+    glob = str(day1 / "R" / "day1" / "*.tfrecord")
+    a = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, "--overwrite"],
+                   prepare=StopAtCommit())
+    deadline = time.monotonic() + 120
+    while psutil.Process(a.pid).status() != psutil.STATUS_STOPPED:
+        assert a.poll() is None and time.monotonic() < deadline, a.stderr.read()
+        time.sleep(0.05)
+    path = out / "_make_shards" / "lease.json"
+    try:
+        held = json.loads(path.read_text())
+        held["expires"] = time.time() - 1   # as if 120 s went by without a renewal
+        path.write_text(json.dumps(held))
+        run_job(glob, out, *FLAGS, "--overwrite")   # B
+        marker = out / "_make_shards" / "runs" / held["run_id"] / "lost_lease.json"
+        assert json.loads(marker.read_text())["pid"] == a.pid
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=300) == 1
+    said = a.stderr.read()
+    assert "Traceback" not in said and "ERROR" not in said, said
+    errors = [line for line in said.splitlines() if "error" in line.lower()]
+    assert errors == [said.strip().splitlines()[-1]], said
+    assert "another run took the lease" in errors[0] and "commits nothing" in errors[0]
+    assert errors[0].count("another run took the lease") == 1
+    run_job(glob, out, *FLAGS, "--overwrite")   # C: A's process is gone, so is its marker
+    assert not os.path.exists(out / "_make_shards")
     assert_verified(out)
 
 

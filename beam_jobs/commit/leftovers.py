@@ -11,6 +11,7 @@ next run tries again.
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 import apache_beam as beam
 
@@ -56,7 +57,7 @@ def _delete(batch: list[str], out: str) -> None:
         _warn(out, e)
 
 
-def _clear_folders(out: str, runs: tuple[tuple[str, bool], ...]) -> None:
+def _clear_folders(out: str, runs: tuple[tuple[str, Optional[bytes]], ...]) -> None:
     for run_id, lost in runs:
         try:
             outdir.clear_folder(out, run_id, lost)

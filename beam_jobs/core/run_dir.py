@@ -11,6 +11,8 @@ writes is handed, and the layout of the directory's state folder.
         lost_lease.json              only this, once cleared, for a run whose stale
                                      lease another took over while it may still run:
                                      a file it writes later is still known as its own
+                                     (it names the run's process: once that is gone,
+                                     the next run removes the marker too)
 
 What a run may claim, write and delete there is the output directory's part (outdir/);
 this is only the map, shared by the parts that write.
@@ -47,9 +49,10 @@ class RunDir:
     # commits over the run that took it. Locally the commit's move finds nothing to
     # move instead: the run that takes a lease deletes the loser's folder first.
     dataset_generation: Optional[int] = None
-    # Earlier runs whose leftovers the pipeline clears, and whether each lost its lease
-    # (a distributed run: outdir/claim.py leaves them to commit/leftovers.py).
-    leftovers: tuple[tuple[str, bool], ...] = ()
+    # Earlier runs whose leftovers the pipeline clears, each with its lost lease's marker
+    # while it may still write (a distributed run: outdir/claim.py leaves them to
+    # commit/leftovers.py).
+    leftovers: tuple[tuple[str, Optional[bytes]], ...] = ()
 
     @property
     def state_dir(self) -> str:

@@ -68,9 +68,20 @@ def one_line(exception: BaseException, kind: type) -> Optional[str]:
     return None
 
 
-def unless_an_os_error(record: logging.LogRecord) -> bool:
-    """Beam logs a DoFn's error with its traceback where it happens (a worker process's
-    through the job service, as text); a logging filter that drops an OS error's, which
-    make_shards.run tells in one line instead."""
-    error = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
-    return os_error(error, "") is None
+# Where Beam's own error log goes (errors.beam_error_to_debug), at debug level.
+BEAM_ERRORS = "beam_jobs.beam_errors"
+
+
+def beam_error_to_debug(record: logging.LogRecord) -> bool:
+    """A logging filter for Beam's loggers that passes a record below ERROR and moves an
+    error to BEAM_ERRORS at debug level. Beam logs a failed step's error with its
+    traceback where it happens (a worker process's through the job service, as text),
+    a traceback a retry, before the run has ended; then the run ends in one line that
+    says how (a lost lease, a full disk, workers gone: make_shards.main), and a bug's
+    exception still reaches the command with its traceback. Shown with
+    `logging.getLogger(BEAM_ERRORS).setLevel(logging.DEBUG)` (docs/guarantees.md)."""
+    if record.levelno < logging.ERROR:
+        return True
+    logging.getLogger(BEAM_ERRORS).debug("%s: %s", record.name, record.getMessage(),
+                                         exc_info=record.exc_info)
+    return False

@@ -16,7 +16,8 @@ from typing import Iterator, Optional
 from beam_jobs import outdir
 from beam_jobs.core import paths
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.job.errors import Failed, Refused, one_line, os_error, unless_an_os_error
+from beam_jobs.job.errors import (Failed, Refused, beam_error_to_debug, one_line,
+                                  os_error)
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
 
@@ -27,19 +28,24 @@ INTERRUPTED = threading.Event()
 JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
 INTERRUPTED_STATUS = 130   # the exit status a shell reports for Ctrl-C
 SIGNALS = (signal.SIGINT, signal.SIGTERM)   # both stop a run the same way
+# Where Beam logs a failed step's error: a DoFn's, an SDK worker's, a worker process's
+# (through the job service), a portable job's.
+BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
+                      JOB_SERVICE, "apache_beam.runners.portability.portable_runner")
 
 
 def quiet_logging() -> None:
-    """The command's logging: the job's own lines, Beam's warnings, one line for an OS
-    error where Beam would log its traceback (errors.unless_an_os_error)."""
+    """The command's logging: the job's own lines and Beam's warnings; Beam's log of a
+    failed step's traceback at debug level (errors.beam_error_to_debug), where the run
+    ends in one line."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
     # Worker processes' warnings come back through the local job service, among them a
     # protobuf dump per worker about a directory Beam looks for; their errors still show.
     logging.getLogger(JOB_SERVICE).setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
-    for name in ("apache_beam.runners.common", JOB_SERVICE):
-        logging.getLogger(name).addFilter(unless_an_os_error)
+    for name in BEAM_ERROR_LOGGERS:
+        logging.getLogger(name).addFilter(beam_error_to_debug)
 
 
 def exit_now(status: int) -> None:

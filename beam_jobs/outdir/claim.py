@@ -159,7 +159,7 @@ def release(claim: Claim) -> None:
         storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
 
 
-def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
+def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
            in_pipeline: bool = False) -> tuple[list[str], tuple[tuple[str, bool], ...]]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
     run folder); refuse a committed dataset without `overwrite`. Returns the committed
@@ -168,17 +168,19 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
     objects at 2 TB, commit/leftovers.py), with whether each lost its lease. The folder
     of a run that lost its lease while it may still run (`took_over`, or marked so
     before) is cleared but keeps its marker (`LOST_LEASE`), so what that run writes
-    later is still its own to the next run, not foreign."""
+    later is still its own to the next run, not foreign; once its process is gone, the
+    marker goes too (inventory.past_runs)."""
     entries, runs, _, committed = take_inventory(out)
     if in_pipeline:
         _refuse_a_dataset(out, entries, overwrite)
         for past in runs:   # this machine's temp data: the workers cannot reach it
             if _temp_elsewhere(out, past):
                 delete_local_temp(past.temp_dir, past.run_id)
-        if took_over is not None and all(p.run_id != took_over for p in runs):
-            mark_lost(out, took_over)
-        return sorted(committed), tuple((p.run_id, p.lost_lease or p.run_id == took_over)
-                                        for p in runs)
+        if took_over is not None and all(p.run_id != took_over.run_id for p in runs):
+            mark_lost(out, took_over.run_id, took_over.to_json())
+        return sorted(committed), tuple(
+            (p.run_id, took_over.to_json() if took_over and p.run_id == took_over.run_id
+             else p.lost_lease) for p in runs)
     for past in runs:
         try:
             storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
@@ -190,7 +192,7 @@ def _clear(out: str, overwrite: bool, took_over: Optional[str] = None,
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
                          "run tries again", past.run_id, out, e)
     if took_over is not None:
-        mark_lost(out, took_over)
+        mark_lost(out, took_over.run_id, took_over.to_json())
     _refuse_a_dataset(out, entries, overwrite)
     return sorted(committed), ()
 

@@ -136,10 +136,11 @@ def delete_local_temp(temp_dir, run_id: str) -> None:
         storage.delete_tree(temp_dir, os.path.dirname(temp_dir))
 
 
-def mark_lost(out: str, run_id: str) -> None:
-    """Mark the (cleared) folder of a run that lost its lease while it may still run."""
-    storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE),
-                        json.dumps({"run_id": run_id}).encode("utf-8"))
+def mark_lost(out: str, run_id: str, marker: bytes) -> None:
+    """Mark the (cleared) folder of a run that lost its lease while it may still run;
+    the marker names it as its lease did (Holder.to_json), so that a later run can tell
+    when it no longer may (lease.may_still_write) and clear the marker too."""
+    storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE), marker)
 
 
 def leftover_paths(out: str, run_ids: set[str]) -> list[str]:
@@ -159,9 +160,9 @@ def leftover_paths(out: str, run_ids: set[str]) -> list[str]:
     return found
 
 
-def clear_folder(out: str, run_id: str, lost: bool) -> None:
+def clear_folder(out: str, run_id: str, lost: Optional[bytes]) -> None:
     """Delete an earlier run's folder, run.json last; one that lost its lease while it
-    may still run keeps its marker (outdir/claim.py's `_clear` says why)."""
+    may still run keeps its marker (`lost`; outdir/claim.py's `_clear` says why)."""
     storage.delete_tree(paths.join(out, STATE_DIR, RUNS, run_id), out, last=RUN_JSON)
-    if lost:
-        mark_lost(out, run_id)
+    if lost is not None:
+        mark_lost(out, run_id, lost)

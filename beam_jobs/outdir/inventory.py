@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 
 from beam_jobs.core import paths, storage
 from beam_jobs.core.run_dir import LEASE_FILE, LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR
+from beam_jobs.outdir import lease
 from readers import format as data_format
 
 
@@ -29,7 +30,8 @@ class PastRun:
     run_id: str
     temp_dir: Optional[str]
     files: set[str]
-    lost_lease: bool = False
+    # Its lost lease's marker, while the run it names may still write (`_lost_lease`).
+    lost_lease: Optional[bytes] = None
 
 
 class Inventory(NamedTuple):
@@ -65,11 +67,21 @@ def past_runs(out: str, foreign: list[str]) -> list[PastRun]:
         run_json = read_json(paths.join(runs_dir, name, RUN_JSON))
         if not (isinstance(run_json, dict) and run_json.get("run_id") == name):
             run_json = {}
-        lost = read_json(paths.join(runs_dir, name, LOST_LEASE)) is not None
+        lost = _lost_lease(paths.join(runs_dir, name, LOST_LEASE))
         runs.append(PastRun(name, run_json.get("temp_dir"), job_files(
             read_json(paths.join(runs_dir, name, SHARDS_JSON))) | job_files(
             run_json.get("sidecars")) | job_files(run_json.get("replaces")), lost))
     return runs
+
+
+def _lost_lease(marker: str) -> Optional[bytes]:
+    """A lost lease's marker, unless there is none or the run it names can no longer
+    write (its process on this host is gone): a marker that would stay forever."""
+    try:
+        data = storage.read_bytes(marker)
+    except FileNotFoundError:
+        return None
+    return data if lease.may_still_write(data) else None
 
 
 def job_files(names) -> set[str]:

@@ -105,6 +105,22 @@ class Holder:
         host whose clock or network failed)."""
         return self.host == socket.gethostname() and not _alive(self.pid)
 
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self)).encode("utf-8")
+
+
+def may_still_write(data: bytes) -> bool:
+    """Whether the run a lease file, or a lost lease's marker (its holder as the lease
+    named it), names may still write: unless it is a launcher's process on this host
+    that is gone. A job on a distributed runner may (its launcher's end says nothing of
+    its workers), and so may a run a marker from before markers named the process does
+    not name."""
+    try:
+        holder = _parse(data)
+    except ValueError:
+        return True
+    return holder.job is not None or not holder.dead()
+
 
 LEFTOVER = re.compile(r"\.[0-9a-f]{32}\.(tmp|stale)")
 
@@ -219,15 +235,14 @@ class Lease:
         self._thread: Optional[threading.Thread] = None
         self.lost = False
         # The run whose stale lease this one took over while it may still be alive.
-        self.took_over: Optional[str] = None
+        self.took_over: Optional[Holder] = None
         # A submitted job's lease is the job's to release, unless its runner confirmed
         # that it stopped (the launcher sets this).
         self.job_stopped = False
 
     def _content(self) -> bytes:
-        return json.dumps(dataclasses.asdict(Holder(
-            self.run_id, socket.gethostname(), os.getpid(), self._started,
-            None if self.job else time.time() + LEASE_SECONDS, self.job))).encode("utf-8")
+        return Holder(self.run_id, socket.gethostname(), os.getpid(), self._started,
+                      None if self.job else time.time() + LEASE_SECONDS, self.job).to_json()
 
     def acquire(self) -> "Lease":
         """Take the lease, or raise LeaseHeld naming the live run that has it
@@ -255,7 +270,7 @@ class Lease:
             may_write = (self._job_gone(other) if other.job is not None
                          else self._launcher_gone(other))
             if swap.delete_if(self.path, token) and may_write:
-                self.took_over = other.run_id
+                self.took_over = other
         raise LeaseHeld("another run keeps taking the lease")
 
     def _launcher_gone(self, other: Holder) -> bool:
