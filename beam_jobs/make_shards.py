@@ -119,13 +119,15 @@ def _run(launch: Launch, claim: outdir.Claim, workers: Any = None
     """Build and run the pipeline. `workers`: the environment of forked worker
     processes (lifecycle.workers), or None."""
     launch.note_group_memory()
-    options = launch.options(forked_workers=workers is not None)
-    with lifecycle.beam_temp_in(claim.run):   # Beam's temp folder: where a kill leaves it
-        pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers) if workers
-                                 else None, options=options)
-    build_pipeline(pipeline, launch, claim.run,
-                   options.view_as(DirectOptions).direct_num_workers, claim.base)
-    return outcome.finish(pipeline.run(), launch, claim)
+    with lifecycle.submission_temp(launch):
+        options = launch.options(forked_workers=workers is not None)
+        with lifecycle.beam_temp_in(claim.run):   # Beam's temp folder: where a kill leaves it
+            pipeline = beam.Pipeline(runner=FnApiRunner(default_environment=workers)
+                                     if workers else None, options=options)
+        build_pipeline(pipeline, launch, claim.run,
+                       options.view_as(DirectOptions).direct_num_workers, claim.base)
+        result = pipeline.run()
+    return outcome.finish(result, launch, claim)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -92,14 +92,17 @@ def latents(tmp_path, rng):
 def test_a_detached_latent_run_commits_alone_on_workers_without_pyav(portable, tmp_path,
                                                                      latents):
     run_job(latents, tmp_path / "fnapi", *FLAGS, "--shuffle", "group")
-    out = tmp_path / "portable"
+    out, temp = tmp_path / "portable", tmp_path / "tmp"
+    temp.mkdir()
     launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS, "--detach",
-                           *options(portable["jobs"], portable["no_av"])])
+                           *options(portable["jobs"], portable["no_av"])],
+                          env={**os.environ, "TMPDIR": str(temp)})
     assert launcher.wait(300) == 0, launcher.stderr.read()
     said = launcher.stderr.read()
     found = re.search(r"submitted job (\S+) on PortableRunner at (\S+): it commits", said)
     assert found and found[2] == portable["jobs"], said
     job = found[1]   # the launcher is gone; the job runs on
+    assert os.listdir(temp) == []   # what Beam's stager wrote for the submission went
     assert _wait_for(portable["jobs"], job, {"DONE", "FAILED", "CANCELLED"}) == "DONE"
     assert not os.path.exists(out / "_make_shards")   # committed, cleaned up, released
     assert_verified(out)

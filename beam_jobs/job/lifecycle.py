@@ -188,6 +188,25 @@ def beam_temp_in(run: RunDir) -> Iterator[None]:
         tempfile.tempdir = before
 
 
+@contextlib.contextmanager
+def submission_temp(launch: Launch) -> Iterator[None]:
+    """Beam's stager writes what a submission to a distributed runner needs into folders
+    of the system's temp directory that it never removes (a `tmpXXXXXXXX` holding
+    submission_environment_dependencies.txt each time, an empty beam-requirements-cache;
+    the job's own staged requirements.txt): for the block, the submission, they go into
+    a folder of the job's own, removed once the job is submitted. A dry run's result
+    still names its files: it keeps them."""
+    if launch.local or launch.dry_run:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="make_shards-submission-") as folder:
+        before, tempfile.tempdir = tempfile.tempdir, folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = before
+
+
 def workers(launch: Launch, fork: bool):
     """The environment of --all_cores's worker processes when they are forks of this
     process (forked before the lease's thread starts: a fork copies only the calling
