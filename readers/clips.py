@@ -19,12 +19,17 @@ Numpy only (the hash below is plain integer arithmetic).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Optional
 
 import numpy as np
 
 from readers.format.spec import PER_FRAME
+from readers.selection import one_of, whole_number
 
 OFFSETS = ("random", "start", "center")
+# Seeds a clip takes: the offsets' hash keeps 32 bits of the seed (and tf.data's one
+# seeds its stream with it), so seeds 2**32 apart would give the same clips.
+SEEDS = 2 ** 32
 CLIP_OFFSET = "clip_offset"    # what the readers name each clip's offset in its window
 _MASK = 0xFFFFFFFF
 
@@ -42,23 +47,23 @@ def _mix(x: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class Clip:
     """`length` frames of each window, every `step`-th, from `offset`: "random" (per
-    window and epoch, from `seed`), "start" or "center".
+    window and epoch, from `seed`, in [0, 2**32)), "start" or "center".
 
-    A clip spans (length - 1) * step + 1 frames, which must fit in the stored window."""
+    A clip spans (length - 1) * step + 1 frames, which must fit in the stored window.
+    Its numbers are checked and kept as Python ints (numpy integers too: a span in
+    uint8 would wrap around and let a clip that cannot fit through)."""
     length: int
     step: int = 1
     offset: str = "random"
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("length", "step"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                    and value >= 1):
-                raise ValueError(f"Clip {name} must be a whole number >= 1, got {value!r}")
-        if self.offset not in OFFSETS:
-            raise ValueError(f"Clip offset must be one of {', '.join(OFFSETS)}, got "
-                             f"{self.offset!r}")
+        # each number as the Python int it holds (frozen: set through object)
+        for name, minimum, maximum in (("length", 1, None), ("step", 1, None),
+                                       ("seed", 0, SEEDS - 1)):
+            object.__setattr__(self, name, whole_number(f"Clip {name}", getattr(self, name),
+                                                        minimum, maximum))
+        one_of("Clip offset", self.offset, OFFSETS)
 
     @property
     def span(self) -> int:
@@ -91,6 +96,15 @@ class Clip:
     def frames(self, offset: int) -> slice:
         """The frames of the window that a clip from `offset` keeps."""
         return slice(offset, offset + self.span, self.step)
+
+
+def checked(clip: Any) -> Optional[Clip]:
+    """A reader's `clip` argument: None or a Clip; TypeError naming it otherwise (not
+    an AttributeError from deep inside the reader)."""
+    if clip is not None and not isinstance(clip, Clip):
+        raise TypeError(f"clip must be a readers.clips.Clip or None, not "
+                        f"{type(clip).__name__} {clip!r}")
+    return clip
 
 
 def clipped_shape(name: str, shape: tuple[int, ...], clip: "Clip | None") -> tuple[int, ...]:

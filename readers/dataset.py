@@ -12,9 +12,9 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
-from readers import checkpoints, format as data_format, malloc, tf_internals
+from readers import checkpoints, clips, format as data_format, malloc, tf_internals
 from readers.clips import CLIP_OFFSET, Clip
-from readers.selection import Selection, require_positive
+from readers.selection import Selection, flag, optional_whole_number, whole_number
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -87,14 +87,27 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     Raises:
       ValueError: no dataset.json (not a finished dataset), an unknown format version,
         split or feature name, a split without shards, or fewer windows than a batch
-        (with drop_remainder=True and no repeat), or fewer shards than input pipelines.
-        A corrupt or short shard is an error naming it when the batch that reads it is
-        made.
+        (with drop_remainder=True and no repeat), or fewer shards than input pipelines;
+        a count < 1, a `structure` naming clip_offset without a clip. A corrupt or short
+        shard is an error naming it when the batch that reads it is made.
+      TypeError: a count or seed that is no whole number, a flag that is no bool, a clip
+        that is no Clip.
     """
-    require_positive(batch_size=batch_size, shuffle_buffer=shuffle_buffer,
-                     cycle_length=cycle_length)
+    batch_size = whole_number("batch_size", batch_size, 1)
+    seed = optional_whole_number("seed", seed, -2 ** 63, 2 ** 63 - 1)    # an int64
+    shuffle_buffer = optional_whole_number("shuffle_buffer", shuffle_buffer, 1)
+    cycle_length = optional_whole_number("cycle_length", cycle_length, 1)
+    shuffle, repeat, drop_remainder, float_pixels, keep_float16 = (
+        flag(name, value) for name, value in (
+            ("shuffle", shuffle), ("repeat", repeat), ("drop_remainder", drop_remainder),
+            ("float_pixels", float_pixels), ("keep_float16", keep_float16)))
+    clip = clips.checked(clip)
+    named = [] if structure is None else tf.nest.flatten(structure)
+    if CLIP_OFFSET in named and clip is None:
+        raise ValueError(f"structure names {CLIP_OFFSET}, which only a clip gives: pass "
+                         "clip=readers.clips.Clip(...), or leave it out of the structure")
     if features is None and structure is not None:
-        features = [name for name in tf.nest.flatten(structure) if name != CLIP_OFFSET]
+        features = [name for name in named if name != CLIP_OFFSET]
     selection = Selection.load(path, split, features)
     window = selection.spec.window["length"]
     if clip is not None:
@@ -167,9 +180,12 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
     # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
     # JPEG frames is work worth spreading.
-    # A checkpoint of its iterator names the dataset, and is refused on another's.
-    identity = (f"{path if '://' in path else os.path.abspath(path)} (run "
-                f"{spec.run_id or 'without an id'}), split {split!r}")
+    # A checkpoint of its iterator names the dataset and the reading, and is refused on
+    # another's: restored, it would give the batches of the reading it was saved on.
+    identity = _identity(path, selection, clip, batch_size=batch_size, shuffle=shuffle,
+                         seed=seed, repeat=repeat, drop_remainder=drop_remainder,
+                         float_pixels=float_pixels, keep_float16=keep_float16,
+                         input_context=input_context)
     if any(f.codec.decodes_images for f in selected):
         return checkpoints.identified(ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                              deterministic=deterministic
@@ -181,6 +197,28 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     options.autotune.enabled = False
     return checkpoints.identified(tf_internals.map_in_caller(ds, parse).prefetch(
         tf.data.AUTOTUNE).with_options(options), identity)
+
+
+def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_size: int,
+              shuffle: bool, seed: Optional[int], repeat: bool, drop_remainder: bool,
+              float_pixels: bool, keep_float16: bool,
+              input_context: Optional[tf.distribute.InputContext]) -> dict[str, str]:
+    """What an iterator's checkpoint names (readers.checkpoints): the dataset and its run,
+    the split (and this input pipeline's part), the features and their values, the clip
+    and the order."""
+    part = ("" if input_context is None else f", input pipeline "
+            f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
+    values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
+                                                (keep_float16, ", float16 kept")) if wanted)
+    order = ("shuffled without a seed" if shuffle and seed is None else
+             f"shuffled with seed {seed}" if shuffle else "in order")
+    return {"dataset": f"{path if '://' in path else os.path.abspath(path)} (run "
+                       f"{selection.spec.run_id or 'without an id'})",
+            "split": f"split {selection.split!r}{part}",
+            "features": f"features {[f.name for f in selection.features]}{values}",
+            "clip": "no clip" if clip is None else f"clip {clip}",
+            "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
+                     f"{order}{', repeated' if repeat else ''}"}
 
 
 def _clip_offsets(clip: Clip, window: int, serialized: tf.Tensor, random: tf.Tensor

@@ -28,14 +28,15 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import copy
+import dataclasses
 import os
 from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from readers import scatter, streaming
+from readers import clips, scatter, streaming
 from readers.clips import Clip
-from readers.selection import Selection, require_positive
+from readers.selection import Selection, flag, optional_whole_number, whole_number
 from readers.shards import Shards
 
 
@@ -55,17 +56,21 @@ class WindowSource:
 
     Raises:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
-        shards (they have no index), a dataset.json the shards do not match, or a clip
-        longer than the windows.
+        shards (they have no index), a dataset.json the shards do not match, a clip
+        longer than the windows, or an epoch < 0.
+      TypeError: a flag that is no bool, a clip that is no Clip, an epoch that is no
+        whole number.
     """
 
     def __init__(self, path: str, split: str = "train",
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
                  keep_float16: bool = False, clip: Optional[Clip] = None, epoch: int = 0):
+        float_pixels = flag("float_pixels", float_pixels)
+        keep_float16 = flag("keep_float16", keep_float16)
+        self.clip, self.epoch = clips.checked(clip), _epoch(epoch)
         self._selection = selection = Selection.load(path, split, features)
         self.path, self.split, self.spec = path, split, selection.spec
         self.features = list(selection.features)
-        self.clip, self.epoch = clip, _epoch(epoch)
         self._shards = Shards(selection)
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16, clip=clip,
@@ -80,6 +85,14 @@ class WindowSource:
 
     def __len__(self) -> int:
         return self._shards.size
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """What this source reads, as a resume state names it (JSON-ready): the dataset
+        (its path as given), its run, the split and its windows, the features, the clip."""
+        return {"dataset": self.path, "run_id": self.spec.run_id, "split": self.split,
+                "windows": len(self), "features": [f.name for f in self.features],
+                "clip": None if self.clip is None else dataclasses.asdict(self.clip)}
 
     def __getitem__(self, i: Union[int, Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
@@ -133,9 +146,7 @@ class WindowSource:
 
 
 def _epoch(epoch: int) -> int:
-    if not (isinstance(epoch, (int, np.integer)) and not isinstance(epoch, bool) and epoch >= 0):
-        raise ValueError(f"epoch must be a whole number >= 0, got {epoch!r}")
-    return int(epoch)
+    return whole_number("epoch", epoch, 0)
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
@@ -149,10 +160,18 @@ def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index:
 
 
 def _host_slice(order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard_index must be in [0, {num_shards}), got {shard_index}")
+    num_shards = whole_number("num_shards", num_shards, 1)
+    shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
     per_host = len(order) // num_shards
     return order[shard_index * per_host:(shard_index + 1) * per_host]
+
+
+# What a resume state holds: the reading it was saved on (checked against the source it
+# resumes on; the dataset's path only told, since a copy of a run is the same run), and
+# the arguments of EpochBatches that make its batches (given back to it).
+READING = ("dataset", "run_id", "split", "windows", "features", "clip")
+ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
+             "drop_remainder", "order", "buffer_bytes", "start_step")
 
 
 class EpochBatches:
@@ -167,40 +186,40 @@ class EpochBatches:
     batches get never disagree, a resumed plan's included.
 
     `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
-    refuses a state of another dataset run or size (an --append or a rebuild since
-    changes the permutation: the same step would not mean the same windows).
+    refuses a state of another run, split, size, features or clip (an --append or a
+    rebuild since changes the permutation; another split or clip other windows or
+    frames: the same step would not give the same batch).
     """
 
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
                  drop_remainder: bool = True, start_step: int = 0, order: str = "random",
                  buffer_bytes: Optional[int] = None):
-        require_positive(batch_size=batch_size, buffer_bytes=buffer_bytes)
-        _epoch(epoch)
-        streaming.check_order(order, buffer_bytes)
-        self.source, self.batch_size = source.for_epoch(epoch), batch_size
-        self.options = {"shuffle": shuffle, "seed": seed, "epoch": epoch,
-                        "shard_index": shard_index, "num_shards": num_shards,
-                        "drop_remainder": drop_remainder, "order": order,
-                        "buffer_bytes": buffer_bytes}
-        self.buffer_bytes = buffer_bytes or streaming.BUFFER_BYTES
+        given = _arguments(batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                           shard_index=shard_index, num_shards=num_shards,
+                           drop_remainder=drop_remainder, order=order,
+                           buffer_bytes=buffer_bytes, start_step=start_step)
+        self.batch_size = batch_size = given["batch_size"]
+        self.options = {key: given[key] for key in ARGUMENTS
+                        if key not in ("batch_size", "start_step")}
+        self.source = source.for_epoch(given["epoch"])
+        shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
+        self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
         # the streaming order's chunks (readers.streaming), None in the random-access one
         self.chunks = streaming.chunks_of(source._shards) if order == "stream" else None
         if self.chunks is not None and shuffle:
             self._order = _host_slice(streaming.stream_order(
                 self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes),
-                shard_index, num_shards)
+                given["shard_index"], given["num_shards"])
         else:
             self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
-                                      shard_index=shard_index, num_shards=num_shards)
+                                      shard_index=given["shard_index"],
+                                      num_shards=given["num_shards"])
         size = len(self._order)
-        self.steps = size // batch_size if drop_remainder else -(-size // batch_size)
+        self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
         if self.steps == 0:
             raise source._selection.no_batch(size, batch_size, holder="gives this host")
-        if not (isinstance(start_step, (int, np.integer)) and 0 <= start_step <= self.steps):
-            raise ValueError(f"start_step must be in [0, {self.steps}] (an epoch here has "
-                             f"{self.steps} steps), got {start_step!r}")
-        self.start_step = int(start_step)
+        self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
 
     def __len__(self) -> int:
         return self.steps - self.start_step
@@ -217,26 +236,75 @@ class EpochBatches:
         return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
 
     def state(self, step: int) -> dict[str, Any]:
-        """What resumes the epoch after `step` steps were taken (JSON-ready)."""
-        return {"run_id": self.source.spec.run_id, "windows": len(self.source),
-                "batch_size": self.batch_size, "step": step, **self.options}
+        """What resumes the epoch after `step` steps were taken (JSON-ready): the reading
+        (`WindowSource.reading`) and the arguments that resume it (`start_step` = step)."""
+        step = whole_number("step", step, 0, self.steps)
+        return {**self.source.reading, "batch_size": self.batch_size, **self.options,
+                "start_step": step}
 
     @classmethod
     def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":
-        """The batches after `state`'s step, on `source`; ValueError in one line when
-        `source` is not the dataset run and size the state was saved on."""
-        now = {"run_id": source.spec.run_id, "windows": len(source)}
-        saved = {key: state.get(key) for key in now}
-        if saved != now:
-            raise ValueError(f"this state was saved on run {saved['run_id']} with "
-                             f"{saved['windows']} windows; {source.path} split "
-                             f"{source.split!r} is now run {now['run_id']} with "
-                             f"{now['windows']} (an --append or a rebuild): the same step "
-                             "would not mean the same windows; start the epoch at step 0")
-        options = {key: state[key] for key in ("shuffle", "seed", "epoch", "shard_index",
-                                                "num_shards", "drop_remainder")}
-        options.update(order=state.get("order", "random"), buffer_bytes=state.get("buffer_bytes"))
-        return cls(source, state["batch_size"], start_step=state["step"], **options)
+        """The batches after `state`'s step, on `source`. In one line: TypeError or
+        ValueError naming a field the state lacks or whose value is of the wrong type, and
+        ValueError when `source` is not the run, split, size, features and clip the state
+        was saved on."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
+                            f"{type(state).__name__}")
+        missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
+        if missing:
+            raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                             "EpochBatches.state gave (or one of a version before these "
+                             "fields); start the epoch at step 0")
+        try:
+            saved = _saved_reading(state)
+            given = _arguments(**{key: state[key] for key in ARGUMENTS})
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"this state's {e}") from None
+        now = source.reading
+        differ = [key for key in READING if key != "dataset" and saved[key] != now[key]]
+        if differ:
+            changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)"
+                                for key in differ)
+            since = ": an --append or a rebuild since" if "run_id" in differ else ""
+            raise ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
+                             f"{source.path} split {source.split!r}: they differ in {changes}"
+                             f"{since}; the same step would not give the same batch: resume "
+                             "it on what it was saved on, or start the epoch at step 0")
+        return cls(source, **given)
+
+
+def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_index: Any,
+               num_shards: Any, drop_remainder: Any, order: Any, buffer_bytes: Any,
+               start_step: Any) -> dict[str, Any]:
+    """EpochBatches' arguments checked, as Python values (start_step's end is the
+    epoch's, checked once it is known)."""
+    num_shards = whole_number("num_shards", num_shards, 1)
+    buffer_bytes = optional_whole_number("buffer_bytes", buffer_bytes, 1)
+    return {"batch_size": whole_number("batch_size", batch_size, 1),
+            "shuffle": flag("shuffle", shuffle), "seed": whole_number("seed", seed, 0),
+            "epoch": _epoch(epoch),
+            "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
+            "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
+            "order": streaming.check_order(order, buffer_bytes), "buffer_bytes": buffer_bytes,
+            "start_step": whole_number("start_step", start_step, 0)}
+
+
+def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:
+    """The reading a state names, each field checked for its type."""
+    for key in ("dataset", "split", "run_id"):
+        if not (isinstance(state[key], str) or (key == "run_id" and state[key] is None)):
+            raise TypeError(f"{key} must be a string, not {state[key]!r}")
+    features = state["features"]
+    if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
+        raise TypeError(f"features must be a list of feature names, not {features!r}")
+    clip = state["clip"]
+    if clip is not None:
+        if not (isinstance(clip, dict) and set(clip) == {f.name for f in dataclasses.fields(Clip)}):
+            raise TypeError(f"clip must be None or a Clip's fields, not {clip!r}")
+        clip = dataclasses.asdict(Clip(**clip))
+    return {key: state[key] for key in READING} | {
+        "windows": whole_number("windows", state["windows"], 0), "clip": clip}
 
 
 def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
@@ -273,19 +341,28 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       (`S`) array).
 
     Raises:
-      ValueError: as `WindowSource`, or fewer windows on this host than a batch.
+      ValueError, TypeError: as `WindowSource` and `EpochBatches`, or fewer windows on
+        this host than a batch: when `batches` is called, before the first batch is
+        asked for.
     """
+    threads = optional_whole_number("threads", threads, 1)
+    prefetch = whole_number("prefetch", prefetch, 0)
     source = WindowSource(path, split, features, float_pixels=float_pixels,
                           keep_float16=keep_float16, clip=clip)
     plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards,
                         drop_remainder=drop_remainder, start_step=start_step, order=order,
                         buffer_bytes=buffer_bytes)
-    source = plan.source     # the epoch's clips
     if threads is None:
         images = any(f.codec.decodes_images for f in source.features)
         threads = (os.cpu_count() or 1) if images else 1
-    chunks = (streaming.Chunks(source._shards, plan.chunks, plan.windows(), batch_size,
+    return _read_ahead(plan, threads, prefetch)
+
+
+def _read_ahead(plan: EpochBatches, threads: int, prefetch: int) -> Iterator[dict[str, Any]]:
+    """The batches of `plan`, read by `threads` threads, `prefetch` ahead."""
+    source = plan.source     # the epoch's clips
+    chunks = (streaming.Chunks(source._shards, plan.chunks, plan.windows(), plan.batch_size,
                                2 * plan.buffer_bytes)
               if plan.chunks is not None and source._shards.remote else None)
 

@@ -4,14 +4,18 @@ error for a dataset that changed under an open reader (`gone`).
 
 `readers.make_dataset` (tf.data) and `readers.numpy` (WindowSource, batches) take the same
 path, split, features and batch size: they go through this module so that they refuse the
-same requests with the same words. Numpy only: readers.numpy imports it.
+same requests with the same words; and every number and flag they (and `Clip`) take is
+checked by its helpers, `whole_number`, `flag` and `one_of`, where it is given, in one
+line that names it. Numpy only: readers.numpy imports it.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import stat
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from readers.format import DATASET_JSON, DatasetSpec, FeatureSpec, Shard, SpecError, load_spec
 
@@ -87,12 +91,51 @@ def file_size(path: str, run_id: Optional[str], file: str) -> int:
         raise gone(path, run_id, file) from None
 
 
-def require_positive(**counts: Optional[int]) -> None:
-    """ValueError for the first count that is given and not > 0 (a tf.data AUTOTUNE, -1,
-    too: these options take counts)."""
-    for name, value in counts.items():
-        if value is not None and value <= 0:
-            raise ValueError(f"{name} must be > 0, got {value}")
+def whole_number(name: str, value: Any, minimum: Optional[int] = None,
+                 maximum: Optional[int] = None) -> int:
+    """`value`, the argument `name` of a reader, as a Python int: the one check of every
+    count, seed, step and index the readers take (Clip, batches, EpochBatches and
+    make_dataset's). TypeError unless it is an int or a numpy integer: a bool, a float
+    (1.5, NaN, even 2.0) or a string would be a mistake read as a number. ValueError
+    outside [minimum, maximum]. It is converted before any arithmetic: a numpy uint8
+    computes in its own dtype, where 7 * 37 + 1 wraps to 4."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {_whole(minimum, maximum)}, not {value!r}")
+    number = int(value)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        raise ValueError(f"{name} must be {_whole(minimum, maximum)}, not {number}")
+    return number
+
+
+def optional_whole_number(name: str, value: Any, minimum: Optional[int] = None,
+                          maximum: Optional[int] = None) -> Optional[int]:
+    """`whole_number`, for an argument whose None means "the default"."""
+    return None if value is None else whole_number(name, value, minimum, maximum)
+
+
+def _whole(minimum: Optional[int], maximum: Optional[int]) -> str:
+    """What a whole number in those bounds is called in a message."""
+    if minimum is not None and maximum is not None:
+        return f"a whole number in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f"a whole number >= {minimum}"
+    return "a whole number" if maximum is None else f"a whole number <= {maximum}"
+
+
+def flag(name: str, value: Any) -> bool:
+    """`value`, the yes-or-no argument `name`, as a bool; TypeError for anything but a
+    bool (numpy's too): the string 'false' would read as true, and a 0 or 1 may be a
+    count given in the wrong place."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {value!r}")
+    return bool(value)
+
+
+def one_of(name: str, value: Any, choices: Sequence[str]) -> str:
+    """`value`, the argument `name`, when it is one of `choices`; ValueError otherwise."""
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from readers.selection import one_of
 from readers.shards import Shards
 
 CHUNK_BYTES = 8 << 20
@@ -140,8 +141,10 @@ class Chunks:
         return self._chunks[c].end - self._chunks[c].start
 
 
-def check_order(order: str, buffer_bytes: Optional[int]) -> None:
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+def check_order(order: Any, buffer_bytes: Optional[int]) -> str:
+    """`order`, one of ORDERS; ValueError for another, or for a `buffer_bytes` given to
+    the random-access order, which has no buffer."""
+    one_of("order", order, ORDERS)
     if buffer_bytes is not None and order != "stream":
         raise ValueError("buffer_bytes is the streaming order's (order='stream')")
+    return order

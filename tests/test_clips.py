@@ -1,5 +1,7 @@
 """Clips sampled at read time (readers.clips) in both readers: the stored window's frames,
 mask and labels cut alike, offsets fixed or random per (seed, epoch, window), resumable."""
+import re
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -97,16 +99,66 @@ def test_encoded_frames_a_clip_skips_are_never_decoded(kinds, monkeypatch):
 
 
 def test_clips_that_cannot_be_cut_are_refused_in_one_line(kinds):
-    for bad, says in [(dict(length=0), "length must be a whole number >= 1"),
-                      (dict(length=2, step=1.5), "step must be a whole number"),
-                      (dict(length=2, offset="middle"), "offset must be one of random")]:
-        with pytest.raises(ValueError, match=says):
+    for bad, error, says in [(dict(length=0), ValueError, "length must be a whole number >= 1"),
+                             (dict(length=2, step=1.5), TypeError, "step must be a whole number"),
+                             (dict(length=2, offset="middle"), ValueError,
+                              "offset must be one of random")]:
+        with pytest.raises(error, match=says):
             Clip(**bad)
     with pytest.raises(ValueError, match=r"a clip of 3 frames every 2 spans 5 frames, more "
                                          r"than the dataset's windows hold \(4\)"):
         WindowSource(kinds["latent"], "train", clip=Clip(3, step=2))
     with pytest.raises(ValueError, match="epoch must be a whole number >= 0"):
         WindowSource(kinds["latent"], "train").for_epoch(-1)
+
+
+def test_a_clip_of_small_numpy_integers_spans_what_python_counts(kinds):
+    """In uint8, 7 * 37 + 1 wraps to 4: a clip of 8 frames every 37 seemed to fit a
+    window of 4, and readers.numpy gave uninitialised memory for 7 of its frames."""
+    wide = Clip(np.uint8(8), step=np.uint8(37))
+    assert wide.span == 260 and type(wide.span) is int
+    says = r"a clip of 8 frames every 37 spans 260 frames, more than the dataset's windows"
+    with pytest.raises(ValueError, match=says):
+        WindowSource(kinds["png"], "train", clip=wide)
+    with pytest.raises(ValueError, match=says):
+        readers.make_dataset(kinds["png"], "train", batch_size=2, clip=wide)
+    small = Clip(np.uint8(2), step=np.int16(2), seed=np.uint32(3))
+    assert small == Clip(2, step=2, seed=3)
+    ours = WindowSource(kinds["png"], "train", clip=small).read_batch(slice(None))
+    theirs = WindowSource(kinds["png"], "train", clip=Clip(2, step=2, seed=3)).read_batch(
+        slice(None))
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+
+@pytest.mark.parametrize("seed, error", [(2 ** 32, ValueError), (2 ** 64, ValueError),
+                                         (-1, ValueError), ("abc", TypeError),
+                                         (None, TypeError), (float("nan"), TypeError),
+                                         (1.5, TypeError), (True, TypeError)])
+def test_a_clip_seed_outside_32_bits_or_no_whole_number_is_refused(seed, error):
+    """Seeds 2**32 apart gave the same clips (the offsets keep 32 bits); 1.5 and True
+    were taken as 1, 'abc', None and NaN failed only when a batch was read."""
+    with pytest.raises(error, match=r"^Clip seed must be a whole number in \[0, 4294967295\], "
+                                    rf"not {re.escape(repr(seed))}$"):
+        Clip(2, seed=seed)
+    assert Clip(2, seed=2 ** 32 - 1).seed == 2 ** 32 - 1
+
+
+def test_a_clip_that_is_no_clip_is_refused_naming_clip(kinds):
+    says = r"^clip must be a readers.clips.Clip or None, not str '2'$"
+    with pytest.raises(TypeError, match=says):
+        WindowSource(kinds["latent"], "train", clip="2")
+    with pytest.raises(TypeError, match=says):
+        batches(kinds["latent"], "train", 2, clip="2")
+    with pytest.raises(TypeError, match=says):
+        readers.make_dataset(kinds["latent"], "train", batch_size=2, clip="2")
+
+
+def test_a_structure_naming_clip_offset_without_a_clip_is_refused_when_made(kinds):
+    with pytest.raises(ValueError, match=r"^structure names clip_offset, which only a clip "
+                                         r"gives: pass clip=readers.clips.Clip\(...\)"):
+        readers.make_dataset(kinds["latent"], "train", batch_size=2,
+                             structure=(("window", "clip_offset"), "mask"))
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ import collections
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -214,6 +215,49 @@ def test_indices_mean_what_they_mean_to_numpy_or_are_refused(kinds):
                          (["0"], TypeError)):
         with pytest.raises(error):
             source.read_batch(wrong)
+
+
+@pytest.mark.parametrize("options, error, says", [
+    ({"order": "stream", "buffer_bytes": float("nan")}, TypeError,
+     "buffer_bytes must be a whole number >= 1, not nan"),
+    ({"order": "stream", "buffer_bytes": float("inf")}, TypeError,
+     "buffer_bytes must be a whole number >= 1, not inf"),
+    ({"order": "stream", "buffer_bytes": True}, TypeError,
+     "buffer_bytes must be a whole number >= 1, not True"),
+    ({"order": "stream", "buffer_bytes": 2.5}, TypeError,
+     "buffer_bytes must be a whole number >= 1, not 2.5"),
+    ({"start_step": True}, TypeError, "start_step must be a whole number >= 0, not True"),
+    ({"threads": 0}, ValueError, "threads must be a whole number >= 1, not 0"),
+    ({"batch_size": float("nan")}, TypeError, "batch_size must be a whole number >= 1, not nan"),
+    ({"num_shards": 0}, ValueError, "num_shards must be a whole number >= 1, not 0"),
+    ({"num_shards": 2, "shard_index": 2}, ValueError,
+     "shard_index must be a whole number in [0, 1], not 2"),
+    ({"seed": -1}, ValueError, "seed must be a whole number >= 0, not -1"),
+    ({"seed": 1.0}, TypeError, "seed must be a whole number >= 0, not 1.0"),
+    ({"epoch": np.float64(1)}, TypeError, "epoch must be a whole number >= 0, not "
+                                          f"{np.float64(1)!r}"),
+    ({"prefetch": -1}, ValueError, "prefetch must be a whole number >= 0, not -1"),
+    ({"shuffle": "false"}, TypeError, "shuffle must be True or False, not 'false'"),
+    ({"drop_remainder": 0}, TypeError, "drop_remainder must be True or False, not 0"),
+    ({"float_pixels": "yes"}, TypeError, "float_pixels must be True or False, not 'yes'"),
+])
+def test_every_argument_of_batches_is_checked_when_called_naming_it(kinds, options, error,
+                                                                     says):
+    """NaN, inf, 2.5 and True slipped through, or failed later under another name
+    (ThreadPoolExecutor's max_workers, shard_index for num_shards=0)."""
+    with pytest.raises(error, match=f"^{re.escape(says)}$"):
+        batches(kinds["latent"], "train", **{"batch_size": 2, **options})
+
+
+def test_numpy_integers_are_taken_as_the_numbers_they_hold(kinds):
+    ours = list(batches(kinds["latent"], "train", np.uint8(3), seed=np.uint8(4),
+                        epoch=np.int32(1), num_shards=np.int8(2), shard_index=np.uint64(1),
+                        start_step=np.int16(1), threads=np.int64(2), prefetch=np.uint8(1)))
+    theirs = list(batches(kinds["latent"], "train", 3, seed=4, epoch=1, num_shards=2,
+                          shard_index=1, start_step=1))
+    assert len(ours) == len(theirs) > 1
+    for mine, other in zip(ours, theirs):
+        np.testing.assert_array_equal(mine["window"], other["window"])
 
 
 def test_readers_numpy_imports_neither_tensorflow_nor_beam(kinds):

@@ -2,6 +2,7 @@
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -122,7 +123,7 @@ def test_errors_name_the_problem(dataset, tmp_path):
     with pytest.raises(ValueError, match=r"split 'test' is not in .*\['train', 'validation'\]"):
         readers.make_dataset(dataset, split="test")
     for name in ("batch_size", "shuffle_buffer", "cycle_length"):
-        with pytest.raises(ValueError, match=f"{name} must be > 0, got -1"):
+        with pytest.raises(ValueError, match=f"^{name} must be a whole number >= 1, not -1$"):
             readers.make_dataset(dataset, **{name: -1})
     copy = tmp_path / "copy"
     shutil.copytree(dataset, copy)
@@ -134,6 +135,36 @@ def test_errors_name_the_problem(dataset, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("options, error, says", [
+    ({"batch_size": float("nan")}, TypeError, "batch_size must be a whole number >= 1, not nan"),
+    ({"batch_size": 2.5}, TypeError, "batch_size must be a whole number >= 1, not 2.5"),
+    ({"batch_size": True}, TypeError, "batch_size must be a whole number >= 1, not True"),
+    ({"seed": "3"}, TypeError, "seed must be a whole number in [-9223372036854775808, "
+                               "9223372036854775807], not '3'"),
+    ({"seed": 2 ** 63}, ValueError, "seed must be a whole number in [-9223372036854775808, "
+                                    "9223372036854775807], not 9223372036854775808"),
+    ({"shuffle_buffer": 0}, ValueError, "shuffle_buffer must be a whole number >= 1, not 0"),
+    ({"cycle_length": True}, TypeError, "cycle_length must be a whole number >= 1, not True"),
+    ({"shuffle": "false"}, TypeError, "shuffle must be True or False, not 'false'"),
+    ({"repeat": 1}, TypeError, "repeat must be True or False, not 1"),
+    ({"drop_remainder": "no"}, TypeError, "drop_remainder must be True or False, not 'no'"),
+    ({"keep_float16": None}, TypeError, "keep_float16 must be True or False, not None"),
+])
+def test_every_argument_is_checked_when_given_naming_it(dataset, options, error, says):
+    with pytest.raises(error, match=f"^{re.escape(says)}$"):
+        readers.make_dataset(dataset, **options)
+
+
+def test_numpy_integers_are_taken_as_the_numbers_they_hold(dataset):
+    ds = readers.make_dataset(dataset, batch_size=np.uint8(4), seed=np.int64(1),
+                              shuffle_buffer=np.int16(8), cycle_length=np.uint32(2))
+    assert ds.element_spec["window"].shape[0] == 4
+    again = readers.make_dataset(dataset, batch_size=4, seed=1, shuffle_buffer=8,
+                                 cycle_length=2)
+    np.testing.assert_array_equal(np.concatenate([b["start"] for b in ds.as_numpy_iterator()]),
+                                  np.concatenate([b["start"] for b in again.as_numpy_iterator()]))
+
+
 def test_float16_and_gzip_datasets_read_back(tmp_path, rng):
     videos = [(f.astype(np.float16), r) for f, r in random_videos(rng, 4, lengths=(16, 17))]
     write_videos(str(tmp_path / "in"), videos, files=1)

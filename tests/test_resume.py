@@ -2,24 +2,31 @@
 (EpochBatches), tf.data from its checkpoint; and a resume refused where it would not
 mean the same windows (another dataset, an append since, a step out of range)."""
 import json
+import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import readers
-from helpers import random_videos, run_job, write_videos
-from readers.numpy import WindowSource, batches
+from helpers import random_videos, run_job, solid_frames, write_frame_folder, write_manifest, \
+    write_videos
+from readers.clips import Clip
+from readers.numpy import EpochBatches, WindowSource, batches
 
 
 def test_start_step_and_epoch_out_of_range_are_refused(kinds):
     steps = len(WindowSource(kinds["latent"], "train")) // 2
     assert list(batches(kinds["latent"], "train", 2, start_step=steps)) == []   # the end
-    for options, needle in (({"start_step": -1}, rf"start_step must be in \[0, {steps}\]"),
-                            ({"start_step": steps + 1}, "start_step must be in"),
-                            ({"start_step": 1.5}, "start_step must be in"),
-                            ({"epoch": -1}, "epoch must be a whole number >= 0")):
-        with pytest.raises(ValueError, match=needle):
-            next(batches(kinds["latent"], "train", 2, **options))
+    for options, error, needle in (
+            ({"start_step": -1}, ValueError, "start_step must be a whole number >= 0, not -1"),
+            ({"start_step": steps + 1}, ValueError,
+             rf"start_step must be a whole number in \[0, {steps}\], not {steps + 1}"),
+            ({"start_step": 1.5}, TypeError, "start_step must be a whole number >= 0, not 1.5"),
+            ({"start_step": True}, TypeError, "start_step must be a whole number >= 0, not True"),
+            ({"epoch": -1}, ValueError, "epoch must be a whole number >= 0")):
+        with pytest.raises(error, match=needle):
+            batches(kinds["latent"], "train", 2, **options)      # when called
 
 
 def test_batches_resume_exactly_at_any_step(kinds):
@@ -71,6 +78,19 @@ def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path)
         message = str(refused.value)
         assert f"this tf.data checkpoint reads {kinds['latent']} (run " in message
         assert f"restored on a reader of {other} (run " in message and "\n" not in message
+    # the same dataset read otherwise: TensorFlow failed in its words ("Expected 1
+    # components but got 5", "Failed to restore dataset iterator"), or read on in the
+    # saved order
+    for options, differs, now in (
+            ({"clip": Clip(2)}, "clip", "[clip Clip(length=2, step=1, offset='random', seed=0)]"),
+            ({"features": ["window"]}, "features", "[features ['window']] now"),
+            ({"batch_size": 3}, "order", "[batches of 3, shuffled with seed 1, repeated] now"),
+            ({"seed": 2}, "order", "[batches of 2, shuffled with seed 2, repeated] now")):
+        given = {"batch_size": 2, "seed": 1, "repeat": True, **options}
+        otherwise = iter(readers.make_dataset(kinds["latent"], **given))
+        with pytest.raises(ValueError, match=rf"they differ in {differs} \(\[") as refused:
+            tf.train.Checkpoint(iterator=otherwise).restore(saved)
+        assert now in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
@@ -79,7 +99,6 @@ def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
     server: forked from this threaded process (Beam's pools, gcsfs's loop), a worker
     once never got its batch and the loader waited forever."""
     torch = pytest.importorskip("torch")
-    from readers.numpy import EpochBatches
 
     source = WindowSource(kinds["latent"], "train")
 
@@ -109,7 +128,6 @@ def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(kinds):
 def test_a_state_saved_before_an_append_is_refused(tmp_path, rng):
     """An append changes the permutation (it is over every window): step k of the old
     epoch does not name the same windows in the grown one."""
-    from readers.numpy import EpochBatches
 
     write_videos(str(tmp_path / "day1"), random_videos(rng, 6), files=1)
     run_job(str(tmp_path / "day1" / "*"), tmp_path / "out", "--window", "4")
@@ -117,6 +135,72 @@ def test_a_state_saved_before_an_append_is_refused(tmp_path, rng):
     write_videos(str(tmp_path / "day2"), random_videos(rng, 3), files=1)
     run_job(str(tmp_path / "day*" / "*"), tmp_path / "out", "--window", "4", "--append")
     grown = WindowSource(str(tmp_path / "out"))
-    with pytest.raises(ValueError, match=r"this state was saved on run \w+ with \d+ windows; "
-                                         r".* is now run \w+ with \d+ \(an --append"):
+    with pytest.raises(ValueError, match=r"they differ in run_id \('\w+' saved, '\w+' now\), "
+                                         r"windows \(\d+ saved, \d+ now\): an --append or a "
+                                         r"rebuild since; the same step would not give the "
+                                         r"same batch"):
         EpochBatches.resume(grown, state)
+
+
+def test_a_state_names_its_reading_and_resumes_on_no_other_split_features_or_clip(tmp_path):
+    """Splits a and b hold a video of 6 frames each: 2 windows each. A state saved on a
+    resumed on b, which has as many windows (it named neither split nor path)."""
+    rows = []
+    for split, start in (("a", 0), ("b", 10)):
+        write_frame_folder(tmp_path / split, solid_frames(6, start=start))
+        rows.append({"video_id": split, "frames": split, "split": split})
+    write_manifest(tmp_path / "m.jsonl", rows)
+    out = str(tmp_path / "out")
+    run_job(str(tmp_path / "m.jsonl"), out, "--window", "4", "--stride", "2",
+            "--splits", "a=0.5,b=0.5", "--frame_encoding", "raw")
+    plan = EpochBatches(WindowSource(out, "a", clip=Clip(2, seed=5)), 1, seed=np.int64(3))
+    state = json.loads(json.dumps(plan.state(1)))
+    assert {key: state[key] for key in ("dataset", "split", "windows", "features", "clip")} == {
+        "dataset": out, "split": "a", "windows": 2,
+        "features": ["window", "mask", "video_id", "start"],
+        "clip": {"length": 2, "step": 1, "offset": "random", "seed": 5}}
+    assert state["run_id"] == readers.load_spec(out).run_id and state["seed"] == 3
+    resumed = EpochBatches.resume(WindowSource(out, "a", clip=Clip(2, seed=5)), state)
+    assert list(resumed) == [plan.batch(1)]
+    for source, differ in (
+            (WindowSource(out, "b", clip=Clip(2, seed=5)), r"split \('a' saved, 'b' now\)"),
+            (WindowSource(out, "a", ["window"], clip=Clip(2, seed=5)),
+             r"features \(\['window', 'mask', 'video_id', 'start'\] saved, \['window'\] now\)"),
+            (WindowSource(out, "a"), r"clip \(\{'length': 2, .*'seed': 5\} saved, None now\)")):
+        with pytest.raises(ValueError, match=rf"^this state, saved on {re.escape(out)}, cannot "
+                                             rf"resume on {re.escape(out)} split "
+                                             rf"'{source.split}': they differ in "
+                                             rf"{differ}; the same step would not give the "
+                                             r"same batch: resume it on what it was saved on"):
+            EpochBatches.resume(source, state)
+
+
+def test_a_state_missing_a_field_or_of_the_wrong_type_is_refused_naming_it(kinds):
+    source = WindowSource(kinds["latent"], "train")
+    state = EpochBatches(source, 2, seed=1).state(1)
+    for key, value, error, says in (
+            ("shuffle", "false", TypeError, "shuffle must be True or False, not 'false'"),
+            ("seed", "3", TypeError, "seed must be a whole number >= 0, not '3'"),
+            ("drop_remainder", "no", TypeError,
+             "drop_remainder must be True or False, not 'no'"),
+            ("windows", "279", TypeError, "windows must be a whole number >= 0, not '279'"),
+            ("split", None, TypeError, "split must be a string, not None"),
+            ("features", "window", TypeError,
+             "features must be a list of feature names, not 'window'"),
+            ("clip", {"length": 2}, TypeError,
+             r"clip must be None or a Clip's fields, not \{'length': 2\}"),
+            ("clip", {"length": 2, "step": 0, "offset": "start", "seed": 0}, ValueError,
+             "Clip step must be a whole number >= 1, not 0"),
+            ("order", "sideways", ValueError, "order must be one of random, stream"),
+            ("start_step", 1.5, TypeError, "start_step must be a whole number >= 0")):
+        with pytest.raises(error, match=f"^this state's {says}"):
+            EpochBatches.resume(source, {**state, key: value})
+    without = {key: value for key, value in state.items() if key != "split"}
+    with pytest.raises(ValueError, match=r"^this state lacks split: it is no state "
+                                         r"EpochBatches.state gave"):
+        EpochBatches.resume(source, without)
+    with pytest.raises(TypeError, match="^state must be a dict, as EpochBatches.state gives "
+                                        "it, not NoneType$"):
+        EpochBatches.resume(source, None)
+    with pytest.raises(ValueError, match=r"^step must be a whole number in \[0, \d+\], not -1$"):
+        EpochBatches(source, 2).state(-1)
