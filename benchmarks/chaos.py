@@ -29,7 +29,8 @@ and the kills:
   term     SIGTERM
   stop     SIGSTOP, then the lease made to look expired (as 120 s without a renewal
            would), a second run of the same command that takes the lease over and
-           commits, then SIGCONT: the first run goes on with a lost lease
+           commits, then SIGCONT: the first run goes on with a lost lease, and
+           ends with exit 0, 1 or 2 and no traceback
 
 After each, five checks; a failed one is a violation, counted and described:
 
@@ -46,8 +47,9 @@ After each, five checks; a failed one is a violation, counted and described:
                the failures file names exactly the failed ids that history remembers
   next run     the same command, run to its end, exits 0 (its own checks as above)
   left behind  then the directory holds dataset.json, the files it lists and nothing
-               else (but the marker folders of runs that lost their lease), and no
-               Beam temp folder is left in the temp directory the runs were given
+               else (no marker of a run that lost its lease either: that run has
+               ended, and the rerun removes its marker), and no Beam temp folder is
+               left in the temp directory the runs were given
 
 tests/test_chaos.py runs each operation and kill once in CI; docs/guarantees.md has a
 long run's counts.
@@ -75,7 +77,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from beam_jobs.sample import FEATURES, serialize_tensor  # noqa: E402
 from readers import load_spec  # noqa: E402
-from readers.format import RUN_ID, DatasetSpec, encode_example, tfrecord  # noqa: E402
+from readers.format import DatasetSpec, encode_example, tfrecord  # noqa: E402
 from readers.numpy import WindowSource  # noqa: E402
 from readers.verify import verify  # noqa: E402
 
@@ -258,6 +260,11 @@ def snapshot(out: str) -> dict[str, str]:
             if os.path.exists(os.path.join(out, name))}
 
 
+def _tree(folder: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), folder)
+                  for d, _, files in os.walk(folder) for f in files)[:5]
+
+
 def check_whole(out: str, before: dict[str, str]) -> list[str]:
     """'old or new' and 'verify'."""
     problems = []
@@ -281,23 +288,12 @@ def check_whole(out: str, before: dict[str, str]) -> list[str]:
 
 
 def check_left_behind(world: World) -> list[str]:
-    problems = []
+    """Nothing but dataset.json and the files it lists, not even the marker of a run
+    that lost its lease: every run before has ended, so the rerun removed it."""
     listed = set(json.load(open(os.path.join(world.out, "dataset.json")))["files"])
-    for name in sorted(set(os.listdir(world.out)) - listed - {"dataset.json"}):
-        if name != "_make_shards":
-            problems.append(f"left behind: {name}")
-            continue
-        state = os.path.join(world.out, name)
-        for entry in sorted(os.listdir(state)):
-            runs = os.path.join(state, entry)
-            if entry != "runs":
-                problems.append(f"left behind: _make_shards/{entry}")
-                continue
-            for run in os.listdir(runs):   # only the markers of runs that lost the lease
-                if not RUN_ID.match(run) or os.listdir(os.path.join(runs, run)) != [
-                        "lost_lease.json"]:
-                    problems.append(f"left behind: _make_shards/runs/{run}: "
-                                    f"{sorted(os.listdir(os.path.join(runs, run)))}")
+    problems = [f"left behind: {name}" + (f": {_tree(os.path.join(world.out, name))}"
+                                          if name == "_make_shards" else "")
+                for name in sorted(set(os.listdir(world.out)) - listed - {"dataset.json"})]
     beam = [n for n in os.listdir(world.temp) if n.startswith("beam-pipeline-temp")]
     if beam:
         problems.append(f"left behind: {len(beam)} Beam temp folders")
@@ -418,7 +414,9 @@ def iteration(world: World, op: str, kill: str, delay: float) -> tuple[list[str]
             os.kill(job.pid, signal.SIGCONT)
         status = job.wait(timeout=600)
         ended = f"stopped{' past its lease' if expired else ''}, then exit {status}"
-        job.stderr.read()
+        err = job.stderr.read()
+        if status not in (0, 1, 2) or "Traceback" in err:   # 1, 2: it lost the lease
+            return [f"stop: exit {status}: {err.strip()[-300:]}"], ended
     else:
         job.send_signal(SIGNALS[kill])
         status = job.wait(timeout=600)
