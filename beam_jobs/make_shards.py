@@ -109,15 +109,13 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
     if launch.dry_run:   # no lease: the directory is not touched
         return _run(launch, outdir.Claim(RunDir(config.io.output_dir, "dry-run", ""), None,
                                          False))
-    with lifecycle.workers(launch, fork_workers) as workers, \
-            lifecycle.claimed(launch) as claim:
+    with lifecycle.workers(launch, fork_workers) as workers, lifecycle.claimed(launch) as claim:
         return _run(launch, claim, workers)
 
 
 def _run(launch: Launch, claim: outdir.Claim, workers: Any = None
          ) -> beam.runners.runner.PipelineResult:
-    """Build and run the pipeline. `workers`: the environment of forked worker
-    processes (lifecycle.workers), or None."""
+    """Build and run the pipeline (`workers`: forked workers' environment, or None)."""
     launch.note_group_memory()
     with lifecycle.submission_temp(launch):
         options = launch.options(forked_workers=workers is not None)
