@@ -1,12 +1,17 @@
 """A dataset directory's files, local or of any fsspec scheme, as readers.inspect's
 summary, readers.verify and readers.report read them (readers.numpy has its own reads:
-readers/shards.py)."""
+readers/shards.py), and `save`, how readers.inspect writes a page or a picture."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
 from typing import Iterator, Optional
 
+from readers.format import videos_file
 from readers.selection import NotAFile, check_regular
+
+MAX_WHOLE = 64 << 20    # a side file read whole (dataset_info.json: a few MB at 40,000 shards)
 
 
 class DatasetFiles:
@@ -25,7 +30,8 @@ class DatasetFiles:
     def reader(self, name: str, compression: Optional[str] = None):
         """A file for reading in binary, read ahead in 1 MiB blocks on a store: gcsfs's
         own default cache asks for each small read (a record's header, its data, its
-        CRC) in a request of its own at first."""
+        CRC) in a request of its own at first. NotAFile when it is not a regular file."""
+        self.check_regular(name)
         return self.fs.open(self.path(name), "rb", compression=compression,
                             block_size=1 << 20, cache_type="readahead")
 
@@ -37,9 +43,10 @@ class DatasetFiles:
 
     def rows(self, name: str) -> Iterator[dict]:
         """The JSON objects of a side file, one line at a time (blank lines skipped);
-        ValueError naming the file and line of one that is not a JSON object."""
-        with self.reader(name) as f:
-            for number, line in enumerate(f, 1):
+        ValueError naming the file and line of one that is not a JSON object, or longer
+        than videos_file.MAX_LINE (so no line is held whole, however long)."""
+        try:
+            for number, line in videos_file.lines(lambda: self.reader(name)):
                 if not line.strip():
                     continue
                 try:
@@ -47,8 +54,21 @@ class DatasetFiles:
                 except ValueError:    # not UTF-8, or not JSON
                     row = None
                 if not isinstance(row, dict):
-                    raise ValueError(f"{name}: line {number} is not a JSON object")
+                    raise ValueError(f"line {number} is not a JSON object")
                 yield row
+        except NotAFile:
+            raise              # it names the file whole
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+
+    def read_whole(self, name: str, limit: int = MAX_WHOLE) -> bytes:
+        """A side file held whole, refused (ValueError) when it is not a regular file or
+        is larger than `limit` bytes: only `limit` + 1 bytes are ever read."""
+        with self.open(name) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{name} is larger than {limit:,} bytes")
+        return data
 
     def exists(self, name: str) -> bool:
         return self.fs.exists(self.path(name))
@@ -57,15 +77,52 @@ class DatasetFiles:
         return self.fs.size(self.path(name))
 
     def open(self, name: str, mode: str = "rb", compression: Optional[str] = None):
+        """`name` opened as fsspec opens it; NotAFile when it is not a regular file."""
+        self.check_regular(name)
         return self.fs.open(self.path(name), mode, compression=compression)
 
-    def not_a_file(self, name: str) -> Optional[str]:
-        """Why a local dataset's `name` cannot be opened as a file (a FIFO, whose open
-        would wait forever; a directory), or None. Objects on a store are files."""
-        if not self.fs.protocol or "file" not in self.fs.protocol:
-            return None
-        try:
+    def check_regular(self, name: str) -> None:
+        """NotAFile when a local dataset's `name` is not a regular file (a FIFO, whose
+        open would wait forever; a directory): the shards' check (readers.selection),
+        made before every open here, side files' too. Objects on a store are files."""
+        if is_local(self.fs):
             check_regular(self.root, name)
+
+    def not_a_file(self, name: str) -> Optional[str]:
+        """Why `name` cannot be opened as a file (check_regular's reason), or None."""
+        try:
+            self.check_regular(name)
         except NotAFile as e:
             return str(e)
         return None
+
+
+def is_local(fs) -> bool:
+    """Whether an fsspec filesystem is the local one (its files can be FIFOs and links)."""
+    return bool(fs.protocol) and "file" in fs.protocol
+
+
+def save(out: str, data: bytes) -> None:
+    """Write `data` to `out`, local or any fsspec URL. A local file is written beside
+    where `out` leads (its symbolic links followed) and renamed over it: whole or not at
+    all, and never into another name of the old file (a hard link). readers.inspect has
+    checked that `out` leads outside the dataset; this keeps a hard link from getting
+    past that check."""
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(out)
+    if not is_local(fs):
+        with fs.open(where, "wb") as f:
+            f.write(data)
+        return
+    where = os.path.realpath(where)
+    temporary = os.path.join(os.path.dirname(where),
+                             f".{os.path.basename(where)}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask's mode
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, where)
+    except BaseException:
+        os.unlink(temporary)
+        raise

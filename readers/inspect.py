@@ -8,12 +8,16 @@
 
 The summary, --verify and --report read the files with numpy, fsspec and Pillow only
 (the light install); --stats and --preview read through readers.make_dataset, and so
-need TensorFlow.
+need TensorFlow. It never writes into the dataset's directory: a --report or --out path
+there is refused before anything is read.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import io
+import os
+import posixpath
 import re
 import sys
 from typing import Iterable, Optional
@@ -21,7 +25,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format, quiet, report
-from readers.files import DatasetFiles
+from readers.files import DatasetFiles, is_local, save
 from readers.verify import verify
 
 MAX_PROBLEMS = 20
@@ -56,15 +60,15 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         lines += [f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
                   f"{g.skipped_existing} input videos skipped as already in the dataset"
                   for g in dataset.generations]
-    failures = dataset.sidecars.get("failures")
     reasons, unread = collections.Counter(), ""
     try:
-        if failures in sizes:
-            reasons.update(str(row.get("reason")) for row in files.rows(failures))
+        if dataset.sidecars.get("failures") in sizes:
+            reasons = report.collect.side_file(files, dataset, "failures").by_reason
     except (OSError, ValueError) as e:
-        unread = f" (its reasons cannot be read: {str(e).splitlines()[0]})"
+        said = report.collect.bounded(str(e).splitlines()[0])
+        unread = f" (its reasons cannot be read: {said})"
     lines.append(f"failures: {dataset.failures}{unread}"
-                 + (", most common reasons:" if reasons else ""))
+                 + (", most common reasons (paths and numbers left out):" if reasons else ""))
     lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
     return "\n".join(lines)
 
@@ -93,17 +97,70 @@ def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int,
     return pictures.heatmaps(windows, masks, metadata, captions)
 
 
-def _positive(text: str) -> int:
+def output_problem(dataset: str, out: str) -> Optional[str]:
+    """Why inspect will not write its page or picture to `out`, in a line; None when it
+    may. Nothing inside the dataset's directory, whatever the name (inspect reads a
+    dataset and never writes into it): local paths are compared with their symbolic
+    links and `..` resolved, a store's URLs normalised. Nor an empty path, a directory,
+    or a local folder that is not there (inspect makes none)."""
+    import fsspec
+
+    if not out:
+        return "an empty path: name a file"
     try:
-        value = int(text)
+        fs, where = fsspec.core.url_to_fs(out)
+        dataset_fs, root = fsspec.core.url_to_fs(dataset)
+    except (ValueError, ImportError) as e:   # no such scheme, or its library missing
+        return str(e).splitlines()[0]
+    if is_local(fs):
+        folder, where = os.path.dirname(where) or ".", os.path.realpath(where)
+        if os.path.isdir(where):
+            return f"{out} is a directory: name a file"
+        if not os.path.isdir(os.path.dirname(where)):
+            return f"{folder} is not a folder (inspect makes none): create it first"
+    if type(fs) is not type(dataset_fs):
+        return None
+    root = (os.path.realpath(root) if is_local(dataset_fs) else posixpath.normpath(root))
+    if not is_local(fs):
+        where = posixpath.normpath(where)
+    if where == root or where.startswith(root.rstrip("/") + "/"):
+        return (f"{out} is inside the dataset directory {dataset}: inspect never writes "
+                "into a dataset; name a path outside it")
+    return None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
 
 
-_positive.__name__ = "integer"
+def _seed(text: str) -> int:
+    """A seed both numpy (--report) and tf.data (--preview, --stats) take: checked here,
+    so that a wrong one is blamed on --seed, not on what uses it."""
+    value = _integer(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1, got {value}")
+    return value
+
+
+_positive.__name__ = _seed.__name__ = "integer"
+
+
+def _picture_format(out: str) -> str:
+    """The picture format `out`'s extension names, where Pillow writes it; else PNG."""
+    from PIL import Image
+
+    named = Image.registered_extensions().get(os.path.splitext(out)[1].lower())
+    return named if named in Image.SAVE else "PNG"
 
 
 def main(argv: Optional[Iterable[str]] = None) -> None:
@@ -117,17 +174,19 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     parser.add_argument("--preview", type=_positive, metavar="N",
                         help=f"draw N random windows (at most {MAX_PREVIEW})")
     parser.add_argument("--out", default=None,
-                        help="the preview's PNG file (default: preview.png)")
+                        help="the preview's PNG file, outside the dataset's directory "
+                             "(default: preview.png)")
     parser.add_argument("--decoder", help="a Keras model decoding latents to frames in [0, 1]")
     parser.add_argument("--stats", action="store_true", help="per-feature statistics")
     parser.add_argument("--all", action="store_true", help="--stats over all windows")
     parser.add_argument("--sample", type=_positive, default=1000,
                         help="--stats sample size, in windows (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=_seed, default=0,
                         help="which windows --preview draws and --stats and --report "
                              "sample (default: %(default)s)")
     parser.add_argument("--report", metavar="PATH", help="write one self-contained HTML page "
-                        "of the dataset (docs/report.md); with --verify, its result too")
+                        "of the dataset (docs/report.md); with --verify, its result too. "
+                        "PATH is outside the dataset's directory, in a folder that exists")
     parser.add_argument("--report_samples", type=_positive, metavar="N", default=None,
                         help="--report's contact sheets; its statistics sample "
                              f"{report.STATS_PER_SHEET} windows a sheet (default: "
@@ -137,8 +196,12 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
         parser.error("--out: names the picture of --preview N; give --preview too")
     if args.decoder and not args.preview:
         parser.error("--decoder: decodes the latents of --preview N; give --preview too")
-    if args.report_samples and not args.report:
+    if args.report_samples and args.report is None:
         parser.error("--report_samples: sizes the page of --report PATH; give --report too")
+    preview_out = (args.out or "preview.png") if args.preview else None
+    for flag, out in (("--report", args.report), ("--out", preview_out)):
+        if out is not None and (problem := output_problem(args.path, out)):
+            parser.error(f"{flag}: {problem}")
     if args.preview and args.preview > MAX_PREVIEW:
         print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
               "picture shows", file=sys.stderr)
@@ -169,6 +232,20 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                        f"{re.sub(r'^{{.*?}} *', '', e.message.splitlines()[0])}\n")
 
 
+def _wrote(parser: argparse.ArgumentParser, flag: str, out: str, data: bytes,
+           size: str) -> bool:
+    """Whether `data` was saved to `out`, saying so in a line either way (an error
+    naming `flag` when `out` cannot be written)."""
+    try:
+        save(out, data)
+    except (OSError, ValueError) as e:   # fsspec's ValueError: a path it cannot write
+        said = (str(e) or repr(e)).splitlines()[0]
+        print(f"{parser.prog}: error: {flag}: {said}", file=sys.stderr)
+        return False
+    print(f"wrote {out} ({size})")
+    return True
+
+
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
          dataset: data_format.DatasetSpec, split: str) -> None:
     """What the command line asks for, of a dataset.json that checked out."""
@@ -183,20 +260,18 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if args.preview:
         image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
         out = args.out or "preview.png"
-        image.save(out)
-        print(f"wrote {out} ({image.width}x{image.height})")
+        picture = io.BytesIO()
+        image.save(picture, format=_picture_format(out))
+        if not _wrote(parser, "--out", out, picture.getvalue(),
+                      f"{image.width}x{image.height}"):
+            sys.exit(1)
     problems = verify(args.path, dataset) if args.verify else None
     failed = bool(problems)
-    if args.report:
-        try:
-            size = report.write(args.path, dataset, args.report, seed=args.seed,
-                                samples=args.report_samples or report.SAMPLES,
-                                verified=problems)
-            print(f"wrote {args.report} ({size / 2**20:.1f} MB)")
-        except (OSError, ValueError) as e:   # PATH cannot be written
-            said = (str(e) or repr(e)).splitlines()[0]
-            print(f"{parser.prog}: error: --report: {said}", file=sys.stderr)
-            failed = True
+    if args.report is not None:
+        page = report.build(args.path, dataset, seed=args.seed, verified=problems,
+                            samples=args.report_samples or report.SAMPLES).encode("utf-8")
+        failed |= not _wrote(parser, "--report", args.report, page,
+                             f"{len(page) / 2**20:.1f} MB")
     if problems:
         print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
               file=sys.stderr)

@@ -15,7 +15,7 @@ import numpy as np
 
 from readers import format as data_format
 from readers.format import tfrecord, wire
-from readers.files import DatasetFiles
+from readers.files import MAX_WHOLE, DatasetFiles
 from readers.selection import DatasetChanged, gone
 
 
@@ -120,13 +120,22 @@ def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]
         elif not files.exists(name):
             problems.append(_missing(path, dataset, name))
         else:
-            with files.open(name) as f:
-                found = f.read()
-            if found != expected[name] and not _a_whole_earlier_view(files, name, found):
-                problems.append(f"{name}: not what dataset.json gives, nor the view of an "
-                                "earlier commit whose shards are all there (regenerate it "
-                                "with readers.format.tfds_info.files)")
+            problems += _tfds_file_problem(files, name, expected[name])
     return problems
+
+
+def _tfds_file_problem(files: DatasetFiles, name: str, expected: bytes) -> list[str]:
+    """A TFDS file against the bytes dataset.json gives; read whole, so only as large as
+    any can be (and a FIFO or a directory there is told, never opened)."""
+    try:
+        found = files.read_whole(name, max(MAX_WHOLE, len(expected)))
+    except ValueError as e:   # NotAFile, or larger than the bound
+        return [str(e)]
+    if found != expected and not _a_whole_earlier_view(files, name, found):
+        return [f"{name}: not what dataset.json gives, nor the view of an earlier commit "
+                "whose shards are all there (regenerate it with "
+                "readers.format.tfds_info.files)"]
+    return []
 
 
 def _a_whole_earlier_view(files: "DatasetFiles", name: str, found: bytes) -> bool:
@@ -144,9 +153,12 @@ def _a_whole_earlier_view(files: "DatasetFiles", name: str, found: bytes) -> boo
         index = data_format.index_name(shard)
         if not (files.exists(shard) and files.exists(index)):
             return False
-        with files.open(index) as f:
-            if sum(1 for _ in f) != records:
+        try:
+            lines = data_format.videos_file.lines(lambda: files.open(index))
+            if sum(1 for _ in lines) != records:
                 return False
+        except ValueError:   # not a regular file, or a line longer than any index's
+            return False
     return True
 
 
@@ -158,6 +170,9 @@ def _verify_videos_file(path: str, dataset: data_format.DatasetSpec) -> list[str
         return []
     if not files.exists(name):
         return [_missing(path, dataset, name)]
+    not_a_file = files.not_a_file(name)
+    if not_a_file:
+        return [not_a_file]
     problem = data_format.videos_file.problem(lambda: files.open(name), dataset)
     return [f"{name}: {problem}"] if problem else []
 
@@ -176,10 +191,10 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
             problems += shard_problems
             for video_id, start in keys:
                 if (name, video_id, start) in seen:
-                    problems.append(f"{shard.file}: window ({video_id.decode()}, {start}) "
-                                    "appears twice")
+                    problems.append(f"{shard.file}: window ({video_id.decode()!r}, {start}) "
+                                    "appears twice")   # repr: its bidi marks shown, not obeyed
                 seen.add((name, video_id, start))
                 if split_of.setdefault(video_id, name) != name:
-                    problems.append(f"video {video_id.decode()} is in splits "
+                    problems.append(f"video {video_id.decode()!r} is in splits "
                                     f"{split_of[video_id]} and {name}")
     return problems

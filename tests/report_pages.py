@@ -92,14 +92,22 @@ def report_of(path) -> tuple[str, str]:
     return str(path), page
 
 
+# Elements that have no end tag: never open around text.
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+         "track", "wbr"}
+
+
 class Page(html.parser.HTMLParser):
     """What a test reads of the page's HTML: the `data-key` figures, the sheets, the
-    elements with other data- attributes."""
+    elements with other data- attributes, and each piece of text with the elements it
+    is in (`texts`: (their tags, outermost first), text)."""
 
     def __init__(self, text: str):
         super().__init__()
         self.keys, self.sheets, self.images, self.data = {}, [], [], []
+        self.texts: list[tuple[tuple[str, ...], str]] = []
         self._open = None
+        self._inside: list[str] = []
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
@@ -111,14 +119,19 @@ class Page(html.parser.HTMLParser):
             self.sheets.append(attrs)
         if tag == "img":
             self.images.append(attrs)
+        if tag not in _VOID:
+            self._inside.append(tag)
         self.data.append(attrs)
 
     def handle_data(self, data):
         if self._open is not None:
             self.keys[self._open] += data
+        self.texts.append((tuple(self._inside), data))
 
     def handle_endtag(self, tag):
         self._open = None
+        while self._inside and self._inside.pop() != tag:
+            pass
 
 
 def read_page(page: str) -> Page:

@@ -1,4 +1,6 @@
-"""readers.inspect: summary, verify against broken shards, preview pictures, stats."""
+"""readers.inspect: summary, verify against broken shards, preview pictures, stats; it never
+writes into a dataset, and side files that are FIFOs or too large are one line."""
+import html
 import json
 import os
 import shutil
@@ -8,10 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import (inspect_run, latent_example, random_videos, read_dataset_json, run_job,
-                     solid_frames, write_frame_folder, write_manifest, write_records, write_videos)
+from helpers import (command, inspect_run, latent_example, random_videos, read_dataset_json,
+                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
+                     write_records, write_videos)
 import readers
 from readers import preview
+from readers.files import DatasetFiles
+from readers.format import videos_file
 from readers.verify import verify
 
 
@@ -49,7 +54,8 @@ def test_summary_shows_splits_features_and_failure_reasons(latent_dataset, capsy
     assert "windows: length 8, stride 4, tail align_end" in out
     assert "window     [8, 6]" in out and "float32" in out
     assert out.count("\ntrain ") == 1 and "\nval " in out
-    assert "failures: 1, most common reasons:" in out and "cannot be read" in out
+    assert "failures: 1, most common reasons (paths and numbers left out):" in out
+    assert "cannot be read" in out
 
 
 def test_verify_passes_a_sound_dataset(latent_dataset, capsys):
@@ -192,3 +198,122 @@ def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path, capsys):
     del meta["splits"]
     (tmp_path / "out" / "dataset.json").write_text(json.dumps(meta))
     assert "dataset.json: splits: missing" in inspect(out)
+
+
+def _bytes_of(directory) -> dict[str, bytes]:
+    """Every file of a directory and its bytes: what inspect must leave as it was."""
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_inspect_never_writes_into_the_dataset(pixel_dataset, tmp_path, capsys):
+    """--report, or --preview's --out, naming any of the dataset's files, another name in
+    its directory, or a path that leads there through `..` or a symbolic link, is refused
+    in one line (exit 2) before anything is read; every byte of the dataset stays."""
+    copy = tmp_path / "ds"
+    shutil.copytree(pixel_dataset, copy)
+    before = _bytes_of(copy)
+    (tmp_path / "link.html").symlink_to(copy / "dataset.json")
+    (tmp_path / "linked_folder").symlink_to(copy)
+    targets = [copy / name for name in before] + [
+        copy / "report.html", copy / "missing" / ".." / "dataset.json",
+        tmp_path / "link.html", tmp_path / "linked_folder" / "report.html"]
+    for target in targets:
+        for flags in (["--report", target], ["--preview", "2", "--out", target]):
+            code, _, err = inspect_run(capsys, copy, *flags)
+            assert code == 2 and "Traceback" not in err, (flags, err)
+            assert f"error: {flags[-2]}: {target} is inside the dataset directory {copy}: " \
+                   "inspect never writes into a dataset" in err, err
+    assert _bytes_of(copy) == before
+
+
+def test_a_store_s_dataset_is_never_written_over_either(pixel_dataset, tmp_path, capsys):
+    """On a store (fsspec's memory:// here, as gs://) the URLs are compared normalised."""
+    import fsspec
+
+    store = fsspec.filesystem("memory")
+    for name in os.listdir(pixel_dataset):
+        store.pipe(f"/inspect-never-writes/ds/{name}",
+                   open(os.path.join(pixel_dataset, name), "rb").read())
+    try:
+        url = "memory://inspect-never-writes/ds"
+        for target in (f"{url}/dataset.json", f"{url}/sub/../dataset.json", f"{url}/r.html"):
+            code, _, err = inspect_run(capsys, url, "--report", target)
+            assert code == 2 and "is inside the dataset directory" in err, err
+        assert store.cat("/inspect-never-writes/ds/dataset.json") == open(
+            os.path.join(pixel_dataset, "dataset.json"), "rb").read()
+        code, out, err = inspect_run(capsys, url, "--report", f"{url}-report.html")
+        assert code == 0 and f"wrote {url}-report.html" in out, err
+    finally:
+        store.rm("/inspect-never-writes", recursive=True)
+
+
+def test_a_hard_link_to_a_dataset_s_file_is_replaced_not_written_through(pixel_dataset,
+                                                                         tmp_path, capsys):
+    """A hard link is no path into the directory: the page is written beside it and
+    renamed over it, so the dataset's file keeps its bytes."""
+    copy = tmp_path / "ds"
+    shutil.copytree(pixel_dataset, copy)
+    before = _bytes_of(copy)
+    os.link(copy / "dataset.json", tmp_path / "page.html")
+    code, out, err = inspect_run(capsys, copy, "--report", tmp_path / "page.html")
+    assert code == 0 and f"wrote {tmp_path / 'page.html'}" in out, err
+    assert (tmp_path / "page.html").read_text().startswith("<!doctype html>")
+    assert _bytes_of(copy) == before
+
+
+def test_output_paths_and_the_seed_are_refused_naming_their_flag(pixel_dataset, tmp_path,
+                                                                 capsys):
+    """--seed -1 is --seed's error, not --report's; an empty --report, a folder, or a
+    folder that is not there (inspect makes none) are refused in one line, exit 2."""
+    def refused(*flags) -> str:
+        code, _, err = inspect_run(capsys, pixel_dataset, *flags)
+        assert code == 2 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    page = tmp_path / "x.html"
+    line = refused("--seed", "-1", "--report", page)
+    assert line.endswith("argument --seed: must be from 0 to 2**63 - 1, got -1"), line
+    assert "--seed: must be from" in refused("--seed", str(2**63), "--report", page)
+    assert refused("--report", "").endswith("--report: an empty path: name a file")
+    missing = tmp_path / "missing"
+    for flags in (["--report", missing / "x.html"], ["--preview", "1", "--out", missing / "p.png"]):
+        line = refused(*flags)
+        assert line.endswith(f"{flags[-2]}: {missing} is not a folder (inspect makes none): "
+                             "create it first"), line
+    (tmp_path / "folder").mkdir()
+    assert refused("--report", tmp_path / "folder").endswith(
+        f"--report: {tmp_path / 'folder'} is a directory: name a file")
+    assert sorted(os.listdir(tmp_path)) == ["folder"]
+
+
+@pytest.mark.parametrize("kind", ["videos", "failures", "bad_frames", "dataset_info"])
+def test_a_fifo_for_a_side_file_is_one_line_never_a_hang(pixel_dataset, tmp_path, kind):
+    """A FIFO's open waits for a writer forever: side files are looked at as the shards
+    are, before they are opened. The summary, --verify and --report each say so."""
+    copy = tmp_path / "ds"
+    shutil.copytree(pixel_dataset, copy)
+    fifo = copy / "dataset_info.json" if kind == "dataset_info" else sidecar(copy, kind)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    page = tmp_path / "page.html"
+    result = command("readers.inspect", copy, "--verify", "--report", page, timeout=120)
+    assert "Traceback" not in result.stderr and f"wrote {page}" in result.stdout, result.stderr
+    said = result.stdout + result.stderr + html.unescape(page.read_text())
+    assert f"{fifo}, which dataset.json lists, is a FIFO, not a regular file" in said
+    assert result.returncode == (1 if kind in ("videos", "dataset_info") else 0)
+
+
+def test_side_files_are_read_within_their_bounds(pixel_dataset, tmp_path, capsys):
+    """A side file's line is read up to videos_file.MAX_LINE bytes, however long it is;
+    one read whole (dataset_info.json, by --verify) up to its bound."""
+    copy = tmp_path / "ds"
+    shutil.copytree(pixel_dataset, copy)
+    failures = sidecar(copy, "failures")
+    failures.write_bytes(b"x" * (2 * videos_file.MAX_LINE))    # no newline in 2 MiB
+    code, out, _ = inspect_run(capsys, copy)
+    assert code == 0 and (f"(its reasons cannot be read: {failures.name}: line 1 is longer "
+                          f"than {videos_file.MAX_LINE:,} bytes)") in out
+    with pytest.raises(ValueError, match="dataset_info.json is larger than 100 bytes"):
+        DatasetFiles(str(copy)).read_whole("dataset_info.json", limit=100)
+    assert len(DatasetFiles(str(copy)).read_whole("dataset_info.json")) == os.path.getsize(
+        copy / "dataset_info.json")

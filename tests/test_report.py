@@ -5,6 +5,7 @@ the local page, gzip and damaged datasets get theirs, names that are HTML stay t
 latent, a pixel (PNG, labels, bad frames, a failure) and an appended dataset, each by real
 job runs (tests/report_pages.py); how a browser renders the page:
 tests/test_report_browser.py."""
+import contextlib
 import html
 import io
 import json
@@ -12,14 +13,15 @@ import os
 import re
 import shlex
 import shutil
+import signal
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import gcs_emulator
-from helpers import (assert_verified, inspect_run, random_videos, read_dataset_json, run_job,
-                     sidecar, write_videos)
+from helpers import (assert_verified, inspect_run, latent_example, random_videos,
+                     read_dataset_json, run_job, sidecar, write_records, write_videos)
 from readers import format as data_format, preview, report
 from readers.numpy import WindowSource
 from readers.report import collect, pictures, sampled
@@ -88,15 +90,15 @@ def test_sheets_come_from_every_generation(appended_report):
     runs = [g["run_id"] for g in read_dataset_json(path)["generations"]]
     assert len(runs) == 2
     for i, run in enumerate(runs):
-        assert f"generation {i + 1} (run {run})" in text
+        assert f"generation {i + 1} (run <bdi>{run}</bdi>)" in text
 
 
 def test_pixel_sheets_mark_masked_frames_and_show_labels(reports):
     path, page = reports["pixel"]
     windows = _windows_of(path)
     text = open(page, encoding="utf-8").read()
-    captions = re.findall(r"<b>(v\d)</b> @ (\d+) .*?; masked ([\d, ]+|none); labels ([^<]+)<",
-                          text)
+    captions = re.findall(r"<b><bdi>(v\d)</bdi></b> @ (\d+) .*?; masked ([\d, ]+|none); "
+                          r"labels ([^<]+)<", text)
     assert captions
     for video, start, masked, labels in captions:
         mask = windows[("train", video.encode(), int(start))]
@@ -324,3 +326,92 @@ def test_a_gzip_dataset_gets_its_page_and_a_damaged_shard_is_left_out(kinds, tmp
     (cut / shard).write_bytes(data[:len(data) // 3])
     text = open(report_of(cut)[1], encoding="utf-8").read()
     assert "id='unread'" in text and f"{shard}: " in text and "records readable" in text
+
+
+class _Hung(Exception):
+    """Raised by `_no_hang`: no OSError (TimeoutError is one), which the report would
+    take for a part it cannot read and leave out."""
+
+
+@contextlib.contextmanager
+def _no_hang(seconds: int):
+    """A safety net, not a measure of speed: what runs inside is stopped with an error
+    after `seconds` (SIGALRM) instead of hanging the suite."""
+    def stop(*_):
+        raise _Hung(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_reasons_of_any_length_are_grouped_and_shown_cut(reports, tmp_path, capsys):
+    """A side file from elsewhere may hold reasons of a megabyte: each is grouped by its
+    first collect.MAX_TEXT characters (in time linear in them) and shown cut to them, and
+    the page is written. The reasons are the old pattern's worst case: one long word."""
+    copy = tmp_path / "ds"
+    shutil.copytree(reports["pixel"][0], copy)
+    long_reasons = ["x" * 10**6, "y" * 10**6, "x" * 10**6]
+    with open(sidecar(copy, "failures"), "w") as f:
+        f.write("".join(json.dumps({"video_id": f"v{i}", "reason": reason}) + "\n"
+                        for i, reason in enumerate(long_reasons)))
+    page = tmp_path / "page.html"
+    with _no_hang(60):
+        code, out, err = inspect_run(capsys, copy, "--report", page)
+    assert code == 0 and f"wrote {page}" in out, err
+    text = page.read_text()
+    failures = text.split("<h3>Failures")[1].split("<h3>Bad frames")[0]
+    cells = [html.unescape(c) for c in re.findall(r"<td class='reason'>(.*?)</td>", failures)]
+    assert sorted(cells) == sorted(["x" * 200, "y" * 200] + [
+        reason[:collect.MAX_TEXT] + "…" for reason in long_reasons])
+    assert re.search(r"<td class='reason'>x{200}</td><td class=\"n\">2</td>", failures)
+    assert len(text) < 2 * 10**6     # three megabytes of reasons, a few KB of them shown
+    with _no_hang(60):
+        for reason in ("/" * 10**6, "a/" * 10**6, "'" + "a" * 10**6, "1." * 10**6):
+            assert len(collect.reason_kind(reason)) <= 200
+
+
+def test_an_id_that_overrides_the_direction_is_isolated_on_the_page(tmp_path):
+    """A video id with an unterminated right-to-left override (U+202E): on the page it
+    is isolated (<bdi>; U+2068 and U+2069 in an attribute's text), so it cannot mirror
+    the rest of its caption (its start, split and run)."""
+    rtl = "\u202eevil"
+    videos = random_videos(np.random.default_rng(3), 2, lengths=(10, 12), dim=2)
+    write_records(str(tmp_path / "in" / "a.tfrecord"),
+                  [latent_example(frames, recipe, video_id=video_id)
+                   for video_id, (frames, recipe) in zip((rtl, "plain"), videos)])
+    run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "8", "--stride", "4",
+            "--id_feature", "vid")
+    _, page = report_of(tmp_path / "out")
+    found = read_page(page)
+    shown = [(inside, text) for inside, text in found.texts if "\u202e" in text]
+    assert shown and all(inside[-1] == "bdi" and text == rtl for inside, text in shown), shown
+    captions = [(inside, text) for inside, text in found.texts if inside[-1:] == ("figcaption",)]
+    assert any(text.startswith(" @ ") for _, text in captions)    # the start: not isolated
+    alts = [img["alt"] for img in found.images if "\u202e" in img["alt"]]
+    assert alts and all(alt.startswith(f"\u2068{rtl}\u2069 @ ") for alt in alts), alts
+
+
+def test_a_count_past_any_video_s_is_left_out_not_a_traceback(reports, tmp_path, capsys):
+    """A videos row claiming 10**30 frames: the distributions say why they are left out,
+    the page is written; no count past collect.MAX_COUNT reaches a histogram."""
+    copy = tmp_path / "ds"
+    shutil.copytree(reports["pixel"][0], copy)
+    videos = sidecar(copy, "videos")
+    rows = [json.loads(line) for line in open(videos)]
+    rows[1]["frames"] = 10**30
+    videos.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = tmp_path / "page.html"
+    code, out, err = inspect_run(capsys, copy, "--report", page)
+    assert code == 0 and f"wrote {page}" in out and "Traceback" not in err, err
+    assert (f"the videos file: {videos.name}: video {rows[1]['video_id']!r}: frames {10**30} "
+            "is not a count (0 to 2**53)") in html.unescape(page.read_text())
+    hist = collect.Histogram()
+    hist.add(collect.MAX_COUNT)
+    assert hist.bins()[1][-1] > collect.MAX_COUNT
+    with pytest.raises(ValueError, match="is not a count"):
+        hist.add(collect.MAX_COUNT + 1)

@@ -25,16 +25,19 @@ class _Bad(ValueError):
     """What is wrong with one line."""
 
 
-def _lines(open_file: Callable[[], BinaryIO]) -> Iterator[tuple[int, bytes]]:
+def lines(open_file: Callable[[], BinaryIO]) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line) of the file, each at most MAX_LINE bytes; read in
-    blocks (any binary file: local, Beam's, fsspec's)."""
+    blocks (any binary file: local, Beam's, fsspec's), so that a file without newlines
+    is never held whole (ValueError naming the line past MAX_LINE). Every JSON-lines
+    side file is read through this: the videos file here, failures and bad frames in
+    readers.files."""
     with open_file() as f:
         number, pending = 0, b""
         while True:
             block = f.read(MAX_LINE)
-            lines = (pending + block).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+            parts = (pending + block).split(b"\n")
+            pending = parts.pop()
+            for line in parts:
                 number += 1
                 if len(line) > MAX_LINE:
                     raise _Bad(f"line {number} is longer than {MAX_LINE:,} bytes")
@@ -68,7 +71,7 @@ def _row(line: bytes, number: int, splits) -> dict:
 def rows(open_file: Callable[[], BinaryIO], splits) -> Iterator[dict]:
     """The file's rows in order, each checked (an id, a split of `splits`, counts >= 0);
     ValueError naming the line of the first that is not."""
-    for number, line in _lines(open_file):
+    for number, line in lines(open_file):
         yield _row(line, number, splits)
 
 
@@ -84,7 +87,7 @@ def _twice(open_file: Callable[[], BinaryIO], hashes: np.ndarray) -> Optional[st
     if not equal.size:
         return None
     suspects, first = set(equal.tolist()), {}
-    for number, line in _lines(open_file):
+    for number, line in lines(open_file):
         video_id = json.loads(line)["video_id"]
         if _id_hash(video_id) in suspects:
             if video_id in first:

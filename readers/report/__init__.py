@@ -22,6 +22,7 @@ import functools
 from typing import Callable, Optional, TypeVar
 
 from readers import format as data_format
+from readers.files import save
 from readers.report import collect, page, pictures, sampled, windows
 from readers.selection import DatasetChanged
 
@@ -68,15 +69,14 @@ def _guarded(errors: list[str], what: str, make: Callable[[], T], instead: T) ->
     except DatasetChanged:
         raise
     except (OSError, ValueError) as e:
-        errors.append(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        said = str(e).splitlines()[0] if str(e) else type(e).__name__
+        errors.append(f"{what}: {collect.bounded(said)}")   # it may quote a side file
         return instead
 
 
 def write(path: str, spec: data_format.DatasetSpec, out: str, **options) -> int:
-    """Write the page to `out` (local or any fsspec URL); its size in bytes."""
-    import fsspec
-
+    """Write the page to `out` (local or any fsspec URL; readers.files.save); its size
+    in bytes."""
     data = build(path, spec, **options).encode("utf-8")
-    with fsspec.open(out, "wb") as f:
-        f.write(data)
+    save(out, data)
     return len(data)

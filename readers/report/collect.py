@@ -5,8 +5,11 @@ directory, for a dataset whose dataset.json does not).
 Nothing kept grows with the dataset: each distribution is a `Histogram` of at most
 `Histogram.BINS` bins, reasons are counted by their kind (paths and numbers left out)
 up to `MAX_REASONS` kinds, and at most `MAX_ROWS` rows of each side file are kept for
-the page's tables. What is read is the dataset's own files, through fsspec (local, gs://,
-any scheme), each once.
+the page's tables. What the side files say is untrusted (they may come from elsewhere):
+a line is at most videos_file.MAX_LINE bytes, a value kept or grouped at most
+`MAX_TEXT` characters (in time linear in them), a count at most `MAX_COUNT`; past
+those, the text is cut, or the part left out saying why. What is read is the dataset's
+own files, through fsspec (local, gs://, any scheme), each once.
 """
 from __future__ import annotations
 
@@ -23,10 +26,30 @@ from readers.files import DatasetFiles
 
 MAX_ROWS = 50          # rows of a side file shown in its table; the rest are counted
 MAX_REASONS = 100      # kinds of reason counted apart; the rest are "other"
+MAX_TEXT = 1000        # characters of a side file's value kept, grouped or shown
+MAX_COUNT = 2**53      # a count from a side file past this is no count (nor exact as a float)
 T = TypeVar("T")
 # guarded(what, make, instead): make(), or `instead` where what it reads is broken
 Guard = Callable[[str, Callable[[], T], T], T]
-_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\S*[/\\]\S*?(?=[:,;.]?(?:\s|$))|\d+(?:\.\d+)?")
+# What varies from row to row: a quoted name, a path (a word with a slash, matched only
+# from a word's start, so that the time is linear in a reason's length), a number.
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|(?<!\S)\S*[/\\]\S*?(?=[:,;.]?(?:\s|$))"
+                      r"|\d+(?:\.\d+)?")
+
+
+def count(value: Any) -> int:
+    """`value`, a count a side file gives; ValueError unless it is a whole number from 0
+    to MAX_COUNT: a file from elsewhere may claim 10**30 frames, which no histogram's
+    edges hold (numpy's int64) nor a float names exactly."""
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{bounded(repr(value))} is not a count (0 to 2**53)")
+    return value
+
+
+def bounded(text: str) -> str:
+    """`text` cut to MAX_TEXT characters (with an ellipsis when cut): what a side file
+    says is kept, grouped and shown at this size, whatever its length."""
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
 @dataclasses.dataclass
@@ -43,8 +66,9 @@ class Histogram:
     high: int = 0
 
     def add(self, value: int) -> None:
-        if type(value) is not int or value < 0:
-            raise ValueError(f"{value!r} is not a count")
+        """Count `value`; ValueError unless it is a whole number from 0 to MAX_COUNT
+        (the bins' edges are then exact, and fit numpy's int64)."""
+        value = count(value)
         while value >= self.width * self.BINS:
             self.counts = self.counts.reshape(-1, 2).sum(1)
             self.counts = np.concatenate([self.counts, np.zeros(self.BINS // 2, np.int64)])
@@ -71,11 +95,19 @@ class SplitVideos:
     window_squares: int = 0    # sum of windows**2: the share of same-video neighbours
 
     def add(self, row: dict) -> None:
+        """Count a videos file's row; ValueError naming the field of a value that is no
+        count, with nothing of the row counted."""
+        counts = {}
+        for field in ("frames", "windows", "bad_frames"):
+            try:
+                counts[field] = count(row.get(field) or 0)
+            except ValueError as e:
+                raise ValueError(f"{field} {e}") from None
         self.videos += 1
-        self.frames.add(row["frames"])
-        self.windows.add(row["windows"])
-        self.bad_frames.add(row.get("bad_frames") or 0)
-        self.window_squares += row["windows"] ** 2
+        self.frames.add(counts["frames"])
+        self.windows.add(counts["windows"])
+        self.bad_frames.add(counts["bad_frames"])
+        self.window_squares += counts["windows"] ** 2
 
     def neighbour_share(self, windows: int) -> float:
         """The share of neighbouring records of one video in a perfectly shuffled split
@@ -95,20 +127,25 @@ class SideFile:
     first: list[dict] = dataclasses.field(default_factory=list)
 
     def add(self, row: dict) -> None:
+        """Count a row by its reason's kind; keep it while fewer than MAX_ROWS are, each
+        value but a number cut to MAX_TEXT characters (the file is untrusted: a reason
+        of a megabyte is a line of 1,000 characters on the page)."""
         self.rows += 1
         kind = reason_kind(str(row.get("reason", "")))
         if kind not in self.by_reason and len(self.by_reason) >= MAX_REASONS:
             kind = "(other reasons)"
         self.by_reason[kind] += 1
         if len(self.first) < MAX_ROWS:
-            self.first.append(row)
+            self.first.append({key: value if type(value) in (int, float) else bounded(
+                str(value)) for key, value in row.items()})
 
 
 def reason_kind(reason: str) -> str:
     """A reason without what varies from row to row (paths, quoted names, numbers), so
     that rows of one cause count together: `cannot read /a/f_4.png: No such file` ->
-    `cannot read …: No such file`."""
-    return _VARYING.sub("…", reason)[:200]
+    `cannot read …: No such file`. Of its first MAX_TEXT characters, in time linear in
+    them."""
+    return _VARYING.sub("…", reason[:MAX_TEXT])[:200]
 
 
 @dataclasses.dataclass
@@ -145,8 +182,9 @@ def collect(path: str, spec: data_format.DatasetSpec, guarded: Guard = _unguarde
         shard_bytes,
         guarded("the videos file", lambda: _videos(files, spec),
                 {name: SplitVideos() for name in spec.splits}),
-        *(guarded(f"the {kind.replace('_', ' ')} file", lambda kind=kind: _side(files, spec, kind),
-                  SideFile(None)) for kind in ("failures", "bad_frames")))
+        *(guarded(f"the {kind.replace('_', ' ')} file",
+                  lambda kind=kind: side_file(files, spec, kind), SideFile(None))
+          for kind in ("failures", "bad_frames")))
 
 
 def _videos(files: DatasetFiles, spec: data_format.DatasetSpec) -> dict[str, SplitVideos]:
@@ -157,12 +195,15 @@ def _videos(files: DatasetFiles, spec: data_format.DatasetSpec) -> dict[str, Spl
         for row in data_format.videos_file.rows(lambda: files.reader(name), spec.splits):
             try:
                 videos[row["split"]].add(row)
-            except ValueError as e:   # its bad frames
-                raise ValueError(f"{name}: video {row['video_id']!r}: bad_frames {e}") from None
+            except ValueError as e:   # a count past MAX_COUNT, or bad frames that are none
+                raise ValueError(f"{name}: video {bounded(repr(row['video_id']))}: {e}"
+                                 ) from None
     return videos
 
 
-def _side(files: DatasetFiles, spec: data_format.DatasetSpec, kind: str) -> SideFile:
+def side_file(files: DatasetFiles, spec: data_format.DatasetSpec, kind: str) -> SideFile:
+    """The side file of `kind` (failures, bad_frames) that dataset.json names, streamed
+    and counted by reason (readers.inspect's summary counts the failures so too)."""
     side = SideFile(spec.sidecars.get(kind))
     if side.name:
         for row in files.rows(side.name):

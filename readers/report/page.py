@@ -67,6 +67,19 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _isolated(value: Any) -> str:
+    """Text from the dataset (a video id, a split, a run, a path) inside a line of the
+    page, isolated for the bidirectional algorithm: a right-to-left override it leaves
+    open ends with it, and never mirrors the rest of the line ("@ 16" read "61 @")."""
+    return f"<bdi>{_e(value)}</bdi>"
+
+
+def _isolated_attribute(value: Any) -> str:
+    """The same in an attribute's text (an `alt`), which holds no element: between the
+    Unicode isolate marks FSI and PDI, what `<bdi>` does."""
+    return _e(f"\u2068{value}\u2069")
+
+
 def _cell(value: Any, key: Optional[str] = None) -> str:
     """A table cell; numbers to the right, and `data-key` when dataset.json holds it."""
     attribute = f' data-key="{_e(key)}"' if key else ""
@@ -229,7 +242,7 @@ def _side_file(title: str, side: collect.SideFile, columns: Sequence[str], ancho
     rest = side.rows - len(side.first)
     return (f"<h3>{_e(title)}: <span data-rows='{anchor}'>{side.rows:,}</span> "
             f"row{'s' * (side.rows != 1)} "
-            f"<span class='muted'>({_e(side.name)})</span></h3>"
+            f"<span class='muted'>({_isolated(side.name)})</span></h3>"
             + (_table(("reason (paths and numbers left out)", "rows"), reasons) if reasons
                else "")
             + (_table(columns, rows, 99) if rows else "")
@@ -282,9 +295,10 @@ def _sheets(page: Inputs) -> str:
             f"data-width='{sheet.width}' data-height='{sheet.height}' "
             f"style='width: {sheet.width + 2}px'>"
             f"<img src='data:image/png;base64,{data}' width='{sheet.width}' "
-            f"height='{sheet.height}' alt='{_e(sheet.video_id)} @ {sheet.start}'>"
-            f"<figcaption><b>{_e(sheet.video_id)}</b> @ {sheet.start} &#183; split "
-            f"{_e(sheet.split)} &#183; generation {generation} (run {_e(sheet.run)}) &#183; "
+            f"height='{sheet.height}' alt='{_isolated_attribute(sheet.video_id)} @ "
+            f"{sheet.start}'><figcaption><b>{_isolated(sheet.video_id)}</b> @ {sheet.start} "
+            f"&#183; split {_isolated(sheet.split)} &#183; generation {generation} (run "
+            f"{_isolated(sheet.run)}) &#183; "
             f"{shown}; masked {masked}{_e(labels)}"
             f"{scaled}</figcaption></figure>")
     if not page.sheets:
@@ -344,7 +358,7 @@ def render(page: Inputs) -> str:
             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
             "img-src data:; style-src 'unsafe-inline'\">"
             f"<title>{_e(page.path)}: dataset report</title><style>{STYLE}</style></head>"
-            f"<body><h1>Dataset report: {_e(page.path)}</h1>"
-            f"<p class='muted'>python -m readers.inspect {_e(page.path)} --report ... "
+            f"<body><h1>Dataset report: {_isolated(page.path)}</h1>"
+            f"<p class='muted'>python -m readers.inspect {_isolated(page.path)} --report ... "
             f"--report_samples {page.samples} --seed {page.seed}</p><nav>{nav}</nav>"
             + "".join(sections) + "</body></html>\n")
