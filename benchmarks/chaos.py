@@ -187,9 +187,12 @@ class World:
             self.folders.append(f"d{len(self.folders):02d}")
             self.star = bool(self.rng.random() < 0.5)
             self.add_file(self.folders[-1], 2)
-        elif op == "rename":   # never the first file: its first record pins the shape
-            old = str(self.rng.choice(sorted(self.files)[1:]))
-            new = self._new_name(folder)
+        elif op == "rename":   # never the first file: its first record pins the shape,
+            # nor a folder's last one: a folder's own glob must match a file
+            movable = [n for n in sorted(self.files)[1:]
+                       if sum(m.split("/")[0] == n.split("/")[0] for m in self.files) > 1]
+            old = str(self.rng.choice(movable or sorted(self.files)[1:]))
+            new = self._new_name(folder if old in movable else old.split("/")[0])
             os.rename(os.path.join(self.inputs, old), os.path.join(self.inputs, new))
             self.files[new] = self.files.pop(old)
         elif op == "corrupt":
