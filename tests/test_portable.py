@@ -21,7 +21,7 @@ from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Refused
-from helpers import (assert_verified, random_videos, read_dataset_json, run_job,
+from helpers import (assert_verified, dataset_bytes, random_videos, read_dataset_json, run_job,
                      same_dataset_files, solid_frames, write_frame_folder, write_manifest,
                      write_video, write_videos)
 from job_process import JobProcess
@@ -190,7 +190,68 @@ def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
     assert_verified(out)
 
 
+def test_ctrl_c_fences_off_the_commit_of_a_job_the_runner_lets_run_on(
+        portable, tmp_path, latents):
+    """Ctrl-C means "commit nothing", also where the runner says CANCELLED and lets the
+    job run on (Beam's local job service): the launcher fences the job's commit off and
+    says so; the job, continued, commits nothing, and the dataset before stays as it
+    was. The next run proceeds as after any run that did not commit."""
+    out = tmp_path / "out"
+    run_job(latents, out, *FLAGS)
+    before = dataset_bytes(out)
+    launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS, "--overwrite",
+                           *options(portable["jobs"], portable["no_av"])])
+    job = _job_of_lease(out)
+    pool_group = _pool_group(portable["root"], "pool_no_av")
+    os.killpg(pool_group, signal.SIGSTOP)
+    try:
+        assert _wait_for(portable["jobs"], job["id"], {"RUNNING", "DONE", "FAILED"}) == \
+            "RUNNING"
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(300) == 130
+        last = launcher.stderr.read().strip().splitlines()[-1]
+        assert "interrupted: could not confirm that job" in last, last
+        assert "it commits nothing now" in last and "holds what it held before" in last
+    finally:
+        os.killpg(pool_group, signal.SIGCONT)
+    assert _wait_for(portable["jobs"], job["id"], {"DONE", "FAILED"}) == "DONE"
+    assert dataset_bytes(out) == before
+    assert_verified(out)
+    run_job(latents, out, *FLAGS, "--overwrite")
+    assert read_dataset_json(out)["run_id"] != json.loads(before["dataset.json"])["run_id"]
+    assert not os.path.exists(out / "_make_shards")
+    assert_verified(out)
+
+
 def _pool_group(root, name: str) -> int:
     """The process group of a worker pool (it and the SDK workers it started)."""
     with open(root / f"{name}.pid") as f:
         return int(f.read())
+
+
+def test_a_job_whose_workers_are_killed_ends_in_one_line(portable, tmp_path, latents):
+    """The worker pool is killed (SIGKILL, its whole process group) while the job runs:
+    the job fails on the runner, and the launcher says so in its last line, with what
+    the directory holds, and no traceback before it."""
+    out = tmp_path / "out"
+    with worker_pool(str(tmp_path), "doomed") as pool:
+        launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS,
+                               *options(portable["jobs"], pool)])
+        job = _job_of_lease(out)
+        deadline = time.monotonic() + 120
+        while not list((out / "_make_shards" / "runs").glob("*/shards.json")):
+            assert time.monotonic() < deadline, "the job never started writing"
+            time.sleep(0.05)
+        group = _pool_group(tmp_path, "doomed")
+        os.killpg(group, signal.SIGSTOP)   # its worker is frozen inside a bundle, then
+        os.killpg(group, signal.SIGKILL)   # gone: the job service sees the bundle fail
+        assert launcher.wait(300) == 1
+    said = launcher.stderr.read()
+    assert "Traceback" not in said and "ERROR" not in said, said
+    last = said.strip().splitlines()[-1]
+    assert [line for line in said.splitlines() if "error" in line.lower()] == [last], said
+    assert f"job {job['id']} on PortableRunner at {portable['jobs']} failed (" in last, last
+    assert "nothing was committed" in last, last
+    assert _state(portable["jobs"], job["id"]) == "FAILED"
+    assert not os.path.exists(out / "dataset.json")
+

@@ -4,6 +4,7 @@ after it, and the lease's release. A launcher that submits and exits leaves a jo
 commits on its own."""
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple, Optional
 
 import apache_beam as beam
@@ -20,6 +21,8 @@ from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.records import VideoCount
 from beam_jobs.core.run_dir import RunDir
 from readers import format as data_format
+
+_LOG = logging.getLogger("beam_jobs.commit")
 
 # The counters the launcher reads: one per outcome, and the counts a decision takes.
 OUTCOME_COUNTERS = {decide.COMMIT: "datasets_committed",
@@ -84,27 +87,37 @@ def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetC
                              config.windows.window, appending=base is not None)
     _count(tally, decision)
     if not decision.commits:   # shards of no window (nothing new) go too
-        storage.delete_files([run.output(name) for s in tally.shards
-                              for name in (s.file, s.offsets) if name], run.output_dir)
-        if decision.outcome == decide.NOTHING_NEW:
-            outdir.delete_run_folder(run)
-        else:
-            outdir.delete_temp(run)
+        _discard(run, tally, whole=decision.outcome == decide.NOTHING_NEW)
         return False
     dataset = build_spec(config, run.run_id, tally, sidecars, base)
     lost = outdir.LeaseLost(run.output_dir)
     if not outdir.holds_lease(run):
         raise lost
     try:
-        commit(run, dataset, sidecars)
+        committed = commit(run, dataset, sidecars)
     except (FileNotFoundError, FileExistsError):
         if outdir.holds_lease(run):
             raise
         raise lost from None
-    return True
+    if not committed:
+        _LOG.warning("its launcher cancelled run %s: it commits nothing, and %s holds what "
+                     "it held before", run.run_id, run.output_dir)
+        _discard(run, tally, whole=False)
+    return committed
 
 
-def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> None:
+def _discard(run: RunDir, tally: Tally, whole: bool) -> None:
+    """A run that does not commit: its shards, then its temp data (`whole`: its whole
+    folder, which then holds nothing the next run needs to see)."""
+    storage.delete_files([run.output(name) for s in tally.shards
+                          for name in (s.file, s.offsets) if name], run.output_dir)
+    if whole:
+        outdir.delete_run_folder(run)
+    else:
+        outdir.delete_temp(run)
+
+
+def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -> bool:
     """The commit: dataset.json written into the run folder (a full disk stops the run
     here, before anything in the directory changed), the sidecars (named by this run's
     id, so no reader of the dataset before sees them) moved from the run folder into the
@@ -112,17 +125,22 @@ def commit(run: RunDir, dataset: data_format.DatasetSpec, sidecars: list[str]) -
     copy, atomic), which names this run's shards and sidecars. Until this move, the
     directory's dataset is the one before, whole; from it on, this one. Then the derived
     TFDS file is rewritten (outdir/derived.py; where a kill comes first, the next run
-    does it)."""
+    does it). False, committing nothing, when the run's launcher cancelled it
+    (outdir.fence_commit)."""
     if not outdir.committed(run):   # a retry of this step after the move does the rest
         staged = run.in_run_folder(data_format.DATASET_JSON)
         # Fenced by the lease: a run that took the lease over deleted this run's folder
         # first (nothing to move then), and on GCS dataset.json must be the one it was.
         storage.write_bytes(staged, dataset.to_json().encode("utf-8"), make_dirs=False)
+        if outdir.commit_fenced(run):   # read after the staging: fence_commit says why
+            storage.delete_files([staged], run.output_dir)
+            return False
         for name in sidecars:
             if storage.kind(run.in_run_folder(name)) != "missing":   # else moved already
                 storage.place(run.in_run_folder(name), run.output(name))
         storage.place(staged, run.output(data_format.DATASET_JSON), run.dataset_generation)
     outdir.write_derived(run.output_dir, dataset)
+    return True
 
 
 class _IdsTwice(beam.PTransform):

@@ -8,6 +8,8 @@ writes is handed, and the layout of the directory's state folder.
         shards.json                  the shard files it will write (before it writes them)
         failures-RUN.jsonl ...       the sidecars of a run that did not commit
         tmp/                         its temp data (unless on local disk elsewhere)
+        cancelled.json               its launcher's Ctrl-C, where the runner could not
+                                     confirm the job stopped: its commit commits nothing
         lost_lease.json              only this, once cleared, for a run whose stale
                                      lease another took over while it may still run:
                                      a file it writes later is still known as its own
@@ -32,6 +34,7 @@ LEASE_FILE = "lease.json"
 RUN_JSON = "run.json"
 SHARDS_JSON = "shards.json"
 LOST_LEASE = "lost_lease.json"
+CANCELLED = "cancelled.json"
 TEMP = "tmp"
 
 

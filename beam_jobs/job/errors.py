@@ -16,6 +16,8 @@ import os
 import re
 from typing import Optional
 
+import apache_beam
+
 OS_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM,
                        errno.EROFS, errno.EIO, errno.ENOTDIR, errno.EISDIR, errno.EMFILE,
                        errno.ENFILE, errno.ENAMETOOLONG))
@@ -70,17 +72,19 @@ def one_line(exception: BaseException, kind: type) -> Optional[str]:
 
 # Where Beam's own error log goes (errors.beam_error_to_debug), at debug level.
 BEAM_ERRORS = "beam_jobs.beam_errors"
+_BEAM_CODE = os.path.dirname(os.path.abspath(apache_beam.__file__)) + os.sep
 
 
 def beam_error_to_debug(record: logging.LogRecord) -> bool:
-    """A logging filter for Beam's loggers that passes a record below ERROR and moves an
-    error to BEAM_ERRORS at debug level. Beam logs a failed step's error with its
+    """A logging filter that passes a record below ERROR, or not from Beam's code, and
+    moves Beam's error to BEAM_ERRORS at debug level (a portable job's messages come
+    through the root logger). Beam logs a failed step's error with its
     traceback where it happens (a worker process's through the job service, as text),
     a traceback a retry, before the run has ended; then the run ends in one line that
     says how (a lost lease, a full disk, workers gone: make_shards.main), and a bug's
     exception still reaches the command with its traceback. Shown with
     `logging.getLogger(BEAM_ERRORS).setLevel(logging.DEBUG)` (docs/guarantees.md)."""
-    if record.levelno < logging.ERROR:
+    if record.levelno < logging.ERROR or not record.pathname.startswith(_BEAM_CODE):
         return True
     logging.getLogger(BEAM_ERRORS).debug("%s: %s", record.name, record.getMessage(),
                                          exc_info=record.exc_info)

@@ -29,9 +29,9 @@ JOB_SERVICE = "apache_beam.runners.portability.local_job_service"
 INTERRUPTED_STATUS = 130   # the exit status a shell reports for Ctrl-C
 SIGNALS = (signal.SIGINT, signal.SIGTERM)   # both stop a run the same way
 # Where Beam logs a failed step's error: a DoFn's, an SDK worker's, a worker process's
-# (through the job service), a portable job's.
+# (through the job service), a portable job's (its messages, through the root logger).
 BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
-                      JOB_SERVICE, "apache_beam.runners.portability.portable_runner")
+                      JOB_SERVICE, "apache_beam.runners.portability.portable_runner", "")
 
 
 def quiet_logging() -> None:

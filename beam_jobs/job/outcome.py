@@ -4,8 +4,10 @@ commit or raises `Failed` with the one line that says why there was none."""
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import time
+from typing import Optional
 
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineResult
@@ -16,14 +18,16 @@ from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO
                                        WINDOWS)
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
-from beam_jobs.job import job_states
-from beam_jobs.job.errors import Failed
+from beam_jobs.job import job_states, lifecycle
+from beam_jobs.job.errors import Failed, one_line
 from beam_jobs.job.launch import Launch
+from beam_jobs import outdir
 from beam_jobs.outdir import Claim
-from beam_jobs.outdir.lease import CannotAsk, Lease
+from beam_jobs.outdir.lease import Ask, CannotAsk, Job, Lease, LeaseLost
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")
+ASK_EVERY_SECONDS = 5.0
 
 
 def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResult:
@@ -38,11 +42,16 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
                   "its own", held.job.describe(), run.output(data_format.DATASET_JSON))
         return result
     try:
-        result.wait_until_finish()
+        _wait(result, held.job if held is not None else None, launch.ask())
     except BaseException as e:
-        if held is not None and held.job is not None:
-            _stopped(result, launch, held, isinstance(e, KeyboardInterrupt))
-        raise
+        if held is None or held.job is None:
+            raise
+        interrupted = isinstance(e, KeyboardInterrupt)
+        unconfirmed = _stopped(result, launch, claim, interrupted)
+        if interrupted or one_line(e, LeaseLost):
+            raise
+        raise Failed(f"{held.job.describe()} failed ({_reason(e)}): "
+                     f"{unconfirmed or lifecycle.held()}") from None
     if launch.dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
@@ -67,12 +76,45 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
     return result
 
 
-def _stopped(result: PipelineResult, launch: Launch, held: Lease, interrupted: bool) -> None:
+def _wait(result: PipelineResult, job: Optional[Job], ask: Ask) -> None:
+    """Wait for the job to end. Beam's wait for a portable job gives up when its state
+    stream breaks or outlives --job_server_timeout (300 s) while the job runs on: then
+    its runner is asked every few seconds until it says the job ended (DONE returns;
+    any other end raises what the wait raised)."""
+    try:
+        result.wait_until_finish()
+    except Exception as error:
+        if job is None:
+            raise
+        while True:
+            try:
+                state = ask(job)
+            except CannotAsk:
+                raise error from None
+            if state.terminal:
+                if state.name == "DONE":
+                    return
+                raise
+            time.sleep(ASK_EVERY_SECONDS)
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of what the runner said of a failed job, without Beam's prefix."""
+    text = str(error).strip() or type(error).__name__
+    text = re.sub(r"^Pipeline \S+ failed in state \w+: ", "", text.splitlines()[0])
+    return text[:300]
+
+
+def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: bool
+             ) -> Optional[str]:
     """After the wait for a distributed job ended early: on Ctrl-C, ask the runner to
     cancel the job and wait (bounded) for it to stop. The lease is given back
     (`held.job_stopped`) only when the runner confirms the job stopped; else an
-    interrupt says so, in one line."""
-    job, ask = held.job, launch.ask()
+    interrupt fences off the job's commit (a Ctrl-C means "commit nothing", also where
+    the runner lets the job run on) and says so in one line, and a failure returns
+    that line."""
+    held = claim.lease
+    job, ask, out = held.job, launch.ask(), launch.config.io.output_dir
     if interrupted:
         _LOG.warning("asking %s to cancel %s; waiting up to %.0f s for it to stop "
                      "(Ctrl-C again stops waiting)", launch.runner, job.describe(),
@@ -85,15 +127,20 @@ def _stopped(result: PipelineResult, launch: Launch, held: Lease, interrupted: b
             state = None
     if state is not None and state.stopped:
         held.job_stopped = True
-        return
+        return None
     said = (f"{launch.runner} reports it {state.name}, which does not confirm that its "
             "workers stopped" if state is not None else f"{launch.runner} could not be asked")
-    line = (f"could not confirm that {job.describe()} stopped ({said}): it may still write "
-            f"and commit to {launch.config.io.output_dir}, so its lease stays with it; a "
-            f"later run there asks {launch.runner} about it first")
-    if interrupted:
-        raise KeyboardInterrupt(line)
-    _LOG.warning("%s", line)
+    unconfirmed = f"could not confirm that {job.describe()} stopped ({said})"
+    lease = (f"so its lease stays with it; a later run there asks {launch.runner} about it "
+             "first")
+    if not interrupted:
+        return f"{unconfirmed}: it may still write and commit to {out}, {lease}"
+    if outdir.fence_commit(claim.run):
+        raise KeyboardInterrupt(f"{unconfirmed}, and it committed before the cancel "
+                                f"reached it: {out} holds the dataset this run committed")
+    raise KeyboardInterrupt(f"{unconfirmed}: it commits nothing now (its commit step finds "
+                            f"the cancel), and {out} holds what it held before; its workers "
+                            f"may still write there, {lease}")
 
 
 def _counter(result: PipelineResult, name: str) -> int:

@@ -10,7 +10,8 @@ import os
 from typing import Optional
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR, RunDir
+from beam_jobs.core.run_dir import (CANCELLED, LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON,
+                                    STATE_DIR, RunDir)
 from beam_jobs.outdir import lease, swap
 from beam_jobs.outdir.inventory import committed_dataset, job_files, past_runs, read_json
 from readers import format as data_format
@@ -112,6 +113,25 @@ def abandon(run: RunDir) -> None:
     except Exception as e:
         _LOG.warning("could not remove what the run left in %s (%s); the next run there "
                      "removes it", run.output_dir, e)
+
+
+def fence_commit(run: RunDir) -> bool:
+    """Keep a job that may still run from committing (its launcher's Ctrl-C, where the
+    runner cannot confirm the job stopped); whether it committed before. The marker
+    its commit step reads once it has staged dataset.json (`commit_fenced`), then the
+    staged dataset.json deleted: a commit already past that read has nothing to move
+    (as `abandon` does), and whether the job committed cannot change after."""
+    try:
+        storage.write_bytes(run.in_run_folder(CANCELLED), b"{}", make_dirs=False)
+    except FileNotFoundError:   # its folder is gone: the job committed, or lost its lease
+        pass
+    storage.delete_files([run.in_run_folder(data_format.DATASET_JSON)], run.output_dir)
+    return committed(run)
+
+
+def commit_fenced(run: RunDir) -> bool:
+    """Whether the run's launcher fenced its commit off (`fence_commit`)."""
+    return storage.kind(run.in_run_folder(CANCELLED)) != "missing"
 
 
 def delete_local_temp(temp_dir, run_id: str) -> None:
