@@ -3,6 +3,7 @@ commits nothing: a hand-edited or broken lease, dataset.json or run.json, a full
 file size limit or a path under a file each end in one line naming the file and what to
 do (or are handled by the rule docs/guarantees.md writes down), never in a traceback, and
 the dataset already in the directory stays byte for byte what it was."""
+import contextlib
 import json
 import os
 import resource
@@ -11,14 +12,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from typing import Iterator
 
 import numpy as np
 import pytest
 
-from beam_jobs import make_shards
+from beam_jobs import make_shards, outdir
+from beam_jobs.job import job_states
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
+from job_process import JobProcess
 from helpers import (assert_verified, job_line, random_videos, read_dataset_json, run_job,
                      overriding, write_videos)
 
@@ -306,3 +311,60 @@ def test_a_run_whose_every_video_failed_commits_nothing(tmp_path, capsys):
                                  "--id_feature", "vid", "--max_failure_fraction", "1"), status=1)
     assert "no window to commit: no video was read (3 failed); see " in line
     assert not (tmp_path / "out" / "dataset.json").exists()
+
+
+@contextlib.contextmanager
+def _silent_endpoint() -> Iterator[int]:
+    """A port on this machine that takes connections and never answers; its number."""
+    server, held = socket.socket(), []
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:   # closed: the block ended
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("break_lease", [False, True])
+def test_a_dataflow_jobs_lease_whose_runner_never_answers_is_one_line(old, inputs,
+                                                                      break_lease):
+    """A lease names a Dataflow job; Dataflow's endpoint takes the question and never
+    answers (no network). The run asks within a deadline, then refuses naming
+    --break_lease, or with it takes over: one line either way, no retry's warning or
+    traceback before it."""
+    out = old
+    first = outdir.prepare(str(out), True, job=lease.Job(
+        "DataflowRunner", "make-shards-1", project="test-project", region="us-central1"))
+    first.lease.record_job_id("2026-12-04_00_00_00-1")
+    before = read_dataset_json(out)["run_id"]
+    with _silent_endpoint() as port:
+        run = JobProcess(
+            ["--input", inputs["small"], "--output_dir", out, *FLAGS, "--overwrite",
+             "--dataflow_endpoint", f"http://localhost:{port}", "--no_auth",
+             *(["--break_lease"] if break_lease else [])],
+            env={**os.environ, "GCE_METADATA_HOST": f"127.0.0.1:{port}",
+                 "GCE_METADATA_IP": f"127.0.0.1:{port}"})
+        status = run.wait(300)
+    said = run.stderr.read()
+    assert "Traceback" not in said and "ERROR" not in said, said
+    told = [line for line in said.splitlines() if line.startswith(("WARNING", PROG))]
+    assert len(told) == 1, said
+    assert f"Dataflow did not answer in {job_states.ASK_TIMEOUT_SECONDS:.0f} s" in told[0]
+    if break_lease:
+        assert status == 0 and told[0].startswith("WARNING") and "breaking the lease" in told[0]
+        assert read_dataset_json(out)["run_id"] != before
+    else:
+        assert status == 2 and told[0].startswith(PROG) and "--break_lease" in told[0], said
+        assert read_dataset_json(out)["run_id"] == before
+    assert_verified(out)

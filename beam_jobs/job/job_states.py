@@ -11,6 +11,8 @@ A state is trusted as far as its runner keeps its word:
 """
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Optional
 
@@ -22,7 +24,8 @@ from beam_jobs.outdir.lease import Ask, CannotAsk, Job, JobState
 
 TERMINAL = frozenset({"DONE", "FAILED", "CANCELLED", "DRAINED", "UPDATED"})
 PORTABLE_STOPPED = frozenset({"DONE", "FAILED", "DRAINED", "UPDATED"})
-ASK_TIMEOUT_SECONDS = 10.0
+ASK_TIMEOUT_SECONDS = 20.0   # a runner's answer about a job: past it, it cannot be asked
+ASKING = "make_shards-asking-dataflow"   # the name of a thread that asks Dataflow
 CANCEL_WAIT_SECONDS = 120.0
 
 
@@ -69,21 +72,47 @@ def _portable_state(job: Job) -> str:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
                 raise CannotAsk(f"no job service answers at {job.endpoint}") from None
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise CannotAsk(f"the job service at {job.endpoint} did not answer in "
+                                f"{ASK_TIMEOUT_SECONDS:.0f} s") from None
             raise CannotAsk(f"the job service at {job.endpoint} does not know the job "
                             f"({e.code().name})") from None
     return beam_job_api_pb2.JobState.Enum.Name(state.state)
 
 
 def _dataflow_state(job: Job, pipeline_args: list[str]) -> str:
+    """Asked in a thread of its own, waited for ASK_TIMEOUT_SECONDS: where Dataflow
+    cannot be reached, its client retries for minutes (credentials, then each request),
+    logging a warning and a traceback a try. Past the deadline the thread is left to
+    end on its own, its log silenced (`asking_quietly`)."""
+    answer: list = []
+    thread = threading.Thread(target=_ask_dataflow, args=(job, pipeline_args, answer),
+                              name=f"{ASKING}-{job.id}", daemon=True)
+    thread.start()
+    thread.join(ASK_TIMEOUT_SECONDS)
+    if not answer:
+        raise CannotAsk(f"Dataflow did not answer in {ASK_TIMEOUT_SECONDS:.0f} s")
+    if isinstance(answer[0], Exception):   # the client's errors: HTTP, gRPC, auth
+        raise CannotAsk(f"Dataflow did not answer: {' '.join(str(answer[0]).split())[:200]}")
+    return answer[0]
+
+
+def _ask_dataflow(job: Job, pipeline_args: list[str], answer: list) -> None:
     from apache_beam.runners.dataflow.internal import apiclient
 
     options = PipelineOptions([*pipeline_args, "--project", job.project,
                                "--region", job.region])
     try:
         found = apiclient.DataflowApplicationClient(options).get_job(job.id)
-    except Exception as e:   # the client's errors: HTTP, gRPC, auth
-        raise CannotAsk(f"Dataflow did not answer: {' '.join(str(e).split())[:200]}") from None
-    return found.current_state.name.removeprefix("JOB_STATE_")
+        answer.append(found.current_state.name.removeprefix("JOB_STATE_"))
+    except Exception as e:
+        answer.append(e)
+
+
+def asking_quietly(record: logging.LogRecord) -> bool:
+    """A logging filter that drops what a thread asking Dataflow logs (retries, and the
+    tracebacks of each): the question's answer, or its deadline, is the line."""
+    return not record.threadName.startswith(ASKING)
 
 
 def cancel(result: PipelineResult, job: Job, ask: Ask,

@@ -18,6 +18,7 @@ from beam_jobs.core import paths
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.job.errors import (Failed, Refused, beam_error_to_debug, one_line,
                                   os_error)
+from beam_jobs.job import job_states
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
 
@@ -37,7 +38,8 @@ BEAM_ERROR_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.
 def quiet_logging() -> None:
     """The command's logging: the job's own lines and Beam's warnings; Beam's log of a
     failed step's traceback at debug level (errors.beam_error_to_debug), where the run
-    ends in one line."""
+    ends in one line; nothing of a question to Dataflow's client, whose answer or
+    deadline is the line (job_states.asking_quietly)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("beam_jobs").setLevel(logging.INFO)
     # Worker processes' warnings come back through the local job service, among them a
@@ -46,6 +48,8 @@ def quiet_logging() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # worker processes inherit it
     for name in BEAM_ERROR_LOGGERS:
         logging.getLogger(name).addFilter(beam_error_to_debug)
+    for handler in logging.getLogger().handlers:   # whatever logger a client logs to
+        handler.addFilter(job_states.asking_quietly)
 
 
 def exit_now(status: int) -> None:
