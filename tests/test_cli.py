@@ -47,6 +47,11 @@ def latents(tmp_path_factory):
                          "FnApiRunner would run it"),
     (["--homepage", " "], "--homepage: a URL: printable text, not empty"),
     (["--homepage", "https://a\nb"], "--homepage: a URL: printable text, not empty"),
+    # a catalog that shows the homepage as a link would run these
+    (["--homepage", "javascript:alert(1)"], "--homepage: 'javascript:alert(1)' is not an "
+                                            "absolute URL of http, https, gs, file"),
+    (["--homepage", "data:text/html,x"], "is not an absolute URL"),
+    (["--homepage", "example.org"], "is not an absolute URL"),
 ])
 def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, message):
     line = job_line(capsys, "--input", latents[0], "--output_dir", tmp_path / "out",

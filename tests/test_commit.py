@@ -286,3 +286,19 @@ def test_a_later_run_asks_dataflow_about_the_job_that_holds_the_lease(tmp_path, 
         outdir.abandon(second.run)
         outdir.release(second)
     assert asked == [("p", "europe-west4", "2026-12-01_01_02_03-99")]
+
+
+def test_break_lease_with_nothing_to_break_says_so(tmp_path, caplog):
+    """--break_lease breaks a distributed job's lease; where there is none (a free
+    lease, or a local run's), the flag is not silent: a warning line, or the refusal
+    says what takes a local run's lease over."""
+    out = str(tmp_path / "out")
+    first = outdir.prepare(out, False, break_lease=True)
+    assert "--break_lease: no lease of a job on a distributed runner to break" in caplog.text
+    with pytest.raises(outdir.OutputDirError) as refused:   # a live local run holds it
+        outdir.prepare(out, False, break_lease=True)
+    message = str(refused.value)
+    assert f"pid {os.getpid()}" in message and "breaks only a distributed job's lease" in message
+    assert "\n" not in message
+    outdir.abandon(first.run)
+    outdir.release(first)

@@ -293,9 +293,18 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
         Inputs(tuple(input_files), input_kind, paths.common_root(patterns))), pipeline_args
 
 
+# What a dataset's homepage may be: a page, a bucket, a local directory. Not javascript:,
+# data: or the like, which a catalog that shows the homepage as a link would run.
+HOMEPAGE_SCHEMES = ("http", "https", "gs", "file")
+
+
 def _homepage(given: str) -> str:
     if not given.strip() or not given.isprintable():
         raise argparse.ArgumentTypeError("a URL: printable text, not empty")
+    scheme, colon, rest = given.partition(":")
+    if not colon or scheme.lower() not in HOMEPAGE_SCHEMES or not rest.startswith("//"):
+        raise argparse.ArgumentTypeError(
+            f"{given!r:.80} is not an absolute URL of {', '.join(HOMEPAGE_SCHEMES)}")
     return given
 
 

@@ -228,7 +228,7 @@ class Lease:
     def __init__(self, path: str, run_id: str, job: Optional[Job] = None,
                  ask: Ask = cannot_ask, break_lease: bool = False):
         self.path, self.run_id, self.job = path, run_id, job
-        self._ask, self._break = ask, break_lease
+        self._ask, self._break, self._broke = ask, break_lease, False
         self._token: Optional[str] = None
         self._started = time.time()
         self._stop = threading.Event()
@@ -251,6 +251,10 @@ class Lease:
             self._token = swap.create_exclusive(self.path, self._content())
             if self._token is not None:
                 _remove_leftovers(self.path)
+                if self._break and not self._broke:
+                    _LOG.warning("%s: no lease of a job on a distributed runner to break on "
+                                 "%s; the flag had nothing to do", BREAK_FLAG,
+                                 os.path.dirname(os.path.dirname(self.path)))
                 if self.job is None:
                     self._thread = threading.Thread(target=self._heartbeat, daemon=True,
                                                     name="make_shards-lease")
@@ -276,7 +280,10 @@ class Lease:
     def _launcher_gone(self, other: Holder) -> bool:
         """A launcher's lease: LeaseHeld unless it is stale; whether it may still write."""
         if not other.stale(time.time()):
-            raise LeaseHeld(other.describe())
+            raise LeaseHeld(other.describe() + (
+                f" ({BREAK_FLAG} breaks only a distributed job's lease: a local run's is "
+                "taken over once its process is gone or it goes unrenewed for "
+                f"{LEASE_SECONDS:.0f} s)" if self._break else ""))
         _LOG.warning("taking over the stale lease of run %s", other.run_id)
         return not other.dead()
 
@@ -307,6 +314,7 @@ class Lease:
             raise LeaseHeld(f"{other.describe()}: {why}; if that job no longer runs, pass "
                             f"{BREAK_FLAG} to take over")
         _LOG.warning("%s: breaking the lease of run %s (%s)", BREAK_FLAG, other.run_id, why)
+        self._broke = True
         return True
 
     def record_job_id(self, job_id: Optional[str]) -> None:
