@@ -27,6 +27,9 @@ and the kills:
   kill     SIGKILL: nothing of the run's own code runs after it
   int      SIGINT (Ctrl-C)
   term     SIGTERM
+           (each ends the run with exit 130 and one line; one that comes in the first
+           milliseconds of the interpreter's start, before the command's code installs
+           its handler, ends it as a kill does, by the signal, with nothing said)
   stop     SIGSTOP, then the lease made to look expired (as 120 s without a renewal
            would), a second run of the same command that takes the lease over and
            commits, then SIGCONT: the first run goes on with a lost lease, and
@@ -425,7 +428,11 @@ def iteration(world: World, op: str, kill: str, delay: float) -> tuple[list[str]
         status = job.wait(timeout=600)
         err = job.stderr.read()
         ended = f"exit {status}"
-        if kill != "kill" and status not in (0, 130):
+        if kill != "kill" and status == -SIGNALS[kill] and not err:
+            # the first milliseconds of the interpreter's start, before the command's
+            # code installed a handler: the signal's default action, as a kill
+            ended = f"ended by the signal (exit {status}) before the command's code ran"
+        elif kill != "kill" and status not in (0, 130):
             return [f"{kill}: exit {status}: {err.strip()[-300:]}"], ended
         if kill != "kill" and status == 130 and "Traceback" in err:
             return [f"{kill}: a traceback: {err.strip()[-300:]}"], ended
