@@ -96,9 +96,12 @@ SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}
 
 
 def start_command(argv: list[str], env: dict) -> subprocess.Popen:
-    """`python -m beam_jobs.make_shards ARGV`, in a new interpreter."""
+    """`python -m beam_jobs.make_shards ARGV`, in a new interpreter and, as a shell's job
+    control starts each command, a process group of its own (a lost lease's marker
+    stays while any process of the run's group lives: docs/guarantees.md)."""
     return subprocess.Popen([sys.executable, "-m", "beam_jobs.make_shards", *argv], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 class Video(NamedTuple):

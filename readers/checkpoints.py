@@ -72,9 +72,9 @@ def _saved(text: str) -> dict[str, str]:
 
 def _refusal(saved: dict[str, str], now: dict[str, str]) -> str:
     """One line: the datasets, and the aspects that differ, as saved and as now."""
-    differ = [key for key in now if saved.get(key) != now[key]]
-    changes = "; ".join(f"[{saved.get(key, 'not named')}] saved, [{now[key]}] now"
-                        for key in differ)
+    differ = [key for key in {**now, **saved} if saved.get(key) != now.get(key)]
+    changes = "; ".join(f"[{saved.get(key, 'not named')}] saved, "
+                        f"[{now.get(key, 'not named')}] now" for key in differ)
     return (f"this tf.data checkpoint reads {saved.get('dataset')}; it cannot be restored on "
             f"a reader of {now['dataset']}: they differ in {', '.join(differ)} ({changes}): "
             "restore it on a reader of what it read, or start this one afresh")

@@ -108,8 +108,8 @@ def output_problem(dataset: str, out: str) -> Optional[str]:
     if not out:
         return "an empty path: name a file"
     try:
-        fs, where = fsspec.core.url_to_fs(out)
-        dataset_fs, root = fsspec.core.url_to_fs(dataset)
+        fs, where = _innermost(*fsspec.core.url_to_fs(out))
+        dataset_fs, root = _innermost(*fsspec.core.url_to_fs(dataset))
     except (ValueError, ImportError) as e:   # no such scheme, or its library missing
         return str(e).splitlines()[0]
     if is_local(fs):
@@ -127,6 +127,14 @@ def output_problem(dataset: str, out: str) -> Optional[str]:
         return (f"{out} is inside the dataset directory {dataset}: inspect never writes "
                 "into a dataset; name a path outside it")
     return None
+
+
+def _innermost(fs, path: str):
+    """The filesystem a chained URL stores on (`simplecache::gs://...`'s gs://), and
+    the path on it: a cache in front changes nothing of where a file lands."""
+    while getattr(fs, "fs", None) is not None:
+        fs = fs.fs
+    return fs, path
 
 
 def _integer(text: str) -> int:

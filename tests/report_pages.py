@@ -17,6 +17,7 @@ from PIL import Image
 from helpers import (latent_example, random_videos, run_job, solid_frames, write_frame_folder,
                      write_manifest, write_records, write_videos)
 from readers import format as data_format, report
+from readers.files import save
 
 # The datasets a page test runs on; the appended one (two runs more) only in the full suite.
 PAGES = ["latent", "pixel", pytest.param("appended", marks=pytest.mark.slow)]
@@ -88,7 +89,8 @@ def build_appended(root) -> None:
 def report_of(path) -> tuple[str, str]:
     """(the dataset, its report made as with --verify on a sound dataset)."""
     page = f"{path}.html"
-    report.write(str(path), data_format.load_spec(str(path)), page, verified=[])
+    save(page, report.build(str(path), data_format.load_spec(str(path)),
+                            verified=[]).encode("utf-8"))   # as readers.inspect --report
     return str(path), page
 
 

@@ -2,10 +2,13 @@
 the new run commits (one write of dataset.json); nothing undoes a commit; what a run
 leaves half-cleaned never blocks the directory; Ctrl-C is one line; a job on a
 distributed runner holds the directory by a lease that names it."""
+import dataclasses
 import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
 import time
 
 import numpy as np
@@ -302,3 +305,29 @@ def test_break_lease_with_nothing_to_break_says_so(tmp_path, caplog):
     assert "\n" not in message
     outdir.abandon(first.run)
     outdir.release(first)
+
+
+def test_a_lost_lease_marker_goes_once_its_process_and_group_are_gone(tmp_path):
+    """A marker names the run that lost its lease as its lease did, and its process
+    group: the next run removes it once the process and every process of the group are
+    gone, and keeps one whose group still lives (its workers may write) or that names
+    no process (a marker from before they did)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    runs = tmp_path / "out" / "_make_shards" / "runs"
+    markers = {"aaaaaaaaaaaa": os.getpgid(0),   # this test's own group: alive
+               "bbbbbbbbbbbb": None, "cccccccccccc": gone.pid}
+    for run_id, group in markers.items():
+        holder = lease.Holder(run_id, socket.gethostname(), gone.pid, time.time() - 300,
+                              time.time() - 100)
+        (runs / run_id).mkdir(parents=True)
+        (runs / run_id / "lost_lease.json").write_text(
+            json.dumps({**dataclasses.asdict(holder), "group": group}))
+    (runs / "dddddddddddd").mkdir()
+    (runs / "dddddddddddd" / "lost_lease.json").write_text('{"run_id": "dddddddddddd"}')
+    claim = outdir.prepare(str(tmp_path / "out"), False)
+    outdir.abandon(claim.run)
+    outdir.release(claim)
+    assert sorted(os.listdir(runs)) == ["aaaaaaaaaaaa", "dddddddddddd"]
+    assert json.loads((runs / "aaaaaaaaaaaa" / "lost_lease.json").read_text())["group"] == \
+        os.getpgid(0)

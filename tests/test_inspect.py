@@ -236,9 +236,12 @@ def test_a_store_s_dataset_is_never_written_over_either(pixel_dataset, tmp_path,
                    open(os.path.join(pixel_dataset, name), "rb").read())
     try:
         url = "memory://inspect-never-writes/ds"
-        for target in (f"{url}/dataset.json", f"{url}/sub/../dataset.json", f"{url}/r.html"):
-            code, _, err = inspect_run(capsys, url, "--report", target)
-            assert code == 2 and "is inside the dataset directory" in err, err
+        cached = f"simplecache::{url}"   # a chained URL stores where its last link does
+        for dataset, target in [(url, f"{url}/dataset.json"), (url, f"{url}/sub/../dataset.json"),
+                                (url, f"{url}/r.html"), (cached, f"{url}/dataset.json"),
+                                (url, f"simplecache::{url}/dataset.json")]:
+            code, _, err = inspect_run(capsys, dataset, "--report", target)
+            assert code == 2 and "is inside the dataset directory" in err, (dataset, target, err)
         assert store.cat("/inspect-never-writes/ds/dataset.json") == open(
             os.path.join(pixel_dataset, "dataset.json"), "rb").read()
         code, out, err = inspect_run(capsys, url, "--report", f"{url}-report.html")

@@ -8,11 +8,13 @@ runner about; and on Ctrl-C give the lease back only when the runner confirms th
 stopped."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import time
+from typing import Iterator
 
 import grpc
 import numpy as np
@@ -152,13 +154,13 @@ def test_a_failed_detached_jobs_lease_is_taken_over_once_the_runner_says_so(
     assert not os.path.exists(out / "_make_shards")   # the failed job's leftovers went
 
 
-def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
-        portable, tmp_path, latents, capsys, caplog):
-    """Beam's local job service answers a cancel with CANCELLED at once and lets the job
-    run on: the launcher says it cannot confirm, and keeps the lease naming the job. The
-    job's workers are frozen (SIGSTOP), so that it cannot end before the checks."""
-    out = tmp_path / "out"
-    launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS,
+@contextlib.contextmanager
+def _interrupted_while_frozen(portable, latents, out, *flags) -> Iterator[tuple[dict, str]]:
+    """A run on the pool whose workers cannot import av, its workers frozen (SIGSTOP) once
+    its job runs, so that it cannot end before the checks, then Ctrl-C in its launcher,
+    which exits 130: (the job, the launcher's stderr) for the block; after it, the
+    workers go on."""
+    launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS, *flags,
                            *options(portable["jobs"], portable["no_av"])])
     job = _job_of_lease(out)
     pool_group = _pool_group(portable["root"], "pool_no_av")
@@ -168,7 +170,17 @@ def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
             "RUNNING"
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(300) == 130
-        said = launcher.stderr.read()
+        yield job, launcher.stderr.read()
+    finally:
+        os.killpg(pool_group, signal.SIGCONT)
+
+
+def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
+        portable, tmp_path, latents, capsys, caplog):
+    """Beam's local job service answers a cancel with CANCELLED at once and lets the job
+    run on: the launcher says it cannot confirm, and keeps the lease naming the job."""
+    out = tmp_path / "out"
+    with _interrupted_while_frozen(portable, latents, out) as (job, said):
         assert "asking PortableRunner to cancel" in said
         last = said.strip().splitlines()[-1]
         assert "interrupted: could not confirm that job" in last and "CANCELLED" in last
@@ -183,8 +195,6 @@ def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
         run_job(latents, out, *FLAGS, "--break_lease")
         assert "--break_lease: breaking the lease" in caplog.text
         ours = read_dataset_json(out)["run_id"]
-    finally:
-        os.killpg(pool_group, signal.SIGCONT)
     assert _wait_for(portable["jobs"], job["id"], {"DONE", "FAILED"}) == "FAILED"
     assert read_dataset_json(out)["run_id"] == ours
     assert_verified(out)
@@ -199,21 +209,10 @@ def test_ctrl_c_fences_off_the_commit_of_a_job_the_runner_lets_run_on(
     out = tmp_path / "out"
     run_job(latents, out, *FLAGS)
     before = dataset_bytes(out)
-    launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS, "--overwrite",
-                           *options(portable["jobs"], portable["no_av"])])
-    job = _job_of_lease(out)
-    pool_group = _pool_group(portable["root"], "pool_no_av")
-    os.killpg(pool_group, signal.SIGSTOP)
-    try:
-        assert _wait_for(portable["jobs"], job["id"], {"RUNNING", "DONE", "FAILED"}) == \
-            "RUNNING"
-        launcher.send_signal(signal.SIGINT)
-        assert launcher.wait(300) == 130
-        last = launcher.stderr.read().strip().splitlines()[-1]
+    with _interrupted_while_frozen(portable, latents, out, "--overwrite") as (job, said):
+        last = said.strip().splitlines()[-1]
         assert "interrupted: could not confirm that job" in last, last
         assert "it commits nothing now" in last and "holds what it held before" in last
-    finally:
-        os.killpg(pool_group, signal.SIGCONT)
     assert _wait_for(portable["jobs"], job["id"], {"DONE", "FAILED"}) == "DONE"
     assert dataset_bytes(out) == before
     assert_verified(out)

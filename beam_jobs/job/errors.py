@@ -81,8 +81,9 @@ def beam_error_to_debug(record: logging.LogRecord) -> bool:
     through the root logger). Beam logs a failed step's error with its
     traceback where it happens (a worker process's through the job service, as text),
     a traceback a retry, before the run has ended; then the run ends in one line that
-    says how (a lost lease, a full disk, workers gone: make_shards.main), and a bug's
-    exception still reaches the command with its traceback. Shown with
+    says how (a lost lease, a full disk, workers gone: make_shards.main); on a local
+    runner a bug's exception still reaches the command with its traceback (a
+    distributed runner's log has it). Shown with
     `logging.getLogger(BEAM_ERRORS).setLevel(logging.DEBUG)` (docs/guarantees.md)."""
     if record.levelno < logging.ERROR or not record.pathname.startswith(_BEAM_CODE):
         return True

@@ -203,7 +203,8 @@ def submission_temp(launch: Launch) -> Iterator[None]:
     if launch.local or launch.dry_run:
         yield
         return
-    with tempfile.TemporaryDirectory(prefix="make_shards-submission-") as folder:
+    with tempfile.TemporaryDirectory(prefix="make_shards-submission-",
+                                     ignore_cleanup_errors=True) as folder:
         before, tempfile.tempdir = tempfile.tempdir, folder
         try:
             yield

@@ -3,11 +3,13 @@ distributed one), reads the outcome from the job's counters, and logs the summar
 commit or raises `Failed` with the one line that says why there was none."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import shlex
+import signal
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineResult
@@ -19,7 +21,7 @@ from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
 from beam_jobs.job import job_states, lifecycle
-from beam_jobs.job.errors import Failed, one_line
+from beam_jobs.job.errors import Failed, one_line, os_error
 from beam_jobs.job.launch import Launch
 from beam_jobs import outdir
 from beam_jobs.outdir import Claim
@@ -48,10 +50,13 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
             raise
         interrupted = isinstance(e, KeyboardInterrupt)
         unconfirmed = _stopped(result, launch, claim, interrupted)
-        if interrupted or one_line(e, LeaseLost):
-            raise
-        raise Failed(f"{held.job.describe()} failed ({_reason(e)}): "
-                     f"{unconfirmed or lifecycle.held()}") from None
+        if interrupted or one_line(e, LeaseLost) or os_error(e, config.io.output_dir):
+            raise   # lifecycle's line: an interrupt, the lost lease, a full disk...
+        if unconfirmed:
+            raise Failed(f"the wait for {held.job.describe()} ended ({_reason(e)}): "
+                         f"{unconfirmed}") from None
+        raise Failed(f"{held.job.describe()} failed ({_reason(e)}; the traceback is in "
+                     f"the runner's log): {lifecycle.held()}") from None
     if launch.dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result
@@ -99,10 +104,11 @@ def _wait(result: PipelineResult, job: Optional[Job], ask: Ask) -> None:
 
 
 def _reason(error: BaseException) -> str:
-    """The first line of what the runner said of a failed job, without Beam's prefix."""
-    text = str(error).strip() or type(error).__name__
-    text = re.sub(r"^Pipeline \S+ failed in state \w+: ", "", text.splitlines()[0])
-    return text[:300]
+    """What the runner said of a failed job, in a line: its last line (a traceback's
+    is the exception's), without Beam's prefix, cut to 300 characters."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = re.sub(r"^Pipeline \S+ failed in state \w+: ", "", lines[-1] if lines else "")
+    return text[:300] or type(error).__name__
 
 
 def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: bool
@@ -135,12 +141,25 @@ def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: 
              "first")
     if not interrupted:
         return f"{unconfirmed}: it may still write and commit to {out}, {lease}"
-    if outdir.fence_commit(claim.run):
+    with _shielded():   # a second Ctrl-C must not leave the fence half-built
+        committed = outdir.fence_commit(claim.run)
+    if committed:
         raise KeyboardInterrupt(f"{unconfirmed}, and it committed before the cancel "
                                 f"reached it: {out} holds the dataset this run committed")
     raise KeyboardInterrupt(f"{unconfirmed}: it commits nothing now (its commit step finds "
                             f"the cancel), and {out} holds what it held before; its workers "
                             f"may still write there, {lease}")
+
+
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held back for the block (this thread's), then delivered."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
 
 def _counter(result: PipelineResult, name: str) -> int:

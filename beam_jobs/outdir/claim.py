@@ -176,11 +176,12 @@ def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
         for past in runs:   # this machine's temp data: the workers cannot reach it
             if _temp_elsewhere(out, past):
                 delete_local_temp(past.temp_dir, past.run_id)
+        marker = took_over and lease.lost_marker(took_over)
         if took_over is not None and all(p.run_id != took_over.run_id for p in runs):
-            mark_lost(out, took_over.run_id, took_over.to_json())
+            mark_lost(out, took_over.run_id, marker)
         return sorted(committed), tuple(
-            (p.run_id, took_over.to_json() if took_over and p.run_id == took_over.run_id
-             else p.lost_lease) for p in runs)
+            (p.run_id, marker if took_over and p.run_id == took_over.run_id else p.lost_lease)
+            for p in runs)
     for past in runs:
         try:
             storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
@@ -192,7 +193,7 @@ def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
             _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
                          "run tries again", past.run_id, out, e)
     if took_over is not None:
-        mark_lost(out, took_over.run_id, took_over.to_json())
+        mark_lost(out, took_over.run_id, lease.lost_marker(took_over))
     _refuse_a_dataset(out, entries, overwrite)
     return sorted(committed), ()
 

@@ -158,7 +158,7 @@ def delete_local_temp(temp_dir, run_id: str) -> None:
 
 def mark_lost(out: str, run_id: str, marker: bytes) -> None:
     """Mark the (cleared) folder of a run that lost its lease while it may still run;
-    the marker names it as its lease did (Holder.to_json), so that a later run can tell
+    the marker names its process (lease.lost_marker), so that a later run can tell
     when it no longer may (lease.may_still_write) and clear the marker too."""
     storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE), marker)
 

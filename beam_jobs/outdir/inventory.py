@@ -81,6 +81,8 @@ def _lost_lease(marker: str) -> Optional[bytes]:
         data = storage.read_bytes(marker)
     except FileNotFoundError:
         return None
+    except OSError:   # not a file, unreadable: kept, as one that names no process
+        return b"{}"
     return data if lease.may_still_write(data) else None
 
 

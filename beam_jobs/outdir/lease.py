@@ -109,17 +109,34 @@ class Holder:
         return json.dumps(dataclasses.asdict(self)).encode("utf-8")
 
 
-def may_still_write(data: bytes) -> bool:
-    """Whether the run a lease file, or a lost lease's marker (its holder as the lease
-    named it), names may still write: unless it is a launcher's process on this host
-    that is gone. A job on a distributed runner may (its launcher's end says nothing of
-    its workers), and so may a run a marker from before markers named the process does
-    not name."""
+def lost_marker(holder: Holder) -> bytes:
+    """The marker of a run whose lease was taken over while it may still write: its
+    holder as its lease named it, and the process group of its process (its worker
+    processes', which may outlive it by a bundle), read while that process lives."""
+    group = None
+    if holder.job is None and holder.host == socket.gethostname():
+        try:
+            group = os.getpgid(holder.pid)
+        except ProcessLookupError:
+            pass
+    return json.dumps({**dataclasses.asdict(holder), "group": group}).encode("utf-8")
+
+
+def may_still_write(marker: bytes) -> bool:
+    """Whether the run a lost lease's marker (lost_marker) names may still write:
+    unless its launcher's process on this host is gone and so is every process of its
+    group (its workers'). A job on a distributed runner may (its launcher's end says
+    nothing of its workers), and so may the run of a marker that does not name its
+    process (a marker from before they did, or one that cannot be read)."""
     try:
-        holder = _parse(data)
-    except ValueError:
+        fields = json.loads(marker.decode("utf-8"))
+        group = fields.pop("group")
+        holder = _parse(json.dumps(fields).encode("utf-8"))
+    except (ValueError, TypeError, KeyError, AttributeError):
         return True
-    return holder.job is not None or not holder.dead()
+    if holder.job is not None or not holder.dead():
+        return True
+    return type(group) is int and group > 0 and _alive(group, group=True)
 
 
 LEFTOVER = re.compile(r"\.[0-9a-f]{32}\.(tmp|stale)")
@@ -142,9 +159,10 @@ def _remove_leftovers(path: str) -> None:
                 pass
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, group: bool = False) -> bool:
+    """Whether the process `pid` (with `group`, any process of the group) is there."""
     try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -22,7 +22,6 @@ import functools
 from typing import Callable, Optional, TypeVar
 
 from readers import format as data_format
-from readers.files import save
 from readers.report import collect, page, pictures, sampled, windows
 from readers.selection import DatasetChanged
 
@@ -72,11 +71,3 @@ def _guarded(errors: list[str], what: str, make: Callable[[], T], instead: T) ->
         said = str(e).splitlines()[0] if str(e) else type(e).__name__
         errors.append(f"{what}: {collect.bounded(said)}")   # it may quote a side file
         return instead
-
-
-def write(path: str, spec: data_format.DatasetSpec, out: str, **options) -> int:
-    """Write the page to `out` (local or any fsspec URL; readers.files.save); its size
-    in bytes."""
-    data = build(path, spec, **options).encode("utf-8")
-    save(out, data)
-    return len(data)
