@@ -367,6 +367,50 @@ def write_video(path, frames, codec: str = "libx264", rate: int = 10,
     return str(path)
 
 
+def marked_frame(height: int, width: int, mark: tuple[int, int] = (6, 6)) -> np.ndarray:
+    """A grey frame whose top-left `mark` (rows, columns) is white: where it lands shows
+    the turn."""
+    frame = np.full((height, width, 3), 40, np.uint8)
+    frame[:mark[0], :mark[1]] = 255
+    return frame
+
+
+def write_rotated_video(path, frame: np.ndarray, count: int = 4, rotation: float = -90) -> str:
+    """An h264 file of `count` copies of `frame` whose display matrix turns it by
+    `rotation` degrees (counterclockwise; -90: a portrait phone video)."""
+    import av
+
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = frame.shape[1], frame.shape[0], "yuv420p"
+        stream.set_display_rotation(rotation)
+        for _ in range(count):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        container.mux(stream.encode())
+    return str(path)
+
+
+# Pillow's exif_transpose turns orientation o by the inverse of _INVERSE[o]: an image
+# stored turned by _INVERSE[o], with EXIF orientation o, is shown upright.
+_INVERSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+            6: "ROTATE_90", 7: "TRANSVERSE", 8: "ROTATE_270"}
+
+
+def write_oriented_images(directory, upright, suffix: str, **save) -> None:
+    """`directory`/f{o}.{suffix} for EXIF orientations o = 1 to 8: the Pillow image
+    `upright` stored turned so that each is shown as `upright` is."""
+    from PIL import Image
+
+    os.makedirs(directory, exist_ok=True)
+    for o in range(1, 9):
+        stored = upright if o == 1 else upright.transpose(getattr(Image.Transpose,
+                                                                 _INVERSE[o]))
+        exif = Image.Exif()
+        exif[0x0112] = o
+        stored.save(os.path.join(str(directory), f"f{o}.{suffix}"), exif=exif, **save)
+
+
 def write_manifest(path, rows: list[dict]) -> str:
     with open(path, "w") as f:
         for row in rows:

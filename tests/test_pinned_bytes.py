@@ -93,8 +93,10 @@ def built(tmp_path_factory) -> dict[str, str]:
                                          "train=0.7,val=0.3", "--num_shards", "2"]),
         "float16_pad": ("half/*", ["--window", "5", "--stride", "4", "--tail", "pad"]),
         "jpeg": ("m.jsonl", ["--window", "4", "--stride", "2", "--frame_encoding", "jpeg"]),
+        # --resize exact: the bytes of a job before the flag (fast is checked against
+        # exact in test_resize.py); inputs not resized are the same bytes either way
         "png_resized": ("m.jsonl", ["--window", "4", "--stride", "3", "--frame_encoding",
-                                    "png", "--frame_size", "12x20"]),
+                                    "png", "--frame_size", "12x20", "--resize", "exact"]),
         "raw_grayscale": ("m.jsonl", ["--window", "3", "--stride", "2", "--frame_encoding",
                                       "raw", "--channels", "1"]),
     }

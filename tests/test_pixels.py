@@ -10,8 +10,9 @@ import tensorflow as tf
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failed_run_file, job_line, read_dataset_json, read_examples, run_job, sidecar,
-                     solid_frames, write_frame_folder, write_manifest, write_video)
+from helpers import (failed_run_file, job_line, marked_frame, read_dataset_json, read_examples,
+                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
+                     write_oriented_images, write_rotated_video, write_video)
 
 
 def _by_video(examples):
@@ -156,28 +157,9 @@ def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
 
 
-def _marked(height: int, width: int) -> np.ndarray:
-    """A frame whose top-left corner is white: where it lands shows the turn."""
-    frame = np.full((height, width, 3), 40, np.uint8)
-    frame[:6, :6] = 255
-    return frame
-
-
 def test_a_phones_rotated_video_is_stored_as_a_player_shows_it(tmp_path):
-    import av
-
-    path = tmp_path / "clips" / "phone.mp4"
-    os.makedirs(path.parent)
-    with av.open(str(path), "w") as container:   # a portrait phone video: -90 degrees
-        stream = container.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 64, 32, "yuv420p"
-        stream.set_display_rotation(-90)
-        for _ in range(4):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(_marked(32, 64),
-                                                                   format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    # a portrait phone video: -90 degrees
+    path = write_rotated_video(tmp_path / "clips" / "phone.mp4", marked_frame(32, 64))
     for flags, shape, corner, rotation in (([], (4, 64, 32, 3), (0, -1), 90),
                                            (["--keep_orientation"], (4, 32, 64, 3), (0, 0), 0)):
         out = tmp_path / f"out{len(flags)}"
@@ -192,23 +174,11 @@ def test_a_phones_rotated_video_is_stored_as_a_player_shows_it(tmp_path):
         assert row["rotation"] == rotation
 
 
-# Pillow's exif_transpose turns orientation o by _TURN[o]; an image stored turned by its
-# inverse, with EXIF orientation o, is shown upright.
-_INVERSE = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
-            6: "ROTATE_90", 7: "TRANSVERSE", 8: "ROTATE_270"}
-
-
 def test_exif_orientations_1_to_8_are_applied_and_no_exif_is_stored(tmp_path):
     from PIL import Image
 
-    upright = Image.fromarray(_marked(24, 32))
-    os.makedirs(tmp_path / "v")
-    for o in range(1, 9):
-        stored = upright if o == 1 else upright.transpose(getattr(Image.Transpose,
-                                                                 _INVERSE[o]))
-        exif = Image.Exif()
-        exif[0x0112] = o
-        stored.save(tmp_path / "v" / f"f{o}.png", exif=exif)
+    upright = Image.fromarray(marked_frame(24, 32))
+    write_oriented_images(tmp_path / "v", upright, "png")
     write_manifest(tmp_path / "m.jsonl", [{"video_id": "v", "frames": "v"}])
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "8",
             "--frame_encoding", "raw")

@@ -34,6 +34,9 @@ FREE_FLAGS = frozenset({
     "all_cores", "homepage",
     "progress_interval", "num_shards", "shard_size_mb", "max_failure_fraction", "shuffle",
     "shuffle_bucket_mb", "spill_buffer_mb", "encoder_device", "encoder_batch_size"})
+# Flags that change no window without another flag: compared only where that one is set
+# (a dataset without --frame_size resizes nothing, whatever its --resize).
+MOOT_WITHOUT = {"resize": "frame_size"}
 APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one
 class Known(NamedTuple):
     """What an append knows of the committed dataset it adds to."""
@@ -87,7 +90,7 @@ def problem(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
         return (f"--append: --input holds {input_kind} here, {where} was made from "
                 f"{spec.input_kind}")
     for name in sorted(set(flags) | set(spec.flags)):
-        if name in FREE_FLAGS:
+        if name in FREE_FLAGS or _moot(name, flags, spec.flags):
             continue
         mine, theirs = flags.get(name), spec.flags.get(name, defaults.get(name))
         if mine != theirs:
@@ -108,6 +111,12 @@ def problem(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
         return (f"--append: the --encoder model is not the one that made {where} (its "
                 "checksum or shapes differ)")
     return None
+
+
+def _moot(name: str, mine: dict, theirs: dict) -> bool:
+    """Whether flag `name` changes no window of either run (`MOOT_WITHOUT`)."""
+    needs = MOOT_WITHOUT.get(name)
+    return needs is not None and mine.get(needs) is None and theirs.get(needs) is None
 
 
 def _feature(row: Optional[dict]) -> str:

@@ -50,6 +50,7 @@ DEFAULT_MAX_TIMESTAMP_GAP = 5.0
 class PixelConfig:
     """pixel input: how frames are decoded, checked and stored."""
     frame_size: Optional[tuple[int, int]]
+    resize: str                     # "fast" or "exact"
     channels: int
     fps: Optional[float]
     max_timestamp_gap: float

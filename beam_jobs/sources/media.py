@@ -14,6 +14,12 @@ alike. What is never silently changed:
   glitch at 30 fps).
 - A path that is not a regular file (a FIFO, a device) or that is larger than
   --max_frame_bytes is not read.
+
+Resizing (--resize): `exact` decodes every frame at full size and resamples it with
+Lanczos; `fast` lets the decoder do most of the shrinking (a JPEG's DCT scaling, an
+integer `reduce` of other images, swscale scaling a video frame as it converts it to
+RGB), then resamples the rest, within 35 dB of exact (docs/benchmarks.md). Frames that
+are not resized are the same bytes either way.
 """
 from __future__ import annotations
 
@@ -38,6 +44,13 @@ PNG_COMPRESS_LEVEL = 1  # zlib level 1: most of level 6's size at a fraction of 
 _DEEP_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 # A video may decode a frame or two fewer than its container declares (edit lists).
 _SHORTFALL_FRAMES, _SHORTFALL_FRACTION = 2, 0.02
+# --resize fast, measured against exact by benchmarks/resize_quality.py. Images: reduce
+# by the largest integer factor that keeps the image at least the frame size, then
+# Lanczos (Pillow's reducing_gap 1.0). Video: swscale's area average; full horizontal
+# chroma interpolation halves the largest difference from exact at saturated edges.
+_REDUCING_GAP = 1.0
+_SWSCALE = av.video.reformatter.Interpolation
+SWSCALE_INTERPOLATION = _SWSCALE.AREA | _SWSCALE.FULL_CHR_H_INT
 
 
 class BadFrame(ValueError):
@@ -49,9 +62,10 @@ class FrameCodec:
     """How one decoded image becomes a stored frame of the dataset.
 
     `size` (H, W) is the frame size of the dataset: images of another size are resized
-    to it when `resize` is set (--frame_size), else the video fails. `orient`: an image's
-    EXIF orientation is applied first (not with --keep_orientation); a stored JPEG never
-    keeps its EXIF block, which a reader could apply a second time.
+    to it when `resize` is set (--frame_size), else the video fails; `fast_resize`
+    (--resize fast) lets the decoders shrink them first (module docstring). `orient`: an
+    image's EXIF orientation is applied first (not with --keep_orientation); a stored
+    JPEG never keeps its EXIF block, which a reader could apply a second time.
     """
     size: tuple[int, int]
     channels: int = 3
@@ -59,6 +73,7 @@ class FrameCodec:
     jpeg_quality: int = 90
     resize: bool = False
     orient: bool = True
+    fast_resize: bool = False
 
     @property
     def mode(self) -> str:
@@ -76,6 +91,7 @@ class FrameCodec:
         """
         try:
             image = Image.open(io.BytesIO(data))
+            draft = self._draft(image)
             image.load()
         except UnidentifiedImageError:
             raise BadFrame("not an image file Pillow can decode") from None
@@ -85,11 +101,34 @@ class FrameCodec:
         if frames > 1:   # Pillow would give its first frame alone
             raise BadFrame(f"an animated image of {frames} frames is a video, not a frame: "
                            "give it as a video file")
+        if draft is not None:   # resampled the rest of the way, before it is turned
+            size, box = draft
+            image = image.resize(size, Image.Resampling.LANCZOS, box=box,
+                                 reducing_gap=_REDUCING_GAP)
         turned = self.oriented(image)
         if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
-                and turned is image and image.size == self.size[::-1]):
+                and turned is image and image.size == self.size[::-1] and draft is None):
             return without_exif(data)
         return self.store(turned)
+
+    def _draft(self, image: Image.Image) -> Optional[tuple[tuple[int, int], tuple]]:
+        """With --resize fast, asks a JPEG's decoder (before it decodes) for the smallest
+        DCT scale, 1/2 to 1/8, that still gives at least the frame size, when the frame
+        is at most half the image each way. Then (the frame size as the image lies, the
+        box of the scaled image that holds the picture), else None. The frame size is
+        turned as the EXIF orientation (read from the header) will turn the image. The
+        box: where the image is not a multiple of the scale, the scaled image has a
+        partial pixel row or column more (left out, a 1/8-scale frame is 7 dB further
+        from exact)."""
+        if not (self.fast_resize and self.resize and image.format == "JPEG"):
+            return None
+        width, height = self.size[::-1]
+        if self.orient and image.getexif().get(EXIF_ORIENTATION, 1) in _TRANSPOSING:
+            width, height = height, width
+        if image.width < 2 * width or image.height < 2 * height:
+            return None
+        drafted = image.draft(self.mode, (width, height))
+        return None if drafted is None else ((width, height), drafted[1])
 
     def oriented(self, image: Image.Image) -> Image.Image:
         """The image as a viewer shows it (its EXIF orientation applied), unless
@@ -106,7 +145,8 @@ class FrameCodec:
                 raise BadRecord(f"a frame is {image.height}x{image.width}, the dataset's frames "
                                 f"are {self.size[0]}x{self.size[1]}; pass --frame_size HxW "
                                 "to resize")
-            image = image.resize(self.size[::-1], Image.Resampling.LANCZOS)
+            image = image.resize(self.size[::-1], Image.Resampling.LANCZOS,
+                                 reducing_gap=_REDUCING_GAP if self.fast_resize else None)
         if self.encoding == "raw":
             return np.asarray(image, dtype=np.uint8).reshape(self.frame_shape)
         buffer = io.BytesIO()
@@ -115,6 +155,11 @@ class FrameCodec:
         else:
             image.save(buffer, "JPEG", quality=self.jpeg_quality)
         return buffer.getvalue()
+
+    def video_scale(self) -> Optional[tuple[int, int]]:
+        """The (H, W) that video frames are scaled to as they are decoded (--resize
+        fast with --frame_size), else None: full size, resized by `store`."""
+        return self.size if self.resize and self.fast_resize else None
 
     def padding(self) -> Any:
         """The stored form of an all-zero frame (missing frames and padding)."""
@@ -163,6 +208,7 @@ def open_image(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
 
 
 EXIF_ORIENTATION = 0x0112
+_TRANSPOSING = (5, 6, 7, 8)   # EXIF orientations that swap width and height
 _APP1 = b"\xff\xe1"
 
 
@@ -184,18 +230,25 @@ _TURNS = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180,
           -180: Image.Transpose.ROTATE_180, -90: Image.Transpose.ROTATE_270}
 
 
-def _upright(frame, orient: bool, info: Optional[dict]) -> Image.Image:
+def _upright(frame, orient: bool, info: Optional[dict],
+             size: Optional[tuple[int, int]] = None) -> Image.Image:
     """A decoded video frame as an image, turned as its display matrix says (what a
     player shows) unless `orient` is off; `info` gets the turn applied, clockwise degrees,
-    when the stream declares one."""
-    image = frame.to_image()
+    when the stream declares one. With `size` (H, W, upright), swscale scales the frame
+    as it converts it to RGB: to W x H before a quarter turn, else to H x W."""
     angle = round(frame.rotation or 0)
-    if angle:
-        turn = _TURNS.get(angle) if orient else None
-        if info is not None:
-            info["rotation"] = (-angle) % 360 if turn is not None else 0
-        if turn is not None:
-            image = image.transpose(turn)
+    turn = _TURNS.get(angle) if angle and orient else None
+    if size is not None and abs(angle) == 90 and turn is not None:
+        size = size[::-1]
+    if size is None or (frame.height, frame.width) == size:
+        image = frame.to_image()   # what --resize exact does, and any frame not resized
+    else:
+        image = frame.to_image(height=size[0], width=size[1],
+                               interpolation=SWSCALE_INTERPOLATION)
+    if angle and info is not None:
+        info["rotation"] = (-angle) % 360 if turn is not None else 0
+    if turn is not None:
+        image = image.transpose(turn)
     return image
 
 
@@ -229,12 +282,14 @@ def _open_video(path: str) -> Iterator[tuple[Any, Any, float, int]]:
 
 
 def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = None,
-                 max_gap: float = DEFAULT_MAX_TIMESTAMP_GAP, orient: bool = True
+                 max_gap: float = DEFAULT_MAX_TIMESTAMP_GAP, orient: bool = True,
+                 size: Optional[tuple[int, int]] = None
                  ) -> Iterator[tuple[Image.Image, float]]:
     """(RGB image, time in seconds from the first frame) of each frame of a video file,
     resampled to `fps` when given: for each time k / fps, the first frame at or after it
     (frames are dropped to lower the rate, repeated to raise it); turned upright as its
-    display matrix says, unless `orient` is off (`_upright`). `info`, when given, gets the
+    display matrix says, unless `orient` is off, and scaled to `size` (H, W) as it is
+    converted, when given (`_upright`). `info`, when given, gets the
     source's frame rate ("source_fps") and the turn applied ("rotation"), if any.
 
     Raises BadRecord when the file cannot be decoded, when it decodes fewer frames than
@@ -254,12 +309,12 @@ def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = 
             first = time if first is None else first
             time -= first
             if fps is None:
-                yield _upright(frame, orient, info), time
+                yield _upright(frame, orient, info, size), time
                 continue
             _check_time(time, latest, end, max_gap)
             latest, image = max(latest, time), None
             while next_time <= time + 1e-6:
-                image = image or _upright(frame, orient, info)
+                image = image or _upright(frame, orient, info, size)
                 yield image, next_time
                 next_time += 1.0 / fps
         if declared and decoded < declared - max(_SHORTFALL_FRAMES,

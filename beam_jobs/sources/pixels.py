@@ -116,7 +116,8 @@ class PixelVideo:
         codec = self.fmt.codec
         if self.entry.video:
             for image, time in media.video_images(self.entry.video, self.fmt.fps, info,
-                                                  self.fmt.max_timestamp_gap, codec.orient):
+                                                  self.fmt.max_timestamp_gap, codec.orient,
+                                                  codec.video_scale()):
                 yield codec.store(image), round(time, 6), None
             return
         for path in expand_frames(self.entry.frames):
@@ -276,7 +277,8 @@ def build_source(config: JobConfig) -> Source:
     encoding = "raw" if config.encoder.encodes_frames else flags.frame_encoding
     codec = media.FrameCodec(flags.frame_size or (0, 0), flags.channels, encoding,
                              flags.jpeg_quality, resize=flags.frame_size is not None,
-                             orient=not flags.keep_orientation)
+                             orient=not flags.keep_orientation,
+                             fast_resize=flags.resize == "fast")
     fmt = probe_pixel_format(entries, PixelFormat(
         codec, fps=flags.fps, max_frames=flags.max_frames,
         max_timestamp_gap=flags.max_timestamp_gap, on_bad_frame=flags.on_bad_frame,
