@@ -271,7 +271,10 @@ class EpochBatches:
                              f"{source.path} split {source.split!r}: they differ in {changes}"
                              f"{since}; the same step would not give the same batch: resume "
                              "it on what it was saved on, or start the epoch at step 0")
-        return cls(source, **given)
+        try:
+            return cls(source, **given)
+        except ValueError as e:   # its start_step past the epoch's end, known only now
+            raise ValueError(f"this state's {e}") from None
 
 
 def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_index: Any,

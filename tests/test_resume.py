@@ -192,7 +192,8 @@ def test_a_state_missing_a_field_or_of_the_wrong_type_is_refused_naming_it(kinds
             ("clip", {"length": 2, "step": 0, "offset": "start", "seed": 0}, ValueError,
              "Clip step must be a whole number >= 1, not 0"),
             ("order", "sideways", ValueError, "order must be one of random, stream"),
-            ("start_step", 1.5, TypeError, "start_step must be a whole number >= 0")):
+            ("start_step", 1.5, TypeError, "start_step must be a whole number >= 0"),
+            ("start_step", 10**6, ValueError, r"start_step must be a whole number in \[0, ")):
         with pytest.raises(error, match=f"^this state's {says}"):
             EpochBatches.resume(source, {**state, key: value})
     without = {key: value for key, value in state.items() if key != "split"}
