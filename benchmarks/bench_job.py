@@ -7,7 +7,7 @@
 For each scale s, writes s * --videos latent videos as serialized-tensor records
 (beam_jobs.sample: 700-899 x 200 float32 frames, about 0.6 MiB a video; 384 videos are
 about 240 MiB) over --files files, then runs the contenders in turns (loop, job,
-all_cores, tfds, loop, ...), --repeats times each, every one a whole subprocess, so that
+baseline, all_cores, tfds, loop, ...), --repeats times each, every one a whole subprocess, so that
 its wall time includes Python, TensorFlow (and Beam, TFDS) start-up. Windows of 100
 frames every 50 (the job's default --tail align_end):
 
@@ -15,6 +15,8 @@ frames every 50 (the job's default --tail align_end):
              Example encoder (readers.format), 4 files round-robin; no shuffle
   job        `python -m beam_jobs.make_shards --input ... --output_dir ... --window 100
              --stride 50 --overwrite`: one process
+  baseline   the same, one process, with the job of --baseline (a commit, default
+             e2dcfa4, extracted under the work dir: benchmarks/job_versions.py)
   all_cores  the same with --all_cores
   tfds       `python benchmarks/tfds_windows.py`: a tfds.core.GeneratorBasedBuilder that
              yields the same windows, download_and_prepare with TFDS's defaults
@@ -31,7 +33,7 @@ fraction of adjacent records, in each output file's order, that come from one vi
 (about 1 / videos when shuffled; the loop's is high by design).
 
 Ratios are speed ratios of median wall times, x/y = y's wall / x's wall (above 1: x is
-faster): job/loop, all_cores/single (all_cores against job) and job/TFDS. The markdown
+faster): job/loop, job/baseline, all_cores/single (all_cores against job) and job/TFDS. The markdown
 table printed at the end is the one in docs/benchmarks.md; --table_from prints it again
 from the JSON. Every subprocess runs with this tree first on PYTHONPATH, Beam's worker
 processes too, so that the code measured is this checkout's.
@@ -49,6 +51,7 @@ import sys
 import tempfile
 import time
 
+from job_versions import code_of
 from latent_windows import FEATURES
 from process_tree import MB, QUIET_PERCENT, REPO, run_tree, wait_for_quiet
 
@@ -57,16 +60,19 @@ from readers import format as data_format
 from readers.format.tfrecord import Lost, read_frame
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONTENDERS = ("loop", "job", "all_cores", "tfds")
+CONTENDERS = ("loop", "job", "baseline", "all_cores", "tfds")
+BASELINE = "e2dcfa4"   # the job before the round that cost the latent path a third
 LABELS = {
     "loop": "a plain no-shuffle loop (read, parse, cut, the project's Example encoder, "
             "4 files round-robin)",
     "job": "the job, one process",
+    "baseline": "the job at `--baseline`, one process",
     "all_cores": "the job, `--all_cores`",
     "tfds": "TensorFlow Datasets (`GeneratorBasedBuilder`, `download_and_prepare`)",
 }
 RATIOS = {  # name: (faster, slower): slower's median wall / faster's
     "job/loop": ("job", "loop"),
+    "job/baseline": ("job", "baseline"),
     "all_cores/single": ("all_cores", "job"),
     "job/TFDS": ("job", "tfds"),
 }
@@ -114,7 +120,10 @@ def read_back(files: list[str]) -> dict:
             "same_video_adjacent": same / adjacent if adjacent else 0.0}
 
 
-def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s: float) -> dict:
+def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s: float,
+                  code_dir: str = REPO) -> dict:
+    """One run of contender `name`; `code_dir`: the tree whose job runs (its beam_jobs
+    is the one `python -m` finds first, in the working directory)."""
     out = os.path.join(work_dir, f"out-{name}")
     # Every run starts alike: no output of an earlier run (TFDS would reuse a prepared
     # dataset), none of its pages still waiting to be written to disk (the kernel would
@@ -124,7 +133,8 @@ def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s
     os.sync()
     waited = wait_for_quiet(quiet_wait_s)
     load = os.getloadavg()[0]
-    run = run_tree(command(name, pattern, out), os.path.join(work_dir, f"{name}-{tag}.log"))
+    run = run_tree(command(name, pattern, out), os.path.join(work_dir, f"{name}-{tag}.log"),
+                   cwd=code_dir)
     run.pop("output")
     run.update(read_back(output_files(name, out)), load_1min=round(load, 2),
                waited_for_quiet_s=round(waited, 1))
@@ -132,7 +142,7 @@ def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s
 
 
 def bench_scale(work_dir: str, videos: int, files: int, repeats: int, names: list[str],
-                quiet_wait_s: float) -> dict:
+                quiet_wait_s: float, baseline_dir: str = REPO) -> dict:
     input_dir = os.path.join(work_dir, f"latents-{videos}")
     if not os.path.isdir(input_dir):
         write_latent_sample(input_dir, videos=videos, files=files)
@@ -142,7 +152,8 @@ def bench_scale(work_dir: str, videos: int, files: int, repeats: int, names: lis
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names:
-            run = run_contender(name, pattern, work_dir, f"{videos}-{r + 1}", quiet_wait_s)
+            run = run_contender(name, pattern, work_dir, f"{videos}-{r + 1}", quiet_wait_s,
+                                baseline_dir if name == "baseline" else REPO)
             runs[name].append(run)
             print(f"run {r + 1} {name:9s} {run['wall_s']:6.1f} s, peak {run['peak_mb']:6.0f} MB "
                   f"(one process {run['peak_process_mb']:4.0f}), "
@@ -212,6 +223,8 @@ def main() -> None:
     parser.add_argument("--work_dir", default=None,
                         help="where inputs and outputs are written; inputs already there are "
                              "reused (default: a temp dir, removed after)")
+    parser.add_argument("--baseline", default=BASELINE,
+                        help="the commit the `baseline` contender runs (default: %(default)s)")
     parser.add_argument("--table_from", metavar="JSON",
                         help="print the markdown table of an earlier run's JSON and stop")
     args = parser.parse_args()
@@ -235,12 +248,14 @@ def main() -> None:
         os.makedirs(work_dir, exist_ok=True)
         results = {"config": {"videos_at_1": args.videos, "scales": scales, "files": args.files,
                               "repeats": args.repeats, "contenders": names,
+                              "baseline": args.baseline,
                               "window": 100, "stride": 50, "cpus": os.cpu_count(),
                               "started_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())},
                    "scales": []}
+        baseline_dir = code_of(args.baseline, work_dir) if "baseline" in names else REPO
         for s in scales:
             scale = bench_scale(work_dir, s * args.videos, args.files, args.repeats, names,
-                                args.quiet_wait_s)
+                                args.quiet_wait_s, baseline_dir)
             scale["summary"] = summarize(scale)
             results["scales"].append(scale)
             with open(args.json, "w") as f:   # each scale as it ends
