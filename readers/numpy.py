@@ -200,8 +200,7 @@ class EpochBatches:
                            drop_remainder=drop_remainder, order=order,
                            buffer_bytes=buffer_bytes, start_step=start_step)
         self.batch_size = batch_size = given["batch_size"]
-        self.options = {key: given[key] for key in ARGUMENTS
-                        if key not in ("batch_size", "start_step")}
+        self._given = given   # what a state names (`state`)
         self.source = source.for_epoch(given["epoch"])
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
@@ -239,8 +238,7 @@ class EpochBatches:
         """What resumes the epoch after `step` steps were taken (JSON-ready): the reading
         (`WindowSource.reading`) and the arguments that resume it (`start_step` = step)."""
         step = whole_number("step", step, 0, self.steps)
-        return {**self.source.reading, "batch_size": self.batch_size, **self.options,
-                "start_step": step}
+        return {**self.source.reading, **self._given, "start_step": step}
 
     @classmethod
     def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":

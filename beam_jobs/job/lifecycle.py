@@ -185,11 +185,8 @@ def beam_temp_in(run: RunDir) -> Iterator[None]:
         yield
         return
     os.makedirs(run.temp_dir, exist_ok=True)
-    before, tempfile.tempdir = tempfile.tempdir, run.temp_dir
-    try:
+    with _system_temp(run.temp_dir):
         yield
-    finally:
-        tempfile.tempdir = before
 
 
 @contextlib.contextmanager
@@ -204,12 +201,19 @@ def submission_temp(launch: Launch) -> Iterator[None]:
         yield
         return
     with tempfile.TemporaryDirectory(prefix="make_shards-submission-",
-                                     ignore_cleanup_errors=True) as folder:
-        before, tempfile.tempdir = tempfile.tempdir, folder
-        try:
-            yield
-        finally:
-            tempfile.tempdir = before
+                                     ignore_cleanup_errors=True) as folder, \
+            _system_temp(folder):
+        yield
+
+
+@contextlib.contextmanager
+def _system_temp(folder: str) -> Iterator[None]:
+    """`folder` as the system's temp directory (tempfile's) for the block."""
+    before, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
 
 
 def workers(launch: Launch, fork: bool):

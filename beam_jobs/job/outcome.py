@@ -154,12 +154,11 @@ def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: 
 @contextlib.contextmanager
 def _shielded() -> Iterator[None]:
     """Ctrl-C and SIGTERM held back for the block (this thread's), then delivered."""
-    signals = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    signal.pthread_sigmask(signal.SIG_BLOCK, lifecycle.SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, lifecycle.SIGNALS)
 
 
 def _counter(result: PipelineResult, name: str) -> int:
