@@ -16,8 +16,12 @@ Pillow), `float_pixels` gives float32 in [0, 1].
 
 A `WindowSource` is a PyTorch map-style `Dataset` and a Grain `RandomAccessDataSource`
 as it is: it has `len()` and `[i]`, and it pickles (open files are not part of its
-state), so it works in DataLoader worker processes. Gzip shards have no index: random
-access is not possible there (use the tf.data reader).
+state), so it works in DataLoader worker processes; its repr names what it reads, so
+Grain resumes a checkpoint in a new process. Gzip shards have no index: random access
+is not possible there (use the tf.data reader).
+
+`transform=fn` (on `WindowSource` and `batches`) runs `fn(batch) -> dict` on each batch
+where the batch is read: in `batches`' threads, in a DataLoader's or Grain's workers.
 
 This module is the API only: the request is checked by readers.selection (as make_dataset's
 is), records are found and read by readers.shards, and decoded into batches by
@@ -29,14 +33,19 @@ import collections
 import concurrent.futures
 import copy
 import dataclasses
+import functools
 import os
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from readers import clips, scatter, streaming
 from readers.clips import Clip
-from readers.selection import Selection, flag, optional_whole_number, whole_number
+from readers.selection import (Selection, flag, optional_callable, optional_whole_number,
+                               whole_number)
+
+# What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
 from readers.shards import Shards
 
 
@@ -53,21 +62,35 @@ class WindowSource:
       clip: a `readers.clips.Clip`: each window's clip (its frames, mask and labels cut
         alike) and `clip_offset`, instead of the whole window.
       epoch: whose random clips (`for_epoch` gives the same source for another).
+      transform: `fn(batch) -> dict`, run on every batch this source reads, before it
+        is returned: so in the process and thread that read it (a DataLoader's or
+        Grain's worker, `batches`' threads), not in the training loop. It gets the
+        batch as read, {name: array [batch, ...]}, a clip's included (its frames, mask
+        and labels cut, and `clip_offset`); `source[i]` and `__getitems__` give it a
+        batch (of one, for `source[i]`) and take rows out of what it returns, so there
+        each value it returns must keep the batch's first dimension. It must pickle for
+        worker processes started by spawn or forkserver: a module-level function or a
+        functools.partial of one does, a lambda or a nested function does not. It is
+        no part of a resume state: a resumed run passes the same transform, and its
+        batches are those of a run never stopped only when it is deterministic, or
+        draws its randomness from the batch (`start`, `video_id`, `clip_offset`).
 
     Raises:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
         shards (they have no index), a dataset.json the shards do not match, a clip
         longer than the windows, or an epoch < 0.
       TypeError: a flag that is no bool, a clip that is no Clip, an epoch that is no
-        whole number.
+        whole number, a transform that is not callable.
     """
 
     def __init__(self, path: str, split: str = "train",
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
-                 keep_float16: bool = False, clip: Optional[Clip] = None, epoch: int = 0):
-        float_pixels = flag("float_pixels", float_pixels)
-        keep_float16 = flag("keep_float16", keep_float16)
+                 keep_float16: bool = False, clip: Optional[Clip] = None, epoch: int = 0,
+                 transform: Optional[Transform] = None):
+        self.float_pixels = float_pixels = flag("float_pixels", float_pixels)
+        self.keep_float16 = keep_float16 = flag("keep_float16", keep_float16)
         self.clip, self.epoch = clips.checked(clip), _epoch(epoch)
+        self.transform = optional_callable("transform", transform)
         self._selection = selection = Selection.load(path, split, features)
         self.path, self.split, self.spec = path, split, selection.spec
         self.features = list(selection.features)
@@ -85,6 +108,17 @@ class WindowSource:
 
     def __len__(self) -> int:
         return self._shards.size
+
+    def __repr__(self) -> str:
+        """Everything that decides what `source[i]` is, and nothing of this process (no
+        address): Grain checks a checkpoint's source against its loader's by repr, so a
+        loader built the same way in a new process resumes. The path is as given (a
+        copy elsewhere is another repr to Grain; `EpochBatches.resume` compares runs)."""
+        return (f"WindowSource(path={self.path!r}, split={self.split!r}, "
+                f"run_id={self.spec.run_id!r}, features={[f.name for f in self.features]!r}, "
+                f"float_pixels={self.float_pixels}, keep_float16={self.keep_float16}, "
+                f"clip={self.clip!r}, epoch={self.epoch}, "
+                f"transform={_callable_name(self.transform)})")
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -108,8 +142,8 @@ class WindowSource:
         DataLoader's workers fetch their batches through it (on gs://, a batch's requests
         all at once)."""
         batch = self.read_batch(indices)
-        return [{name: column[row] if column.dtype.kind == "S" else column[row, ...]
-                 for name, column in batch.items()} for row in range(len(indices))]
+        return [{name: _row(column, row) for name, column in batch.items()}
+                for row in range(len(indices))]
 
     def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
@@ -118,7 +152,16 @@ class WindowSource:
 
     def _read(self, windows: np.ndarray, records: Optional[Sequence[bytes]] = None
               ) -> dict[str, Any]:
-        return self._decoder.read_batch(self._shards, windows, self.epoch, records)
+        """Every read ends here, in the thread or process that reads: the transform
+        runs here."""
+        batch = self._decoder.read_batch(self._shards, windows, self.epoch, records)
+        if self.transform is None:
+            return batch
+        transformed = self.transform(batch)
+        if not isinstance(transformed, dict):
+            raise TypeError(f"transform {_callable_name(self.transform)} returned "
+                            f"{type(transformed).__name__}, not a dict of the batch's values")
+        return transformed
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
         """The window numbers a selector names, as numpy reads it: integers (negative
@@ -143,6 +186,33 @@ class WindowSource:
             bad = array[(array < -size) | (array >= size)][0]
             raise IndexError(f"window {bad} is out of range for {size} windows")
         return np.where(array < 0, array + size, array)
+
+
+def _row(column: Any, row: int) -> Any:
+    """Row `row` of a batch's column: a numpy array's as a 0-d array (an `S` array's as
+    its numpy bytes item), anything else a transform returned (a tensor) as it indexes."""
+    if isinstance(column, np.ndarray) and column.dtype.kind != "S":
+        return column[row, ...]
+    return column[row]
+
+
+def _callable_name(fn: Optional[Callable]) -> str:
+    """A transform as a repr names it, the same in every process: a function (or class)
+    by its qualified name, a functools.partial by its function and arguments, another
+    callable object by its own repr, or by its type's name where its repr would be the
+    default one (an address)."""
+    if fn is None:
+        return "None"
+    if isinstance(fn, functools.partial):
+        arguments = [_callable_name(fn.func), *map(repr, fn.args),
+                     *(f"{key}={value!r}" for key, value in fn.keywords.items())]
+        return f"functools.partial({', '.join(arguments)})"
+    if hasattr(fn, "__qualname__"):
+        return f"{getattr(fn, '__module__', None) or '?'}.{fn.__qualname__}"
+    kind = type(fn)
+    if kind.__repr__ is object.__repr__:
+        return f"{kind.__module__}.{kind.__qualname__}()"
+    return repr(fn)
 
 
 def _epoch(epoch: int) -> int:
@@ -183,7 +253,9 @@ class EpochBatches:
 
     `source` is the source for the epoch's DataLoader: a copy of the one given, reading
     the epoch's clips (`WindowSource.for_epoch`), so that a plan and the clips its
-    batches get never disagree, a resumed plan's included.
+    batches get never disagree, a resumed plan's included. It keeps the given source's
+    transform, which each worker then runs on the batches it reads; a state does not
+    name the transform (a function is not JSON): resume on a source with the same one.
 
     `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
     refuses a state of another run, split, size, features or clip (an --append or a
@@ -314,14 +386,17 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
             features: Optional[Sequence[str]] = None, float_pixels: bool = False,
             keep_float16: bool = False, clip: Optional[Clip] = None, order: str = "random",
             buffer_bytes: Optional[int] = None, threads: Optional[int] = None,
-            prefetch: int = 4) -> Iterator[dict[str, Any]]:
+            prefetch: int = 4, transform: Optional[Transform] = None
+            ) -> Iterator[dict[str, Any]]:
     """Batches of one epoch, in an order that is a pure function of (seed, epoch): step k
     of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
     that stopped after k steps would have gone on.
 
     Args:
-      path, split, features, float_pixels, keep_float16, clip: as `WindowSource`'s (a
-        clip's random offsets are those of `epoch`).
+      path, split, features, float_pixels, keep_float16, clip, transform: as
+        `WindowSource`'s (a clip's random offsets are those of `epoch`); the transform
+        runs in the `threads` that read the batches, on each as read (a clip's
+        included), before the loop gets it.
       batch_size: windows a batch.
       shuffle: a new permutation each epoch (False: the split's order).
       seed, epoch: which permutation.
@@ -339,7 +414,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
 
     Returns:
       An iterator of dicts of numpy arrays ([batch_size, ...]; `video_id` a numpy bytes
-      (`S`) array).
+      (`S`) array), or of what `transform` returns.
 
     Raises:
       ValueError, TypeError: as `WindowSource` and `EpochBatches`, or fewer windows on
@@ -349,7 +424,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     threads = optional_whole_number("threads", threads, 1)
     prefetch = whole_number("prefetch", prefetch, 0)
     source = WindowSource(path, split, features, float_pixels=float_pixels,
-                          keep_float16=keep_float16, clip=clip)
+                          keep_float16=keep_float16, clip=clip, transform=transform)
     plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards,
                         drop_remainder=drop_remainder, start_step=start_step, order=order,

@@ -5,15 +5,15 @@ error for a dataset that changed under an open reader (`gone`).
 `readers.make_dataset` (tf.data) and `readers.numpy` (WindowSource, batches) take the same
 path, split, features and batch size: they go through this module so that they refuse the
 same requests with the same words; and every number and flag they (and `Clip`) take is
-checked by its helpers, `whole_number`, `flag` and `one_of`, where it is given, in one
-line that names it. Numpy only: readers.numpy imports it.
+checked by its helpers, `whole_number`, `flag`, `one_of` (and `optional_callable`),
+where it is given, in one line that names it. Numpy only: readers.numpy imports it.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import stat
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -129,6 +129,16 @@ def flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, not {value!r}")
     return bool(value)
+
+
+def optional_callable(name: str, value: Any) -> Optional[Callable]:
+    """`value`, the argument `name` that is a function (or None); TypeError in one line
+    for anything else, when it is given rather than when it is first called, deep in a
+    reader's thread or a worker process."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be a function or None, not {type(value).__name__} "
+                        f"{value!r}")
+    return value
 
 
 def one_of(name: str, value: Any, choices: Sequence[str]) -> str:
