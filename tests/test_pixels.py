@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import shutil
 
 import fsspec
 import numpy as np
@@ -10,9 +11,10 @@ import tensorflow as tf
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failed_run_file, job_line, marked_frame, read_dataset_json, read_examples,
-                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
-                     write_oriented_images, write_rotated_video, write_video)
+from helpers import (assert_verified, command, failed_run_file, job_line, marked_frame,
+                     read_dataset_json, read_examples, run_job, sidecar, solid_frames,
+                     write_frame_folder, write_manifest, write_oriented_images,
+                     write_rotated_video, write_video)
 
 
 def _by_video(examples):
@@ -155,6 +157,34 @@ def test_video_files_by_glob_with_fps_and_max_frames(tmp_path):
     run_job(str(tmp_path / "clips" / "b.webm"), tmp_path / "cap", "--window", "4",
             "--max_frames", "9", "--frame_encoding", "raw")
     assert sorted(_by_video(read_examples(tmp_path / "cap"))["b"]) == [0, 4, 5]
+
+
+@pytest.mark.slow
+def test_two_identical_video_files_are_one_video_and_the_summary_counts_the_copy(tmp_path):
+    """The same mp4 under two names is one video (the smaller id); the job's summary
+    counts the other as skipped as a duplicate and says where the line naming it is,
+    and that line is in the command's output (it once said only INFO, and the table's
+    `skipped` column, videos too short, read 0)."""
+    clips = tmp_path / "clips"
+    os.makedirs(clips)
+    write_video(clips / "a.mp4", solid_frames(12, size=(24, 32)))
+    shutil.copyfile(clips / "a.mp4", clips / "b.mp4")
+    done = command("beam_jobs.make_shards", "--input", clips / "*.mp4", "--output_dir",
+                   tmp_path / "out", "--window", "4", "--frame_encoding", "raw")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_verified(tmp_path / "out")
+    (row,) = map(json.loads, open(sidecar(tmp_path / "out", "videos")))
+    assert row["video_id"] == "a"
+    assert read_dataset_json(tmp_path / "out")["generations"][0]["skipped_existing"] == 1
+    lines = done.stderr.splitlines()
+    assert "INFO beam_jobs.cut: skipped 'b': its frames are those of 'a'" in lines
+    (summary,) = [line for line in lines if line.startswith("skipped as duplicates:")]
+    assert summary.startswith("skipped as duplicates: 1 input video(s) whose frames, labels "
+                              "and metadata another video has, stored once under one id")
+    assert ("each is named with the video it repeats in a line \"skipped 'ID': its frames "
+            "are those of 'ID'\" of this run's log") in summary
+    assert lines.index(summary) > lines.index(
+        "INFO beam_jobs.cut: skipped 'b': its frames are those of 'a'")
 
 
 def test_a_phones_rotated_video_is_stored_as_a_player_shows_it(tmp_path):

@@ -26,12 +26,16 @@ import logging
 
 import apache_beam as beam
 
+from beam_jobs.core import progress
 from beam_jobs.core.records import VideoCount, failure
 from beam_jobs.cut.examples import CutConfig
 
 
 _LOG = logging.getLogger("beam_jobs.cut")
 ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process
+# The counter of aliases, which the launcher's summary reports (job/outcome.py): they
+# are also among the skipped videos dataset.json counts, with the ids an --append skips.
+DUPLICATE_VIDEOS = "videos_skipped_as_duplicates"
 _ALIASES = "aliases"
 
 
@@ -98,11 +102,13 @@ def _keep_one(element):
 
 
 class _LogAliases(beam.DoFn):
-    """One line per alias, naming both ids, up to ALIASES_LOGGED per worker process."""
+    """One line per alias, naming both ids, up to ALIASES_LOGGED per worker process; each
+    counted (DUPLICATE_VIDEOS)."""
     logged = 0
 
     def process(self, alias):
         video, kept = alias
+        progress.counter(DUPLICATE_VIDEOS).inc()
         if _LogAliases.logged < ALIASES_LOGGED:
             _LogAliases.logged += 1
             _LOG.info("skipped %r: its frames are those of %r%s", video.video_id, kept,

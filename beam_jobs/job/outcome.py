@@ -20,6 +20,7 @@ from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO
                                        WINDOWS)
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
+from beam_jobs.cut.duplicates import ALIASES_LOGGED, DUPLICATE_VIDEOS
 from beam_jobs.job import job_states, lifecycle
 from beam_jobs.job.errors import Failed, one_line, os_error
 from beam_jobs.job.launch import Launch
@@ -75,9 +76,11 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
                _counter(result, FAILED_VIDEOS) else "")
         raise Failed(f"{decision.reason}{see}. No dataset.json was written; a dataset "
                      "already there is unchanged.")
-    _log_summary(config.io.output_dir, time.monotonic() - launch.started)
+    duplicates = _counter(result, DUPLICATE_VIDEOS)
+    _log_summary(config.io.output_dir, time.monotonic() - launch.started, duplicates)
     if config.io.append:
-        _LOG.info("skipped %d input videos already in the dataset (--append)", skipped)
+        _LOG.info("skipped %d input videos already in the dataset by id (--append)",
+                  skipped - duplicates)
     return result
 
 
@@ -171,13 +174,13 @@ def _longest(result: PipelineResult) -> int:
     return max((d.committed.max for d in found if d.committed), default=0)
 
 
-def _log_summary(directory: str, elapsed: float) -> None:
+def _log_summary(directory: str, elapsed: float, duplicates: int = 0) -> None:
     path = paths.join(directory, data_format.DATASET_JSON)
     dataset = data_format.DatasetSpec.from_json(storage.read_bytes(path).decode("utf-8"),
                                                 source=path)
     sizes = {name: entry.size for name, entry in storage.list_dir(directory).items()}
     _LOG.info("wrote %s\n%s\none page of it all (docs/report.md): python -m readers.inspect %s "
-              "--report report.html", path, summary_table(dataset, sizes, elapsed),
+              "--report report.html", path, summary_table(dataset, sizes, elapsed, duplicates),
               shlex.quote(directory))
     single = [s.file for split in dataset.splits.values() for s in split.shards
               if s.examples == 1]
@@ -189,8 +192,10 @@ def _log_summary(directory: str, elapsed: float) -> None:
 
 
 def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
-                  elapsed: float) -> str:
-    """The end-of-run table: per split videos, windows, shards and bytes; throughput."""
+                  elapsed: float, duplicates: int = 0) -> str:
+    """The end-of-run table: per split videos, windows, shards and bytes; the input videos
+    skipped as duplicates of another's content (`duplicates`: they are in no split, and
+    the log lines that name them may be far above); failures; throughput."""
     rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
     total_frames = total_windows = 0
     for name, split in dataset.splits.items():
@@ -202,6 +207,13 @@ def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
+    if duplicates:
+        lines.append(f"skipped as duplicates: {duplicates} input video(s) whose frames, "
+                     "labels and metadata another video has, stored once under one id (the "
+                     "column 'skipped' counts videos too short for a window); each is named "
+                     "with the video it repeats in a line \"skipped 'ID': its frames are "
+                     f"those of 'ID'\" of this run's log (the first {ALIASES_LOGGED} per "
+                     "worker process; on Dataflow, in the workers' logs)")
     remembered = dataset.failures - dataset.generations[-1].failures
     earlier = f", {remembered} of them remembered from earlier runs" if remembered else ""
     lines.append(f"failed videos: {dataset.failures} (see {dataset.sidecars.get('failures')}"
