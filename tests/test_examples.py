@@ -3,11 +3,19 @@ model can learn, and each example, run as a user runs it, learns (its loss falls
 DDP one sees every window once an epoch, and a killed run resumes with the batches it
 would have had."""
 import filecmp
+import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from beam_jobs.sample import write_latent_sample
+from helpers import assert_verified
+from readers import load_spec
 
 
 def _ranks(values) -> np.ndarray:
@@ -40,3 +48,103 @@ def test_the_sample_has_structure_in_time_that_its_recipe_drives(tmp_path):
     assert np.corrcoef(_ranks(tempo), _ranks(lag10))[0, 1] < -0.9, (tempo, lag10)
     again = write_latent_sample(str(tmp_path / "b"))
     assert all(filecmp.cmp(a, b, shallow=False) for a, b in zip(paths, again))
+
+
+# --- the examples, run as a user runs them, on small data they make -------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def _example_data():
+    """examples/example_data.py, the examples' own dataset maker."""
+    spec = importlib.util.spec_from_file_location("example_data",
+                                                  os.path.join(EXAMPLES, "example_data.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*argv: str, cwd, ok: bool = True) -> subprocess.CompletedProcess:
+    """An example as a user runs it (`python examples/x.py ...`, `torchrun ...`), in its
+    own process, importing this tree's readers and beam_jobs (PYTHONPATH: an editable
+    install may point elsewhere)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    result = subprocess.run([sys.executable, *map(str, argv)], capture_output=True,
+                            text=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            timeout=600)
+    if ok:
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return result
+
+
+def _steps(log_dir, rank: int) -> list[dict]:
+    with open(os.path.join(log_dir, f"rank{rank}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def latents(tmp_path_factory) -> str:
+    """57 windows of 20 latents (8 videos of the sample's kind): an odd number, so that
+    two ranks leave one out an epoch, and 28 a rank, which batches of 5 do not divide."""
+    root = tmp_path_factory.mktemp("latents")
+    out = _example_data().latent_dataset(str(root), videos=8, frames=(60, 100), window=20,
+                                         stride=10)
+    assert_verified(out)
+    assert load_spec(out).splits["train"].windows == 57
+    return out
+
+
+GPT = [os.path.join(EXAMPLES, "latent_gpt_torch.py"), "--epochs", "2", "--batch_size", "5",
+       "--clip", "8", "--width", "32", "--layers", "1", "--lr", "1e-2", "--seed", "0"]
+TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
+
+
+@pytest.fixture(scope="module")
+def gpt_run(latents, tmp_path_factory) -> str:
+    """The GPT on 2 processes (DDP, gloo), never stopped: its step logs' folder."""
+    root = tmp_path_factory.mktemp("gpt")
+    _run(*TORCHRUN, *GPT, "--data", latents, "--log_dir", root / "logs", cwd=root)
+    return str(root / "logs")
+
+
+@pytest.mark.slow
+def test_the_gpt_on_two_processes_sees_every_window_once_an_epoch_and_learns(latents, gpt_run):
+    """Each epoch the two ranks' batches hold every window at most once, and all of them
+    but the split's `len % 2` leftover (what the example documents: with
+    drop_remainder=False nothing else is left out, a short last batch included); both
+    ranks take the same steps and log the same loss, whose last value is under half
+    its first."""
+    windows = load_spec(latents).splits["train"].windows
+    ranks = [_steps(gpt_run, rank) for rank in (0, 1)]
+    assert [len(steps) for steps in ranks] == [12, 12]      # 2 epochs of ceil(28 / 5)
+    for epoch in (0, 1):
+        seen = [w for steps in ranks for s in steps if s["epoch"] == epoch
+                for w in s["windows"]]
+        assert len(seen) == len(set(seen)) == windows - windows % 2
+        assert set(seen) <= set(range(windows))
+    assert [s["loss"] for s in ranks[0]] == [s["loss"] for s in ranks[1]]
+    losses = [s["loss"] for s in ranks[0]]
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_the_gpt_killed_then_resumed_gets_the_batches_of_a_run_never_stopped(
+        latents, gpt_run, tmp_path):
+    """Both ranks are SIGKILLed right after step 8's checkpoint (mid-epoch 1); the same
+    command then resumes from each rank's checkpoint and logs, from step 9 on, the
+    batches and the losses of the run never stopped (and reads with no worker
+    process where that one had one: the batches do not depend on it)."""
+    command = [*TORCHRUN, *GPT, "--data", latents, "--checkpoint", tmp_path / "ckpt"]
+    killed = _run(*command, "--stop_after_step", "8", "--workers", "0",
+                  "--log_dir", tmp_path / "killed", cwd=tmp_path, ok=False)
+    assert killed.returncode != 0
+    assert sorted(os.listdir(tmp_path / "ckpt"))[-2:] == ["rank1-step6.pt", "rank1-step8.pt"]
+    assert [s["step"] for s in _steps(tmp_path / "killed", 0)] == list(range(1, 9))
+    resumed = _run(*command, "--log_dir", tmp_path / "resumed", cwd=tmp_path)
+    assert "resumed from step 8 (epoch 1, batch 2 of 6)" in resumed.stdout
+    for rank in (0, 1):
+        never_stopped = [s for s in _steps(gpt_run, rank) if s["step"] > 8]
+        assert _steps(tmp_path / "resumed", rank) == never_stopped
+

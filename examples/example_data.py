@@ -1,0 +1,108 @@
+"""Small datasets the examples make for themselves when they are given no `--data`: the
+job (beam_jobs.make_shards, which needs `pip install -e ".[beam]"`) run on inputs written
+here. A trainer with a dataset of its own passes `--data` and needs none of this.
+
+    python examples/example_data.py latent DIR     # the README's sample, cut by the job
+    python examples/example_data.py fire DIR       # synthetic fire videos, cut by the job
+
+Each returns (prints) the dataset's directory; one already there is used as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+DATASET = "dataset"   # the job's output under the directory given
+
+
+def _made(directory: str) -> tuple[str, bool]:
+    """The dataset's path under `directory`, and whether it is already there."""
+    out = os.path.join(directory, DATASET)
+    return out, os.path.exists(os.path.join(out, "dataset.json"))
+
+
+def latent_dataset(directory: str, *, videos: int = 24, frames: tuple[int, int] = (700, 900),
+                   window: int = 100, stride: int = 50, seed: int = 0) -> str:
+    """The latent GPT story: `beam_jobs.sample`'s latents (smooth trajectories driven by
+    each video's 4-float recipe) cut into windows of `window` every `stride` frames. With
+    the defaults, the dataset the README's first command makes (371 windows)."""
+    out, done = _made(directory)
+    if not done:
+        from beam_jobs import make_shards
+        from beam_jobs.sample import write_latent_sample
+
+        inputs = os.path.join(directory, "inputs")
+        write_latent_sample(inputs, videos=videos, frames=frames, seed=seed)
+        make_shards.run(["--input", os.path.join(inputs, "latents-*.tfrecord"),
+                         "--output_dir", out, "--window", str(window), "--stride", str(stride)])
+    return out
+
+
+def heat_release(length: int, rng: np.random.Generator) -> np.ndarray:
+    """A fire's heat-release rate in kW, frame by frame: a rise to a peak of 300 to
+    1,500 kW and a decay, over a base of 20 kW."""
+    peak, at, width = rng.uniform(300, 1500), rng.uniform(0.3, 0.7) * length, length / 4
+    return 20 + peak * np.exp(-(((np.arange(length) - at) / width) ** 2))
+
+
+def fire_frame(hrr: float, centre: np.ndarray, size: tuple[int, int],
+               rng: np.random.Generator) -> np.ndarray:
+    """A dark, noisy room and an orange blob whose area grows with the heat release (its
+    radius with the square root): uint8 [H, W, 3]. The label is a function of the picture,
+    wherever the blob is."""
+    h, w = size
+    y, x = np.mgrid[:h, :w]
+    radius = 1 + 0.22 * min(h, w) * np.sqrt(hrr / 1500)
+    blob = np.exp(-((y - centre[0]) ** 2 + (x - centre[1]) ** 2) / (2 * radius ** 2))
+    picture = 25 + rng.normal(0, 6, (h, w, 1)) + blob[..., None] * np.array([230, 130, 30])
+    return np.clip(picture, 0, 255).astype(np.uint8)
+
+
+def fire_dataset(directory: str, *, videos: int = 24, frames: tuple[int, int] = (30, 50),
+                 size: tuple[int, int] = (32, 48), window: int = 8, stride: int = 4,
+                 missing: float = 0.05, seed: int = 0) -> str:
+    """The fire story in small: `videos` videos of `frames` frames (drawn) of `size`, PNG
+    files listed per video in a manifest with the heat-release rate of each frame; a
+    `missing` fraction of the listed frames do not exist (the job masks them: mask 0,
+    label 0). Cut into windows of `window` every `stride`, split train 0.8, validation 0.2."""
+    out, done = _made(directory)
+    if done:
+        return out
+    from PIL import Image
+
+    from beam_jobs import make_shards
+
+    rng = np.random.default_rng(seed)
+    inputs = os.path.join(directory, "inputs")
+    rows = []
+    for v in range(videos):
+        length = int(rng.integers(*frames))
+        hrr = heat_release(length, rng)
+        centre = rng.uniform(0.3, 0.7, 2) * size
+        folder = os.path.join(inputs, f"fire_{v:03d}")
+        os.makedirs(folder, exist_ok=True)
+        paths = []
+        for t in range(length):
+            path = os.path.join(folder, f"{t:04d}.png")
+            if rng.random() >= missing:   # else listed but never written: a missing frame
+                Image.fromarray(fire_frame(hrr[t], centre, size, rng)).save(path)
+            paths.append(os.path.relpath(path, inputs))
+        rows.append({"video_id": f"fire_{v:03d}", "frames": paths,
+                     "labels": [round(float(r), 3) for r in hrr]})
+    manifest = os.path.join(inputs, "fires.jsonl")
+    with open(manifest, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    make_shards.run(["--input", manifest, "--output_dir", out, "--window", str(window),
+                     "--stride", str(stride), "--splits", "train=0.8,validation=0.2"])
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["latent", "fire"])
+    parser.add_argument("directory")
+    args = parser.parse_args()
+    print((latent_dataset if args.kind == "latent" else fire_dataset)(args.directory))
