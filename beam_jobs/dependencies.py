@@ -14,7 +14,7 @@ from typing import Optional
 READER = ["numpy>=1.26", "google-crc32c==1.9.0", "pillow==12.3.0", "fsspec==2026.9.0"]
 TENSORFLOW = ["tensorflow-cpu==2.21.0"]  # a GPU trainer may swap in its own tensorflow 2.21
 GCS = ["gcsfs==2026.10.1"]                         # gs:// through fsspec (about 80 MB)
-JOB = ["av==18.1.0", *GCS]                         # the job's own: video files, gs://
+JOB = ["av==18.1.0", "blake3==1.0.11", *GCS]     # the job's own: video files, digests, gs://
 # Beam, and what the launcher alone uses: psutil stops its worker processes on SIGTERM
 BEAM = ["apache-beam[gcp]==2.77.0", "psutil==7.2.2"]
 ONNX = ["onnxruntime==1.32.0", "onnx==1.23.2"]     # ONNX encoders (onnx: Beam's handler)

@@ -55,10 +55,10 @@ def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers
     source, cut_config, io = launch.source, launch.cut_config(), launch.config.io
     known = base and read_known(pipeline, run.output_dir, base, io.retry_failed)
     videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(known and known.ids)
+    known_digests = known.digests if known else pipeline | "NoDigests" >> beam.Create([])
     cut = videos | "CutWindows" >> CutWindows(
         source.features, cut_config, source.pad_frame, source.encoder,
-        launch.progress_config(workers), io.allow_nonfinite)
-    known_digests = known.digests if known else pipeline | "NoDigests" >> beam.Create([])
+        launch.progress_config(workers), io.allow_nonfinite, known_digests)
     duplicates = ((cut.videos, cut.abandoned, cut.bad_frames, known_digests)
                   | "FindDuplicates" >> FindDuplicates(cut_config))
     shards = cut.examples | "WriteShards" >> WriteShuffledShards(

@@ -217,7 +217,7 @@ def test_dataset_json_says_what_the_data_is(kinds):
     assert row == {"video_id": "a", "split": "train", "source": row["source"],
                    "record_index": 0, "frames": 7, "windows": 3, "bad_frames": 0,
                    "source_fps": None, "digest": row["digest"]}
-    assert re.fullmatch("[0-9a-f]{32}", row["digest"])
+    assert re.fullmatch("[0-9a-f]{64}", row["digest"])
 
 
 def test_each_help_group_builds_its_config_and_the_flag_table_names_real_flags():

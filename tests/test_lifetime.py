@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from beam_jobs import make_shards
+from beam_jobs.cut.digest import BLAKE3, SHA256, FrameDigest
 from helpers import (assert_verified, dataset_bytes, first_day, job_line, latent_example,
                      random_videos, read_dataset_json, read_examples, run_job, sidecar,
                      write_records, write_videos)
@@ -59,6 +60,36 @@ def test_a_wider_glob_a_renamed_file_and_a_second_glob_add_no_video_twice(day1, 
     finally:
         os.rename(root / "R" / "day1" / "renamed.tfrecord", root / "R" / "day1" / "lat-0.tfrecord")
     assert_verified(out)
+
+
+def _digest(frames: np.ndarray, recipe: np.ndarray, scheme: str) -> str:
+    digest = FrameDigest(recipe, scheme)
+    digest.add_sequence(frames)
+    return digest.hexdigest()
+
+
+def test_an_append_to_a_dataset_of_sha256_digests_goes_on_with_them(day1, tmp_path):
+    """A dataset written before BLAKE3 holds 32 hex digits of SHA-256: an append to it
+    digests its new videos so too, and so still recognises its videos under new ids."""
+    root, out = day1, tmp_path / "out"
+    shutil.copytree(day1 / "out", out)
+    videos = random_videos(np.random.default_rng(3), 16)   # first_day's, round-robin
+    path = sidecar(out, "videos")
+    rows = _rows(out, "videos")
+    for row in rows:
+        file = int(row["source"].removesuffix(".tfrecord")[-1])
+        frames, recipe = videos[2 * row["record_index"] + file]
+        assert row["digest"] == _digest(frames, recipe, BLAKE3)   # 64 hex digits
+        row["digest"] = _digest(frames, recipe, SHA256)            # as it was written
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    new = random_videos(np.random.default_rng(4), 2, lengths=(8, 9))
+    write_videos(str(root / "R" / "day2"), new, files=1)
+    # day1's videos come under new ids (day1/...): known by their SHA-256 digests only
+    run_job(str(root / "R" / "day*" / "*.tfrecord"), out, *FLAGS, "--append")
+    assert read_dataset_json(out)["generations"][1]["skipped_existing"] == 16
+    added = [row for row in _rows(out, "videos") if row["video_id"].startswith("day2/")]
+    assert sorted(row["digest"] for row in added) == sorted(
+        _digest(frames, recipe, SHA256) for frames, recipe in new)
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.records import KeyedExample, VideoCount
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.cut.examples import CutConfig, CutWindows, FrameDigest
+from beam_jobs.cut.digest import FrameDigest
+from beam_jobs.cut.examples import CutConfig, CutWindows
 from beam_jobs.shuffle.config import ShardConfig
 from beam_jobs.shuffle.plan import (BucketSpan, FileSpan, Segment, ShardTask, SortedFile,
                                     bucket_of, num_shards_for, plan_shards)

@@ -9,12 +9,11 @@ windows are then slices of it, with no Python work per frame.
 
 A video is recognised by its content: the digest of its frames as the source gives them
 (before an encoder), each frame's bytes, whether it is valid and its labels, in order,
-and its metadata (`FrameDigest`).
+and its metadata (cut/digest.py).
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Iterator, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
@@ -26,6 +25,7 @@ from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.frames import BadRecord, Frame
 from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, failure
 from beam_jobs.cut import keys, windows
+from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 
@@ -62,48 +62,6 @@ class ProgressConfig:
     interval: float = 10.0
 
 
-class FrameDigest:
-    """The digest of a video: sha256 (about 1 GB/s a core) of its frames' bytes in order,
-    then of each frame's validity, size and labels, then of one frame's dtype and shape
-    and of the video's metadata; 32 hex digits. Frames given one at a time (`add`) or as
-    one array (`add_sequence`, no work per frame) give the same digest."""
-
-    def __init__(self, metadata: Any = None):
-        self._hash, self._trailer, self._header = hashlib.sha256(), bytearray(), b""
-        self._metadata = b"" if metadata is None else _bytes(np.asarray(metadata))
-
-    def _note(self, frame: Any) -> None:
-        if not self._header and isinstance(frame, np.ndarray):
-            self._header = f"{frame.dtype.str}{frame.shape}".encode()
-
-    def add(self, data: Any, valid: bool = True, label: Any = None) -> None:
-        self._note(data)
-        data = _bytes(data) if isinstance(data, np.ndarray) else data
-        self._hash.update(data)
-        self._trailer += (b"\1" if valid else b"\0") + len(data).to_bytes(8, "little")
-        if label is not None:
-            self._trailer += _bytes(np.asarray(label))
-
-    def add_sequence(self, sequence: np.ndarray) -> None:
-        """All frames of a video at once: `sequence` [T, ...], every frame valid."""
-        if not len(sequence):
-            return
-        self._note(sequence[0])
-        self._hash.update(np.ascontiguousarray(sequence).view(np.uint8))
-        record = b"\1" + (sequence[0].nbytes).to_bytes(8, "little")
-        self._trailer += record * len(sequence)
-
-    def hexdigest(self) -> str:
-        digest = self._hash.copy()
-        for part in (bytes(self._trailer), self._header, self._metadata):
-            digest.update(part)
-        return digest.hexdigest()[:32]
-
-
-def _bytes(array: np.ndarray) -> memoryview:
-    return np.ascontiguousarray(array).view(np.uint8).data
-
-
 @dataclasses.dataclass
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
@@ -128,18 +86,24 @@ class CutOutputs(NamedTuple):
 
 
 class CutWindows(beam.PTransform):
-    """Videos -> `CutOutputs`: their windows as keyed examples, and a row per video."""
+    """Videos -> `CutOutputs`: their windows as keyed examples, and a row per video.
+
+    `known_digests`: (digest, video id) of the dataset an append adds to, whose scheme
+    the videos' digests take (cut/digest.py); None: BLAKE3."""
 
     def __init__(self, features: list[data_format.FeatureSpec], config: CutConfig,
                  pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
                  progress_config: ProgressConfig = ProgressConfig(),
-                 allow_nonfinite: bool = False):
+                 allow_nonfinite: bool = False, known_digests: Any = None):
         super().__init__()
         self._cut = _CutVideo(features, config, pad_frame, encoder, progress_config,
                               allow_nonfinite)
+        self._known_digests = known_digests
 
     def expand(self, videos) -> CutOutputs:
-        cut = videos | "Cut" >> beam.ParDo(self._cut).with_outputs(
+        schemes = () if self._known_digests is None else (beam.pvalue.AsSingleton(
+            self._known_digests | "DigestScheme" >> DatasetScheme()),)
+        cut = videos | "Cut" >> beam.ParDo(self._cut, *schemes).with_outputs(
             _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, main="examples")
         return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES],
                           cut[_ABANDONED])
@@ -182,11 +146,11 @@ class _CutVideo(beam.DoFn):
     def finish_bundle(self):
         self._progress.log()
 
-    def process(self, video):
+    def process(self, video, digest_scheme: str = BLAKE3):
         self._progress.start()
         split = self._config.split_of(video)
         info: dict = {}
-        cut = _Cut(digest=FrameDigest(getattr(video, "metadata", None)))
+        cut = _Cut(digest=FrameDigest(getattr(video, "metadata", None), digest_scheme))
         try:
             for example in self._examples(video, split, info, cut):
                 cut.keys.append(example.key)
