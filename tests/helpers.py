@@ -262,15 +262,18 @@ def write_index(path, offsets: Sequence[int]) -> None:
         f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:])))
 
 
-def docs_code(page: str, heading: str) -> str:
-    """The first ```python block under `## heading` of docs/`page`: the code the docs
-    show, for a test to run as it is."""
+def docs_code(page: str, heading: str, index: int = 0) -> str:
+    """The `index`-th ```python block (the first: 0) under `## heading` of docs/`page`:
+    the code the docs show, for a test to run as it is (tests/test_docs_code.py checks
+    that a block marked `run by` a test file is asked for so there)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "docs", page)) as f:
         text = f.read()
     section = text[text.index(f"\n## {heading}\n"):]
-    start = section.index("```python\n") + len("```python\n")
-    return section[start:section.index("\n```", start)] + "\n"
+    end = section.find("\n## ", 1)
+    blocks = re.findall(r"^```python\n(.*?)^```$", section[:end if end > 0 else None],
+                        re.S | re.M)
+    return blocks[index]
 
 
 def run_apart(code: str, *args: str, tmp_path) -> object:

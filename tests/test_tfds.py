@@ -16,18 +16,11 @@ import readers
 from readers import inspect
 from readers.format import CODECS, tfds_info
 from readers.numpy import WindowSource
-from helpers import (read_dataset_json, run_job)
+from helpers import docs_code, read_dataset_json, run_job
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
 TFDS_FILES = ["dataset_info.json"]
-
-
-@tfds.decode.make_decoder()
-def accurate_jpeg(data, feature):
-    """JPEG frames as readers.numpy (Pillow) and make_dataset decode them: libjpeg's
-    accurate integer DCT, where TFDS's Image uses the fast one."""
-    return tf.io.decode_jpeg(data, channels=feature.shape[-1], dct_method="INTEGER_ACCURATE")
 
 
 def _tfds_windows(path, split, decoders=None) -> dict:
@@ -67,7 +60,13 @@ def test_tfds_gives_our_windows(kinds, kind):
 
 
 def test_tfds_gives_our_jpeg_windows_with_the_accurate_decoder(kinds):
-    _assert_same_windows(kinds["jpeg"], "train", {"window": accurate_jpeg()})
+    """The decoder docs/readers.md shows (its second block under "TensorFlow Datasets",
+    run as it is on a builder of the jpeg kind): libjpeg's accurate integer DCT, as
+    readers.numpy (Pillow) and make_dataset decode, where TFDS's Image uses the fast one."""
+    shown = {"tfds": tfds, "builder": tfds.builder_from_directory(kinds["jpeg"])}
+    exec(docs_code("readers.md", "TensorFlow Datasets", 1), shown)
+    assert isinstance(shown["ds"], tf.data.Dataset)
+    _assert_same_windows(kinds["jpeg"], "train", {"window": shown["accurate_jpeg"]()})
 
 
 def test_an_empty_split_is_listed_without_shards_and_refused_as_ours_is(kinds):
