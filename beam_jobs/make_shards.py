@@ -140,7 +140,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{flags.PROG}: error: {e}", file=sys.stderr, flush=True)
             return 2 if isinstance(e, Refused) else 1
         except KeyboardInterrupt as e:  # one line, no traceback
-            print(f"{flags.PROG}: interrupted: {str(e) or lifecycle.held()}",
+            print(f"{flags.PROG}: interrupted: {str(e) or lifecycle.directory_state()}",
                   file=sys.stderr, flush=True)
             return lifecycle.INTERRUPTED_STATUS
     return 0

@@ -156,7 +156,7 @@ def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
 def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     out = str(tmp_path / "out")
     job = lease.Job("DataflowRunner", "make-shards-20261201-1", project="p", region="r")
-    claim = outdir.prepare(out, False, job=job)
+    claim = outdir.prepare(outdir.ClaimRequest(out, job=job))
     path = os.path.join(out, "_make_shards", "lease.json")
     claim.lease.record_job_id("2026-12-01_01_02_03-123")
     with open(path) as f:
@@ -171,12 +171,13 @@ def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     with open(path, "w") as f:
         json.dump(held, f)
     with pytest.raises(outdir.OutputDirError) as refused:
-        outdir.prepare(out, False)
+        outdir.prepare(outdir.ClaimRequest(out))
     message = str(refused.value)
     assert "job 2026-12-01_01_02_03-123 on DataflowRunner at p/r" in message
     assert "no runner to ask" in message and "pass --break_lease" in message
     assert "\n" not in message
-    second = outdir.prepare(out, False, break_lease=True)   # what the message says to do
+    # what the message says to do
+    second = outdir.prepare(outdir.ClaimRequest(out, break_lease=True))
     assert lease.holder_of(open(path, "rb").read()) == second.run.run_id
     outdir.abandon(second.run)
     outdir.release(second)
@@ -274,18 +275,19 @@ def test_a_later_run_asks_dataflow_about_the_job_that_holds_the_lease(tmp_path, 
 
     monkeypatch.setattr(JobsV1Beta3Client, "get_job", get_job)
     out = str(tmp_path / "out")
-    first = outdir.prepare(out, False, job=lease.Job("DataflowRunner", "make-shards-1",
-                                                     project="p", region="europe-west4"))
+    first = outdir.prepare(outdir.ClaimRequest(out, job=lease.Job(
+        "DataflowRunner", "make-shards-1", project="p", region="europe-west4")))
     first.lease.record_job_id("2026-12-01_01_02_03-99")
     ask = job_states.asker(["--no_auth"])   # this run's own credentials options
     if outcome is not None:
         with pytest.raises(outdir.OutputDirError) as refused:
-            outdir.prepare(out, False, ask=ask)
+            outdir.prepare(outdir.ClaimRequest(out, ask=ask))
         assert outcome in str(refused.value)
         assert "job 2026-12-01_01_02_03-99 on DataflowRunner at p/europe-west4" in str(
             refused.value)
     else:
-        second = outdir.prepare(out, False, ask=ask)   # a stopped job's lease is taken over
+        # a stopped job's lease is taken over
+        second = outdir.prepare(outdir.ClaimRequest(out, ask=ask))
         outdir.abandon(second.run)
         outdir.release(second)
     assert asked == [("p", "europe-west4", "2026-12-01_01_02_03-99")]
@@ -296,10 +298,10 @@ def test_break_lease_with_nothing_to_break_says_so(tmp_path, caplog):
     lease, or a local run's), the flag is not silent: a warning line, or the refusal
     says what takes a local run's lease over."""
     out = str(tmp_path / "out")
-    first = outdir.prepare(out, False, break_lease=True)
+    first = outdir.prepare(outdir.ClaimRequest(out, break_lease=True))
     assert "--break_lease: no lease of a job on a distributed runner to break" in caplog.text
     with pytest.raises(outdir.OutputDirError) as refused:   # a live local run holds it
-        outdir.prepare(out, False, break_lease=True)
+        outdir.prepare(outdir.ClaimRequest(out, break_lease=True))
     message = str(refused.value)
     assert f"pid {os.getpid()}" in message and "breaks only a distributed job's lease" in message
     assert "\n" not in message
@@ -325,7 +327,7 @@ def test_a_lost_lease_marker_goes_once_its_process_and_group_are_gone(tmp_path):
             json.dumps({**dataclasses.asdict(holder), "group": group}))
     (runs / "dddddddddddd").mkdir()
     (runs / "dddddddddddd" / "lost_lease.json").write_text('{"run_id": "dddddddddddd"}')
-    claim = outdir.prepare(str(tmp_path / "out"), False)
+    claim = outdir.prepare(outdir.ClaimRequest(str(tmp_path / "out")))
     outdir.abandon(claim.run)
     outdir.release(claim)
     assert sorted(os.listdir(runs)) == ["aaaaaaaaaaaa", "dddddddddddd"]

@@ -234,11 +234,12 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
 
     from beam_jobs import outdir
     from beam_jobs.outdir.lease import Job
-    claim = outdir.prepare("gs://bkt/swap", True, job=Job("PortableRunner", "make-shards-test"))
+    claim = outdir.prepare(outdir.ClaimRequest("gs://bkt/swap", overwrite=True,
+                                               job=Job("PortableRunner", "make-shards-test")))
     held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
     assert held["job"]["name"] == "make-shards-test" and held["expires"] is None
     with pytest.raises(outdir.OutputDirError, match="job make-shards-test"):
-        outdir.prepare("gs://bkt/swap", True)
+        outdir.prepare(outdir.ClaimRequest("gs://bkt/swap", overwrite=True))
     outdir.release_lease(claim.run)   # what the pipeline's last step does, by the generation read
     assert not gcs.exists("bkt/swap/_make_shards/lease.json")
     outdir.abandon(claim.run)
@@ -295,7 +296,8 @@ def test_a_distributed_run_leaves_earlier_runs_leftovers_to_its_pipeline(gcs, tm
     for path, data in objects.items():   # one at a time: gcsfs's parallel pipe stalls here
         storage.write_bytes(f"gs://{path}", data)
     gcs_emulator.reset_counts()
-    claim = outdir.prepare("gs://bkt/leftovers", False, job=Job("PortableRunner", "j"))
+    claim = outdir.prepare(outdir.ClaimRequest("gs://bkt/leftovers",
+                                               job=Job("PortableRunner", "j")))
     assert gcs_emulator.counts().get("objects_deleted", 0) == 0   # the launcher deletes none
     assert claim.run.leftovers == ((failed, None),)   # no marker: it did not lose a lease
     with BeamTestPipeline(runner="FnApiRunner") as pipeline:

@@ -344,8 +344,8 @@ def test_a_dataflow_jobs_lease_whose_runner_never_answers_is_one_line(old, input
     --break_lease, or with it takes over: one line either way, no retry's warning or
     traceback before it."""
     out = old
-    first = outdir.prepare(str(out), True, job=lease.Job(
-        "DataflowRunner", "make-shards-1", project="test-project", region="us-central1"))
+    first = outdir.prepare(outdir.ClaimRequest(str(out), overwrite=True, job=lease.Job(
+        "DataflowRunner", "make-shards-1", project="test-project", region="us-central1")))
     first.lease.record_job_id("2026-12-04_00_00_00-1")
     before = read_dataset_json(out)["run_id"]
     with _silent_endpoint() as port:

@@ -124,10 +124,12 @@ def claimed(launch: Launch) -> Iterator[outdir.Claim]:
     io, out = launch.config.io, launch.config.io.output_dir
     held: Optional[outdir.Claim] = None
     try:
-        with outdir.claimed(out, io.overwrite, [p for p, _ in launch.config.inputs.files],
-                            io.input, launch.local_temp(), launch.job, io.append,
-                            keep_lease=io.detach, ask=launch.ask(),
-                            break_lease=io.break_lease) as claim:
+        with outdir.claimed(outdir.ClaimRequest(
+                out, overwrite=io.overwrite, append=io.append,
+                input_files=tuple(p for p, _ in launch.config.inputs.files),
+                patterns=tuple(io.input), local_temp=launch.local_temp(), job=launch.job,
+                ask=launch.ask(), break_lease=io.break_lease,
+                keep_lease=io.detach)) as claim:
             held = claim
             _CLAIMED[:] = [claim.run]
             if claim.base is not None:   # --append: may this run add to that dataset?
@@ -140,13 +142,13 @@ def claimed(launch: Launch) -> Iterator[outdir.Claim]:
             if isinstance(e, OSError) and (error := os_error(e, out)) is not None:
                 raise Failed(f"{error}; nothing was committed") from None
             raise
-        told = _told(e, held)
-        if told is None:
+        ending = _ending_error(e, held)
+        if ending is None:
             raise
-        raise told from None
+        raise ending from None
 
 
-def held() -> str:
+def directory_state() -> str:
     """What the output directory holds, said after an interrupt: nothing committed
     before a claim, else whether the last run that claimed it committed."""
     if not _CLAIMED:
@@ -157,7 +159,7 @@ def held() -> str:
     return f"nothing was committed; {run.output_dir} holds what it held before"
 
 
-def _told(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
+def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
     """What a run that stopped with `error` ends with: an interrupt or a machine's error
     saying what the directory holds, or the lost lease (whatever failed then: the run
     that took it over cleared this one's files); None to raise `error` as it is (a
@@ -172,8 +174,8 @@ def _told(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
         return None
     if interrupted:   # with its own line, when it has one (a job not known to stop)
         return KeyboardInterrupt(str(error) if isinstance(error, KeyboardInterrupt) and
-                                 error.args else held())
-    return Failed(f"{reason}; {held()}")
+                                 error.args else directory_state())
+    return Failed(f"{reason}; {directory_state()}")
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
             raise Failed(f"the wait for {held.job.describe()} ended ({_reason(e)}): "
                          f"{unconfirmed}") from None
         raise Failed(f"{held.job.describe()} failed ({_reason(e)}; the traceback is in "
-                     f"the runner's log): {lifecycle.held()}") from None
+                     f"the runner's log): {lifecycle.directory_state()}") from None
     if launch.dry_run:
         _LOG.info("dry run: the job graph builds; nothing was run or written")
         return result

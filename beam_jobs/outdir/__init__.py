@@ -9,7 +9,7 @@ what it may delete. The parts that write into it use these names only.
 - `lease`: one run at a time; `swap`: compare and swap on one small file, its primitive.
 """
 from beam_jobs.outdir.claim import (  # noqa: F401
-    Claim, claimed, local_temp_base, prepare, release)
+    Claim, ClaimRequest, claimed, local_temp_base, prepare, release)
 from beam_jobs.outdir.cleanup import (  # noqa: F401
     abandon, clean_up_after_commit, clear_folder, commit_fenced, committed, delete_run_folder,
     delete_temp, fence_commit, holds_lease, leftover_paths, release_lease)

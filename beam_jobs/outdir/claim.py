@@ -59,37 +59,59 @@ class Claim(NamedTuple):
     base: Optional[data_format.DatasetSpec] = None   # --append: the dataset it adds to
 
 
-def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
-            patterns: Iterable[str] = (), local_temp: Optional[str] = None,
-            job: Optional[lease.Job] = None, append: bool = False,
-            ask: lease.Ask = lease.cannot_ask, break_lease: bool = False) -> Claim:
+@dataclasses.dataclass(frozen=True)
+class ClaimRequest:
+    """What a run asks of its output directory (`prepare`, `claimed`).
+
+    out: the directory, normalized (paths.normalize).
+    overwrite, append: what becomes of a committed dataset: the run replaces it when it
+      commits, or adds a generation to it; without either, a dataset is refused.
+    input_files, patterns: the run's inputs, refused when they lie in the directory.
+    local_temp: a local directory under which the run keeps its temp data, when it must
+      not go into `out` (a local run writing to gs://).
+    job: the job on a distributed runner; the lease then names it, never expires, and
+      the pipeline releases it (RunDir.releases_lease).
+    ask, break_lease: how a lease a job holds is taken over (lease.Lease).
+    keep_lease: `claimed` leaves the lease held when its block ends (a detached job
+      releases it itself when it is done).
+    """
+    out: str
+    overwrite: bool = False
+    append: bool = False
+    input_files: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    local_temp: Optional[str] = None
+    job: Optional[lease.Job] = None
+    ask: lease.Ask = lease.cannot_ask
+    break_lease: bool = False
+    keep_lease: bool = False
+
+
+def prepare(request: ClaimRequest) -> Claim:
     """Take the directory for a new run: its lease, cleared leftovers, a run folder.
     A committed dataset stays as it is: the run replaces it when it commits (with
     `overwrite`), or adds a generation to it (with `append`; `Claim.base` is its spec,
     read once the lease is held, so that no other run commits under it).
 
-    `out` is normalized (paths.normalize). `local_temp`: a local directory under which
-    the run keeps its temp data, when it must not go into `out` (a local run writing to
-    gs://). `job`: the job on a distributed runner; the lease then names it, never
-    expires, and the pipeline releases it (RunDir.releases_lease). `ask`, `break_lease`:
-    how a lease a job holds is taken over (lease.Lease). Raises
-    OutputDirError with a one-line reason. A directory holding foreign files is refused
-    before anything is written to it.
+    Raises OutputDirError with a one-line reason. A directory holding foreign files is
+    refused before anything is written to it.
     """
+    out, job, local_temp = request.out, request.job, request.local_temp
     if not storage.supported(out):
         raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
     found = storage.kind(out)
     if found not in ("missing", "dir"):
         raise OutputDirError(f"--output_dir: {out} is a {'file' if found == 'file' else found}"
                              ", not a directory")
-    check_inputs(out, input_files, patterns)
+    check_inputs(out, request.input_files, request.patterns)
     take_inventory(out)
     storage.make_dirs(out)
     created = found == "missing"
     run_id = uuid.uuid4().hex[:12]
     run = RunDir(out, run_id, "")
     try:
-        held = lease.Lease(run.lease_path, run_id, job, ask, break_lease).acquire()
+        held = lease.Lease(run.lease_path, run_id, job, request.ask,
+                           request.break_lease).acquire()
     except lease.LeaseHeld as e:
         raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
     except lease.LeaseUnreadable as e:
@@ -105,9 +127,9 @@ def prepare(out: str, overwrite: bool, input_files: Iterable[str] = (),
             repair_derived(out, committed)
         if not held.still_held():   # paused past its expiry: deleting is not its part now
             raise OutputDirError(_taken_over(out))
-        replaces, leftovers = _clear(out, overwrite or append, held.took_over,
-                                     in_pipeline=job is not None)
-        if append and committed is not None:
+        replaces, leftovers = _clear(out, request.overwrite or request.append,
+                                     held.took_over, in_pipeline=job is not None)
+        if request.append and committed is not None:
             base = committed   # the dataset to add a generation to
         temp = paths.join(run.run_path, TEMP)
         if local_temp is not None:
@@ -159,10 +181,11 @@ def release(claim: Claim) -> None:
         storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
 
 
-def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
+def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] = None,
            in_pipeline: bool = False) -> tuple[list[str], tuple[tuple[str, bool], ...]]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
-    run folder); refuse a committed dataset without `overwrite`. Returns the committed
+    run folder); refuse a committed dataset unless `dataset_may_stay` (the run
+    overwrites it or appends to it). Returns the committed
     dataset's files, which the new run deletes once it has committed, and the earlier
     runs `in_pipeline` leaves to the pipeline (a distributed run: tens of thousands of
     objects at 2 TB, commit/leftovers.py), with whether each lost its lease. The folder
@@ -172,7 +195,7 @@ def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
     marker goes too (inventory.past_runs)."""
     entries, runs, _, committed = take_inventory(out)
     if in_pipeline:
-        _refuse_a_dataset(out, entries, overwrite)
+        _refuse_a_dataset(out, entries, dataset_may_stay)
         for past in runs:   # this machine's temp data: the workers cannot reach it
             if _temp_elsewhere(out, past):
                 delete_local_temp(past.temp_dir, past.run_id)
@@ -194,7 +217,7 @@ def _clear(out: str, overwrite: bool, took_over: Optional[lease.Holder] = None,
                          "run tries again", past.run_id, out, e)
     if took_over is not None:
         mark_lost(out, took_over.run_id, lease.lost_marker(took_over))
-    _refuse_a_dataset(out, entries, overwrite)
+    _refuse_a_dataset(out, entries, dataset_may_stay)
     return sorted(committed), ()
 
 
@@ -204,8 +227,8 @@ def _temp_elsewhere(out: str, past) -> bool:
                                                                past.run_id, TEMP)
 
 
-def _refuse_a_dataset(out: str, entries: dict, overwrite: bool) -> None:
-    if data_format.DATASET_JSON in entries and not overwrite:
+def _refuse_a_dataset(out: str, entries: dict, dataset_may_stay: bool) -> None:
+    if data_format.DATASET_JSON in entries and not dataset_may_stay:
         raise OutputDirError(f"--output_dir: {out} already holds a dataset; pass "
                              "--overwrite to replace it, or --append to add new videos to it")
 
@@ -219,26 +242,21 @@ def local_temp_base(temp_location: Optional[str]) -> str:
 
 
 @contextlib.contextmanager
-def claimed(out: str, overwrite: bool, input_files: Iterable[str] = (),
-            patterns: Iterable[str] = (), local_temp: Optional[str] = None,
-            job: Optional[lease.Job] = None, append: bool = False,
-            keep_lease: bool = False, ask: lease.Ask = lease.cannot_ask,
-            break_lease: bool = False) -> Iterator[Claim]:
+def claimed(request: ClaimRequest) -> Iterator[Claim]:
     """`prepare`'s claim for the block. When the block raises, what the run wrote is
-    abandoned (unless a distributed job may still write: `job`) and the lease released
-    (a submitted job's only once its runner confirmed it stopped: lease.Lease.release);
-    when it ends, the lease is released, unless `keep_lease` (a detached job releases it
-    itself when it is done)."""
-    claim = prepare(out, overwrite, input_files, patterns, local_temp, job, append, ask,
-                    break_lease)
+    abandoned (unless a distributed job may still write: `request.job`) and the lease
+    released (a submitted job's only once its runner confirmed it stopped:
+    lease.Lease.release); when it ends, the lease is released, unless
+    `request.keep_lease`."""
+    claim = prepare(request)
     try:
         yield claim
     except BaseException:
         # A run that stops leaves only what proves itself. A cancelled job's workers may
         # still write: its run folder stays, listing their files for the next run.
-        if job is None:
+        if request.job is None:
             abandon(claim.run)
         release(claim)
         raise
-    if not keep_lease:
+    if not request.keep_lease:
         release(claim)

@@ -289,14 +289,15 @@ class Lease:
                     f"{self.path} is not a lease this job can read ({e}): if no run is "
                     f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
                 ) from None
-            may_write = (self._job_gone(other) if other.job is not None
-                         else self._launcher_gone(other))
+            may_write = (self._take_from_job(other) if other.job is not None
+                         else self._take_from_launcher(other))
             if swap.delete_if(self.path, token) and may_write:
                 self.took_over = other
         raise LeaseHeld("another run keeps taking the lease")
 
-    def _launcher_gone(self, other: Holder) -> bool:
-        """A launcher's lease: LeaseHeld unless it is stale; whether it may still write."""
+    def _take_from_launcher(self, other: Holder) -> bool:
+        """Take a launcher's lease: LeaseHeld unless it is stale. Returns whether that
+        run may still write."""
         if not other.stale(time.time()):
             raise LeaseHeld(other.describe() + (
                 f" ({BREAK_FLAG} breaks only a distributed job's lease: a local run's is "
@@ -305,9 +306,10 @@ class Lease:
         _LOG.warning("taking over the stale lease of run %s", other.run_id)
         return not other.dead()
 
-    def _job_gone(self, other: Holder) -> bool:
-        """A job's lease: LeaseHeld unless its runner confirms it stopped (or it cannot be
-        asked and the lease is to be broken); whether it may still write."""
+    def _take_from_job(self, other: Holder) -> bool:
+        """Take a job's lease: LeaseHeld unless its runner confirms it stopped (or it
+        cannot be asked and the lease is to be broken). Returns whether that job may
+        still write."""
         job = other.job
         if job.id is None:
             if other.host == socket.gethostname() and _alive(other.pid):
