@@ -3,6 +3,8 @@
 - `names`: the names of a dataset's files (dataset.json, sidecars, shards, indexes).
 - `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
   before a reader trusts it (`SpecError`).
+- `channel_stats`: the dataset's statistics per split, feature and channel
+  (`ChannelStats`, `DatasetSpec.stats`): exact, mergeable, and how to normalise with them.
 - `generations`: the runs that added a dataset's windows (`--append`), as dataset.json
   lists them.
 - `json_checks`: reading dataset.json's values with a one-line reason for each wrong one.
@@ -33,4 +35,5 @@ from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, PER_FRAME, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard,
     SpecError, SplitInfo, load_spec, window_features)
 from readers.format.generations import Generation, generations_of  # noqa: F401
+from readers.format.channel_stats import ChannelStats  # noqa: F401
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

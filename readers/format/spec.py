@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Union
 
+from readers.format.channel_stats import ChannelStats, parse_stats
 from readers.format.encodings import CODECS, Codec
 from readers.format.generations import (
     Generation, check_generation_counts, check_generations, generations_of, parse_generation)
@@ -120,6 +121,10 @@ class DatasetSpec:
     # The sidecar of each kind (SIDECAR_KINDS) the dataset has, by name: since version 5
     # `sidecar_name(kind, run_id)`, before it the plain `videos.jsonl` ...
     sidecars: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The job's statistics, {split: {feature: ChannelStats}} of `window` and `labels`
+    # (readers/format/channel_stats.py); empty where dataset.json has none (written
+    # before they were recorded, or an --append to such a dataset). An optional key.
+    stats: Mapping[str, Mapping[str, ChannelStats]] = dataclasses.field(default_factory=dict)
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -147,6 +152,8 @@ class DatasetSpec:
                               "bad_frames": s.bad_frames,
                               "shards": [_shard_json(sh) for sh in s.shards]}
                        for name, s in self.splits.items()},
+            **({"stats": {split: {name: stats.to_json() for name, stats in features.items()}
+                          for split, features in self.stats.items()}} if self.stats else {}),
             "flags": dict(self.flags),
             "run_id": self.run_id,
             "generations": [g.to_json() for g in self.generations or generations_of(
@@ -248,7 +255,8 @@ def _parse(d: Any) -> dict:
                 run_id=run_id, files=files, job_version=get(d, "job_version", str, "", None),
                 input_kind=get(d, "input_kind", str, "", None),
                 frame=get(d, "frame", dict, "", {}), labels=get(d, "labels", dict, "", None),
-                generations=generations, sidecars=sidecars)
+                generations=generations, sidecars=sidecars,
+                stats=parse_stats(d.get("stats"), splits, features))
 
 
 def _sidecars(d: dict, version: int, run_id: Optional[str], files: tuple[str, ...]) -> dict:
