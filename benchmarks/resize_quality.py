@@ -71,7 +71,7 @@ def codec(fast: bool) -> media.FrameCodec:
 
 def image_frames(files: list[bytes], fast: bool) -> Iterable[np.ndarray]:
     stored = codec(fast)
-    return (stored.store_bytes(data) for data in files)
+    return (stored.store_bytes(data).data for data in files)
 
 
 def video_frames(path: str, fast: bool) -> Iterable[np.ndarray]:

@@ -10,6 +10,7 @@ from beam_jobs.commit.tally import Tally, empty_counts
 from beam_jobs.core.configs import WindowConfig
 from readers import format as data_format
 from readers.format import tfds_info
+from readers.format.channel_stats import empty_stats, merge_stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,8 @@ class DatasetConfig:
 def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Sequence[str],
                base: Optional[data_format.DatasetSpec] = None) -> data_format.DatasetSpec:
     """The dataset.json of run `run_id`: one generation of the tally's shards, with its
-    counts, listing every file of the dataset (the shards, their indexes, `sidecars` and
+    counts and the statistics of its frames (every split's, of no frame where it has
+    none), listing every file of the dataset (the shards, their indexes, `sidecars` and
     the TFDS files); with `base`, that dataset with this generation added. RuntimeError
     when the shards do not hold the windows cut."""
     shards = tally.shards
@@ -58,7 +60,11 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                     **counts[split],
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes)
                                  for s in shards if s.split == split))
-                for split in config.splits})
+                for split in config.splits},
+        stats={split: {**empty_stats(config.features),
+                       **{name: moments.stats() for name, moments in
+                          (tally.stats or {}).get(split, {}).items()}}
+               for split in config.splits})
     return dataset if base is None else extend(base, dataset)
 
 
@@ -66,8 +72,10 @@ def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
            ) -> data_format.DatasetSpec:
     """`base` with `new` (one generation, this run's) added: per split the counts summed
     and the new shards after the old; every file of both but the base's sidecars and
-    TFDS files, which the new ones replace; the generations in order. The rest (flags,
-    failures: those of failures.jsonl) is the new run's."""
+    TFDS files, which the new ones replace; the generations in order; the statistics
+    merged, or none where `base` has none (its frames' are not known: statistics of the
+    new frames alone would pass for the dataset's). The rest (flags, failures: those of
+    failures.jsonl) is the new run's."""
     splits = {}
     for name in new.splits:
         old, added = base.splits[name], new.splits[name]
@@ -85,4 +93,4 @@ def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
             | set(new.files))),
         job_version=new.job_version, input_kind=new.input_kind, frame=new.frame,
         labels=new.labels, generations=(*base.generations, *new.generations),
-        sidecars=new.sidecars)
+        sidecars=new.sidecars, stats=merge_stats(base.stats, new.stats) if base.stats else {})

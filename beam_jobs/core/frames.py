@@ -12,6 +12,9 @@ class Frame(NamedTuple):
     label: Optional[np.ndarray] = None   # float32 [] or [C]; 0 where not valid
     where: Any = None                    # the frame's file, or its time in a video file
     reason: Optional[str] = None         # why it is not valid
+    # Pixels: per channel, how many of the frame's pixels take each value 0..255 (int64
+    # [C, 256]), for the dataset's statistics: an encoded frame's pixels are not in `data`.
+    histogram: Optional[np.ndarray] = None
 
 
 class BadRecord(ValueError):

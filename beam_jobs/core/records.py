@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from beam_jobs.core import ids
+from beam_jobs.core.moments import VideoMoments
 
 FAILURES = "failures"   # the tagged output that carries failure rows
 _MAX_REASON = 300
@@ -30,6 +31,9 @@ class VideoCount(NamedTuple):
     encoder_device: Optional[str] = None # where the encoder ran on its frames
     digest: str = ""                     # of its frames as given (cut/examples.py)
     rotation: Optional[int] = None       # a video file's display turn applied, clockwise
+    # The sums for the statistics of the frames its windows store, {feature:
+    # VideoMoments} (None: it stores none): the tally adds those of the videos kept.
+    stats: Optional[dict[str, VideoMoments]] = None
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""

@@ -26,6 +26,7 @@ from beam_jobs.core.frames import BadRecord, Frame
 from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, failure
 from beam_jobs.cut import keys, windows
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
+from beam_jobs.cut.frame_stats import StoredFrameStats
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 
@@ -65,7 +66,8 @@ class ProgressConfig:
 @dataclasses.dataclass
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
-    where, reason), the digest of its frames."""
+    where, reason), the digest of its frames, the statistics of the frames it stores."""
+    stats: StoredFrameStats
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
@@ -127,6 +129,8 @@ class _CutVideo(beam.DoFn):
         self._features = features
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
+        # pixel frames come with their histograms (sources/media.py), latents without
+        self._pixels = features[0].dtype == "uint8" and encoder is None
         self._config, self._pad_frame = config, pad_frame
         self._encoder, self._shared_model = encoder, shared.Shared()
         self._progress_config = progress_config
@@ -150,7 +154,8 @@ class _CutVideo(beam.DoFn):
         self._progress.start()
         split = self._config.split_of(video)
         info: dict = {}
-        cut = _Cut(digest=FrameDigest(getattr(video, "metadata", None), digest_scheme))
+        cut = _Cut(StoredFrameStats(self._features, self._pixels),
+                   digest=FrameDigest(getattr(video, "metadata", None), digest_scheme))
         try:
             for example in self._examples(video, split, info, cut):
                 cut.keys.append(example.key)
@@ -178,7 +183,8 @@ class _CutVideo(beam.DoFn):
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
             video.record_index, info.get("source_fps"), info.get("encoder_device"),
-            cut.digest.hexdigest(), info.get("rotation")))
+            cut.digest.hexdigest(), info.get("rotation"),
+            cut.stats.result() if windows_cut else None))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames
@@ -204,7 +210,9 @@ class _CutVideo(beam.DoFn):
                                    self._allow_nonfinite)
         w = self._config.windows
         for start, window in windows.stream_windows(frames, w.window, w.stride, w.tail):
-            yield self._example(video, split, start, self._window_values(window))
+            values = self._window_values(window)
+            cut.stats.add_window(start, window, values)
+            yield self._example(video, split, start, values)
 
     def _slices(self, video, sequence: np.ndarray, split: str,
                 cut: "_Cut") -> Iterator[KeyedExample]:
@@ -214,8 +222,10 @@ class _CutVideo(beam.DoFn):
         length = self._config.windows.window
         cut.frames = len(sequence)
         cut.digest.add_sequence(sequence)
+        starts = self._config.starts(len(sequence))
+        cut.stats.add_sequence(sequence, starts, length)
         full = np.ones(length, np.float32)
-        for start in self._config.starts(len(sequence)):
+        for start in starts:
             window, mask = sequence[start:start + length], full
             if len(window) < length:      # a padded tail window
                 pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)

@@ -169,8 +169,8 @@ def encode_frames(frames: Iterator[Frame], encode: Callable[[np.ndarray], np.nda
             if not allow_nonfinite:
                 check_finite(out, "the encoder's latents")
             latents = iter(out.astype(spec.latent_dtype))
-        for frame in pending:
-            yield frame._replace(data=next(latents) if frame.valid else zeros)
+        for frame in pending:   # the pixels' histogram does not describe the latents
+            yield frame._replace(data=next(latents) if frame.valid else zeros, histogram=None)
         pending.clear()
 
     for frame in frames:

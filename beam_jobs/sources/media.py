@@ -28,7 +28,7 @@ import dataclasses
 import io
 import os
 import stat
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import av
 import fsspec
@@ -51,6 +51,20 @@ _SHORTFALL_FRAMES, _SHORTFALL_FRACTION = 2, 0.02
 _REDUCING_GAP = 1.0
 _SWSCALE = av.video.reformatter.Interpolation
 SWSCALE_INTERPOLATION = _SWSCALE.AREA | _SWSCALE.FULL_CHR_H_INT
+
+
+class Stored(NamedTuple):
+    """A frame as the dataset stores it, and its pixels' histogram (`histogram`)."""
+    data: Any               # raw uint8 [H, W, C], or the encoded image's bytes
+    histogram: np.ndarray   # int64 [C, 256]
+
+
+def histogram(image: Image.Image) -> np.ndarray:
+    """Per channel, how many pixels take each value 0..255: int64 [C, 256], Pillow's
+    one pass in C (about 0.16 ms for 270x480 RGB, against 0.5 ms to make it an array
+    first). Before JPEG compression, for an encoded frame: what the dataset's statistics
+    count (docs/format.md)."""
+    return np.asarray(image.histogram(), np.int64).reshape(len(image.getbands()), 256)
 
 
 class BadFrame(ValueError):
@@ -83,11 +97,13 @@ class FrameCodec:
     def frame_shape(self) -> tuple[int, int, int]:
         return (*self.size, self.channels)
 
-    def store_bytes(self, data: bytes) -> Any:
-        """An encoded image file -> the stored frame; BadFrame for undecodable bytes.
+    def store_bytes(self, data: bytes) -> Stored:
+        """An encoded image file -> the stored frame and its histogram; BadFrame for
+        undecodable bytes.
 
         A JPEG already of the dataset's size and mode is kept as it is when the dataset
-        stores JPEG (decoded once to check it, never re-encoded).
+        stores JPEG (decoded once to check it, never re-encoded: the histogram is of
+        exactly the pixels a reader decodes).
         """
         try:
             image = Image.open(io.BytesIO(data))
@@ -108,8 +124,8 @@ class FrameCodec:
         turned = self.oriented(image)
         if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
                 and turned is image and image.size == self.size[::-1] and draft is None):
-            return without_exif(data)
-        return self.store(turned)
+            return Stored(without_exif(data), histogram(image))
+        return self.store_image(turned)
 
     def _draft(self, image: Image.Image) -> Optional[tuple[tuple[int, int], tuple]]:
         """With --resize fast, asks a JPEG's decoder (before it decodes) for the smallest
@@ -139,6 +155,16 @@ class FrameCodec:
 
     def store(self, image: Image.Image) -> Any:
         """A Pillow image -> raw uint8 [H, W, C] or encoded bytes, per the encoding."""
+        return self._encoded(self._prepared(image))
+
+    def store_image(self, image: Image.Image) -> Stored:
+        """A Pillow image -> the stored frame and the histogram of its pixels (before
+        compression, for JPEG)."""
+        image = self._prepared(image)
+        return Stored(self._encoded(image), histogram(image))
+
+    def _prepared(self, image: Image.Image) -> Image.Image:
+        """The image in the dataset's mode and size: the pixels stored."""
         image = to_mode(image, self.mode)
         if image.size != self.size[::-1]:
             if not self.resize:
@@ -147,6 +173,10 @@ class FrameCodec:
                                 "to resize")
             image = image.resize(self.size[::-1], Image.Resampling.LANCZOS,
                                  reducing_gap=_REDUCING_GAP if self.fast_resize else None)
+        return image
+
+    def _encoded(self, image: Image.Image) -> Any:
+        """A prepared image as the encoding stores it."""
         if self.encoding == "raw":
             return np.asarray(image, dtype=np.uint8).reshape(self.frame_shape)
         buffer = io.BytesIO()

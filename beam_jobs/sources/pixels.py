@@ -89,7 +89,8 @@ class PixelVideo:
                 yield Frame(pad, False, zero_label, where, reason)
             else:
                 readable += 1
-                yield Frame(stored, True, None if labels is None else labels[count - 1], where)
+                yield Frame(stored.data, True, None if labels is None else labels[count - 1],
+                            where, histogram=stored.histogram)
             if count == fmt.max_frames:
                 break
         if labels is not None and count < len(labels) and count != fmt.max_frames:
@@ -110,7 +111,8 @@ class PixelVideo:
             check_finite(labels, "labels")
         return labels
 
-    def _stored_frames(self, info: Optional[dict]) -> Iterator[tuple[Any, Any, Optional[str]]]:
+    def _stored_frames(self, info: Optional[dict]
+                       ) -> Iterator[tuple[Optional[media.Stored], Any, Optional[str]]]:
         """(stored frame or None, where, reason) for each frame: None for a missing or
         unreadable image, with the reason; `where` is its path, or its time in seconds."""
         codec = self.fmt.codec
@@ -118,7 +120,7 @@ class PixelVideo:
             for image, time in media.video_images(self.entry.video, self.fmt.fps, info,
                                                   self.fmt.max_timestamp_gap, codec.orient,
                                                   codec.video_scale()):
-                yield codec.store(image), round(time, 6), None
+                yield codec.store_image(image), round(time, 6), None
             return
         for path in expand_frames(self.entry.frames):
             try:

@@ -1,0 +1,170 @@
+"""The job's sums for the dataset's statistics (readers/format/channel_stats.py): what the
+cut gives per video (`VideoMoments`) and the tally adds per split (`ExactMoments`).
+
+Per channel (the last axis of a frame): the count of values, their sum and sum of
+squares, min and max. A video's sums are float64, from numpy over its frames (the same
+bits for the same video, whichever worker cuts it) or from a pixel histogram (whole
+numbers, exact). The videos' sums are then added exactly, as integers in units of
+2**-1074 (every float64 is a whole number of them), so that the total does not depend
+on the order in which workers, bundles and merges add them: a rerun, another runner or
+another number of workers writes the same dataset.json. The float64 figures are
+rounded once, from the exact totals (mean = sum / n, m2 = sum of squares - sum**2 / n).
+
+Their precision: each video's sums are rounded once; m2's relative error is about
+2**-53 * (1 + mean**2 / variance), 1e-12 or better unless a channel's mean is a
+thousand times its standard deviation. Pixels' sums are exact throughout.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from readers.format.channel_stats import ChannelStats
+
+PIXEL_VALUES = 256         # a uint8 channel's values: a histogram's bins
+_UNIT_BITS = 1074          # every float64 is a whole number of 2**-1074
+_MANTISSA_BITS = 53
+
+
+class VideoMoments(NamedTuple):
+    """One video's (or some of its frames') sums per channel, float64 [C] each."""
+    frames: int
+    count: int             # values per channel
+    total: np.ndarray      # the sum of the values
+    squares: np.ndarray    # the sum of their squares
+    low: np.ndarray        # min
+    high: np.ndarray       # max
+
+    @classmethod
+    def of_values(cls, values: np.ndarray) -> "VideoMoments":
+        """The sums of `values` [frames, ..., C] ([frames]: one channel)."""
+        values = np.asarray(values)
+        rows = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(
+            -1, values.shape[-1])
+        if rows.dtype.kind not in "fiu" or rows.dtype.itemsize > 8:   # bfloat16, ...
+            rows = rows.astype(np.float64)
+        if not len(rows):
+            return _nothing(len(values), rows.shape[1])
+        with np.errstate(over="ignore", invalid="ignore"):
+            return cls(len(values), len(rows), rows.sum(axis=0, dtype=np.float64),
+                       np.einsum("ij,ij->j", rows, rows, dtype=np.float64),
+                       rows.min(axis=0).astype(np.float64),
+                       rows.max(axis=0).astype(np.float64))
+
+    @classmethod
+    def of_histogram(cls, histogram: np.ndarray, frames: int) -> "VideoMoments":
+        """The sums of uint8 values from their histogram int64 [C, 256] (how many
+        values of each channel are 0, 1, ... 255), exact as long as a video has fewer
+        than 2**37 values of a channel (2**53 / 255**2)."""
+        histogram = np.asarray(histogram, np.int64)
+        count = int(histogram[0].sum())
+        if not count:
+            return _nothing(frames, len(histogram))
+        values = np.arange(PIXEL_VALUES, dtype=np.int64)
+        seen = histogram > 0
+        return cls(frames, count, (histogram @ values).astype(np.float64),
+                   (histogram @ (values * values)).astype(np.float64),
+                   seen.argmax(axis=1).astype(np.float64),
+                   (PIXEL_VALUES - 1 - seen[:, ::-1].argmax(axis=1)).astype(np.float64))
+
+    def add(self, other: "VideoMoments") -> "VideoMoments":
+        """Both sets of frames' sums (of one video: added in the order of its frames)."""
+        if not other.count:
+            return self._replace(frames=self.frames + other.frames)
+        if not self.count:
+            return other._replace(frames=self.frames + other.frames)
+        return VideoMoments(self.frames + other.frames, self.count + other.count,
+                            self.total + other.total, self.squares + other.squares,
+                            np.minimum(self.low, other.low), np.maximum(self.high, other.high))
+
+
+def _nothing(frames: int, channels: int) -> VideoMoments:
+    nan = np.full(channels, np.nan)
+    return VideoMoments(frames, 0, np.zeros(channels), np.zeros(channels), nan, nan.copy())
+
+
+@dataclasses.dataclass
+class ExactMoments:
+    """Videos' sums added exactly, in any order (module docstring), per channel."""
+    frames: int
+    count: int
+    total: list[int]       # the sum, in units of 2**-1074
+    squares: list[int]     # the sum of squares, in units of 2**-1074
+    low: np.ndarray
+    high: np.ndarray
+    nonfinite: np.ndarray  # bool: a NaN or Inf among the channel's values or sums
+
+    @classmethod
+    def empty(cls, channels: int) -> "ExactMoments":
+        nan = np.full(channels, np.nan)
+        return cls(0, 0, [0] * channels, [0] * channels, nan, nan.copy(),
+                   np.zeros(channels, bool))
+
+    def add(self, video: VideoMoments) -> "ExactMoments":
+        """These sums and a video's."""
+        if not video.count:
+            return dataclasses.replace(self, frames=self.frames + video.frames)
+        nonfinite = ~(np.isfinite(video.total) & np.isfinite(video.squares))
+        return self.merge(ExactMoments(
+            video.frames, video.count, _units(video.total, nonfinite),
+            _units(video.squares, nonfinite), video.low, video.high, nonfinite))
+
+    def merge(self, other: "ExactMoments") -> "ExactMoments":
+        if not other.count:
+            return dataclasses.replace(self, frames=self.frames + other.frames)
+        if not self.count:
+            return dataclasses.replace(other, frames=self.frames + other.frames)
+        return ExactMoments(
+            self.frames + other.frames, self.count + other.count,
+            [a + b for a, b in zip(self.total, other.total)],
+            [a + b for a, b in zip(self.squares, other.squares)],
+            np.minimum(self.low, other.low), np.maximum(self.high, other.high),
+            self.nonfinite | other.nonfinite)
+
+    def stats(self) -> ChannelStats:
+        """The figures, each rounded once from the exact sums: NaN mean and m2 where a
+        value or a sum was not finite; m2 0 where min == max (one value throughout)."""
+        n = self.count
+        if not n:
+            return dataclasses.replace(ChannelStats.empty(len(self.total)), frames=self.frames)
+        mean = np.array([_ratio(t, n << _UNIT_BITS) for t in self.total])
+        m2 = np.array([_ratio(max(0, (n * s << _UNIT_BITS) - t * t), n << 2 * _UNIT_BITS)
+                       for t, s in zip(self.total, self.squares)])
+        m2[self.low == self.high] = 0.0
+        mean[self.nonfinite] = m2[self.nonfinite] = np.nan
+        return ChannelStats(self.frames, n, mean, m2, self.low.copy(), self.high.copy())
+
+
+def _ratio(numerator: int, denominator: int) -> float:
+    """numerator / denominator rounded once to float64 (Python's integer division is
+    correctly rounded); +-Inf past float64's range."""
+    try:
+        return numerator / denominator
+    except OverflowError:
+        return float("inf") if numerator > 0 else float("-inf")
+
+
+def _units(sums: np.ndarray, nonfinite: np.ndarray) -> list[int]:
+    """float64 sums as exact whole numbers of 2**-1074 (0 where not finite)."""
+    sums = np.where(nonfinite, 0.0, sums)
+    fractions, exponents = np.frexp(sums)      # sums = fractions * 2**exponents, |f| in [0.5, 1)
+    mantissas = (fractions * (1 << _MANTISSA_BITS)).astype(np.int64)   # exact
+    shifts = exponents.astype(np.int64) - _MANTISSA_BITS + _UNIT_BITS  # < 0: subnormal
+    return [m << s if s >= 0 else m >> -s   # a subnormal's mantissa ends in -s zero bits
+            for m, s in zip(mantissas.tolist(), shifts.tolist())]
+
+
+Totals = dict   # {split: {feature: ExactMoments}}, what the tally holds (merged by
+# readers.format.channel_stats.merge_stats)
+
+
+def add_video(totals: Totals, split: str, video: dict) -> Totals:
+    """`totals` with one video's {feature: VideoMoments} added to its split's (a new
+    dict: the one given is left as it is)."""
+    into = dict(totals.get(split, {}))
+    for name, moments in video.items():
+        into[name] = into.get(name, ExactMoments.empty(len(moments.total))).add(moments)
+    return {**totals, split: into}
+
