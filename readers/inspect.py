@@ -3,7 +3,7 @@
     python -m readers.inspect OUT                   # the summary of dataset.json
     python -m readers.inspect OUT --verify          # read every record; exit 1 on problems
     python -m readers.inspect OUT --preview 8 --out preview.png [--decoder vae_decoder.keras]
-    python -m readers.inspect OUT --stats [--all]
+    python -m readers.inspect OUT --stats [--all]   # the job's exact statistics, then a sample's
     python -m readers.inspect OUT --report report.html [--report_samples 12] [--verify]
 
 The summary, --verify and --report read the files with numpy, fsspec and Pillow only
@@ -24,7 +24,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from readers import format as data_format, quiet, report
+from readers import format as data_format, quiet, report, stats as stats_text
 from readers.files import DatasetFiles, is_local, save
 from readers.verify import verify
 
@@ -54,6 +54,7 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
                         for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
+    lines.append(stats_text.summary_line(dataset))
     if len(dataset.generations) > 1:
         lines.append(f"generations: {len(dataset.generations)} (runs that added windows, "
                      "oldest first; failures below are the last run's)")
@@ -185,7 +186,9 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         help="the preview's PNG file, outside the dataset's directory "
                              "(default: preview.png)")
     parser.add_argument("--decoder", help="a Keras model decoding latents to frames in [0, 1]")
-    parser.add_argument("--stats", action="store_true", help="per-feature statistics")
+    parser.add_argument("--stats", action="store_true", help="the job's statistics of "
+                        "--split (exact, from dataset.json), then per-feature statistics "
+                        "of --sample windows")
     parser.add_argument("--all", action="store_true", help="--stats over all windows")
     parser.add_argument("--sample", type=_positive, default=1000,
                         help="--stats sample size, in windows (default: %(default)s)")
@@ -262,9 +265,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
         parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "
                        f"{'preview' if args.preview else 'describe'}\n")
     if args.stats:
-        from readers.stats import stats
-
-        print(stats(args.path, dataset, split, None if args.all else args.sample, args.seed))
+        print(stats_text.recorded(dataset, split))
+        print(stats_text.stats(args.path, dataset, split, None if args.all else args.sample,
+                               args.seed))
     if args.preview:
         image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
         out = args.out or "preview.png"

@@ -1,5 +1,6 @@
-"""`readers.inspect --stats`: per-feature statistics of a split's windows, read through
-tf.data, over a sample or all of them."""
+"""`readers.inspect --stats`: the statistics the job recorded in dataset.json (exact, per
+channel; `recorded`), then per-feature statistics of a split's windows read through
+tf.data, over a sample or all of them (`stats`)."""
 from __future__ import annotations
 
 import collections
@@ -9,6 +10,10 @@ from typing import Optional
 import numpy as np
 
 from readers import format as data_format
+
+MAX_CHANNELS = 16   # channels a table of `recorded` lists, the first (all are in dataset.json)
+NONE_RECORDED = ("statistics: none in dataset.json (a job before they were recorded wrote "
+                 "it, or an --append to such a dataset; rebuild to have them)")
 
 
 def _numeric(values: np.ndarray) -> bool:
@@ -46,6 +51,55 @@ class _Moments:
         if not self.count:
             return float("nan")
         return float(np.sqrt(max(0.0, self.squares / self.count - self.mean ** 2)))
+
+
+def summary_line(dataset: data_format.DatasetSpec) -> str:
+    """The summary's line on the job's statistics: which there are, or that there are
+    none."""
+    if not dataset.stats:
+        return NONE_RECORDED
+    names = " and ".join(next(iter(dataset.stats.values())))
+    return f"statistics: of {names}, exact, per split and channel (--stats shows them)"
+
+
+def recorded(dataset: data_format.DatasetSpec, split: str) -> str:
+    """The job's statistics of `split`, a table per feature (mean, std, min, max a
+    channel, the first MAX_CHANNELS channels), each saying over how many frames, and
+    what is not a number and why; or the one line that there are none."""
+    if not dataset.stats:
+        return NONE_RECORDED
+    lines = [f"statistics in dataset.json, split {split} (exact: each stored frame once, "
+             "mask 1; per channel, the last axis of a frame):"]
+    for name, s in dataset.stats[split].items():
+        head = f"  {name}: {s.frames:,} frames, {s.count:,} values a channel"
+        if name == "window" and dataset.feature("window").encoding == "jpeg":
+            head += " (the pixels before JPEG compression)"
+        if not s.count:
+            lines.append(f"{head}: none (no frame with mask 1)")
+            continue
+        if not s.finite:
+            head += ("; NaN or null: the frames hold NaN or Inf (kept by --allow_nonfinite), "
+                     "or sums past float64's range")
+        lines += [head, f"    {'channel':12s} {'mean':>12s} {'std':>12s} {'min':>12s} "
+                        f"{'max':>12s}"]
+        names = channel_names(dataset, name, s.channels)
+        lines += [f"    {names[c]:12s} {s.mean[c]:12.6g} {s.std[c]:12.6g} {s.min[c]:12.6g} "
+                  f"{s.max[c]:12.6g}" for c in range(min(s.channels, MAX_CHANNELS))]
+        if s.channels > MAX_CHANNELS:
+            lines.append(f"    ... and {s.channels - MAX_CHANNELS} more channels (all in "
+                         "dataset.json)")
+    return "\n".join(lines)
+
+
+def channel_names(dataset: data_format.DatasetSpec, feature: str, channels: int) -> list[str]:
+    """What to call each channel: a labels CSV's header names, a pixel's R, G and B (or
+    L), else its index."""
+    if feature == "labels":
+        names = (dataset.labels or {}).get("names") or []
+    else:
+        names = list(dataset.frame.get("channel_order") or "")
+    return [str(n) for n in names] if len(names) == channels else [str(c) for c in
+                                                                     range(channels)]
 
 
 def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optional[int],

@@ -174,6 +174,25 @@ def test_stats(pixel_dataset, capsys):
     assert labels_max == 27.0
 
 
+def test_stats_show_the_job_s_statistics_first(pixel_dataset, capsys):
+    """dataset.json's figures, exact, per channel by name (R, G, B; the labels' one),
+    before the sample's."""
+    code, out, err = inspect_run(capsys, pixel_dataset, "--stats")
+    assert code == 0, err[-500:]
+    assert "statistics: of window and labels, exact, per split and channel" in out
+    recorded, sampled = out.split("statistics in dataset.json, split train")[1].split(
+        "statistics of")
+    stats = read_dataset_json(pixel_dataset)["stats"]["train"]
+    rows = {line.split()[0]: line.split()[1:] for line in recorded.splitlines()
+            if line.startswith("    ") and "mean" not in line}
+    assert list(rows) == ["R", "G", "B", "0"] and sampled.startswith(" 6 train windows")
+    for name, row in zip(rows, [*[("window", c) for c in range(3)], ("labels", 0)]):
+        entry = stats[row[0]]
+        assert rows[name] == [f"{entry[f][row[1]]:.6g}" for f in ("mean", "std", "min", "max")]
+    assert f"window: {stats['window']['frames']} frames" in recorded   # 29: one is missing
+    assert stats["window"]["frames"] == 29 and stats["labels"]["count"] == 29
+
+
 def test_a_directory_without_dataset_json_is_refused(tmp_path, capsys):
     code, _, err = inspect_run(capsys, tmp_path)
     assert code == 2 and "not a finished dataset" in err

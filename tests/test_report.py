@@ -24,7 +24,7 @@ from helpers import (assert_verified, inspect_run, latent_example, random_videos
                      read_dataset_json, run_job, sidecar, write_records, write_videos)
 from readers import format as data_format, preview, report
 from readers.numpy import WindowSource
-from readers.report import collect, pictures, sampled
+from readers.report import collect, page as page_module, pictures, sampled
 from report_pages import PAGES, check_figures, read_page, report_of, sheets_of
 
 
@@ -43,6 +43,35 @@ def test_the_figures_on_the_page_are_dataset_json_s(reports, name):
     assert "format_version" in found.keys and "features.0.encoding" in found.keys
     sizes = [int(a["data-bytes"]) for a in found.data if "data-bytes" in a]
     assert [size > 0 for size in sizes] == [bool(s["windows"]) for s in meta["splits"].values()]
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_the_statistics_on_the_page_are_dataset_json_s(reports, name):
+    """Each figure of the job's statistics, exact in its data-value; every split and
+    feature's table, the first MAX_DIMENSIONS channels."""
+    path, page = reports[name]
+    stats = read_dataset_json(path)["stats"]
+    cells = {a["data-stat"]: a["data-value"] for a in read_page(page).data if "data-stat" in a}
+    for key, value in cells.items():
+        _, split, feature, field, channel = key.split(".")
+        expected = stats[split][feature][field][int(channel)]
+        assert value == "nan" if expected is None else float(value) == expected, key
+    for split, features in stats.items():
+        for feature, entry in features.items():
+            shown = min(len(entry["mean"]), page_module.MAX_DIMENSIONS) if entry["count"] else 0
+            assert sum(k.startswith(f"stats.{split}.{feature}.std.") for k in cells) == shown
+
+
+def test_a_dataset_without_statistics_says_so_on_its_page(reports, tmp_path):
+    path, _ = reports["latent"]
+    shutil.copytree(path, tmp_path / "old")
+    meta = read_dataset_json(tmp_path / "old")
+    del meta["stats"]
+    (tmp_path / "old" / "dataset.json").write_text(json.dumps(meta))
+    found = read_page(report_of(tmp_path / "old")[1])
+    assert not [a for a in found.data if "data-stat" in a]
+    assert [a for a in found.data if a.get("data-stats") == "none"]
+    assert any(text.startswith("statistics: none in dataset.json") for _, text in found.texts)
 
 
 def _windows_of(path: str) -> dict[tuple[str, bytes, int], np.ndarray]:

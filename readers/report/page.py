@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from readers import format as data_format, preview
+from readers import format as data_format, preview, stats as stats_text
 from readers.report import collect, pictures, sampled, svg
 
 MAX_PLOTTED_SHARDS = 400     # more shards: a histogram of their sizes instead of a bar each
@@ -168,6 +168,49 @@ def _splits(page: Inputs) -> str:
             + _table(("split", "videos", "skipped short", "frames", "bad frames", "windows",
                       "shards", "MiB"), rows)
             + "<h3>Shard sizes</h3><div class='plots'>" + "".join(plots) + "</div></section>")
+
+
+def _statistics(page: Inputs) -> str:
+    """The job's statistics (dataset.json's `stats`): a table a split and feature, the
+    first MAX_DIMENSIONS channels; each figure's exact value in its `data-value`."""
+    spec = page.spec
+    parts = ["<section id='statistics'><h2>Statistics</h2>"]
+    if not spec.stats:
+        return (parts[0] + f"<p class='none' data-stats='none'>{_e(stats_text.NONE_RECORDED)}"
+                "</p></section>")
+    parts.append("<p>Exact, from the job: per split and channel (the last axis of a frame), "
+                 "over each stored frame once whose mask is 1; std is the population's "
+                 f"(ddof 0). The first {MAX_DIMENSIONS} channels of each; dataset.json has "
+                 "them all.</p>")
+    jpeg = spec.feature("window").encoding == "jpeg"
+    for split, features in spec.stats.items():
+        for name, stats in features.items():
+            caption = (f"{_isolated(split)}: {_e(name)}, {stats.frames:,} frames, "
+                       f"{stats.count:,} values a channel"
+                       + (" (the pixels before JPEG compression)" if jpeg and name == "window"
+                          else "")
+                       + ("" if stats.finite or not stats.count else
+                          "; NaN: the frames hold NaN or Inf (--allow_nonfinite)"))
+            if not stats.count:
+                parts.append(f"<h3>{caption}</h3><p class='none'>no frame with mask 1</p>")
+                continue
+            names = stats_text.channel_names(spec, name, stats.channels)
+            rows = ["<tr>" + _cell(names[c]) + "".join(
+                _stat_cell(getattr(stats, field)[c], f"stats.{split}.{name}.{field}.{c}")
+                for field in ("mean", "std", "min", "max")) + "</tr>"
+                for c in range(min(stats.channels, MAX_DIMENSIONS))]
+            more = stats.channels - MAX_DIMENSIONS
+            parts.append(f"<h3>{caption}</h3>"
+                         + _table(("channel", "mean", "std", "min", "max"), rows)
+                         + (f"<p class='muted'>and {more:,} more channels</p>" if more > 0
+                            else ""))
+    return "".join(parts) + "</section>"
+
+
+def _stat_cell(value: float, key: str) -> str:
+    """A statistic, to 6 significant digits, its float64 exact in `data-value`."""
+    return (f'<td class="n" data-stat="{_e(key)}" data-value="{float(value)!r}">'
+            f"{float(value):.6g}</td>")
 
 
 def _shard_sizes(name: str, split: data_format.SplitInfo, sizes: dict[str, int]) -> str:
@@ -348,10 +391,12 @@ def render(page: Inputs) -> str:
     unread = "".join(f"<li>{_e(error)}</li>" for error in page.errors)
     sections = [(f"<section id='unread'><h2>Left out</h2><p class='bad'>parts of the dataset "
                  f"that could not be read:</p><ul>{unread}</ul></section>" if unread else ""),
-                _summary(page), _splits(page), _distributions(page), _failures(page),
+                _summary(page), _splits(page), _statistics(page), _distributions(page),
+                _failures(page),
                 _sheets(page), _shuffle(page), _verify(page)]
     nav = " ".join(f"<a href='#{anchor}'>{name}</a>" for anchor, name in (
-        ("summary", "summary"), ("splits", "splits"), ("distributions", "distributions"),
+        ("summary", "summary"), ("splits", "splits"), ("statistics", "statistics"),
+        ("distributions", "distributions"),
         ("failures", "failures"), ("sheets", "contact sheets"), ("shuffle", "shuffle"),
         ("verify", "verify")))
     return ("<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
