@@ -17,6 +17,7 @@ thousand times its standard deviation. Pixels' sums are exact throughout.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -43,15 +44,15 @@ class VideoMoments(NamedTuple):
         values = np.asarray(values)
         rows = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(
             -1, values.shape[-1])
-        if rows.dtype.kind not in "fiu" or rows.dtype.itemsize > 8:   # bfloat16, ...
-            rows = rows.astype(np.float64)
         if not len(rows):
             return _nothing(len(values), rows.shape[1])
+        x = rows.astype(np.float64)     # a copy, squared in place below
         with np.errstate(over="ignore", invalid="ignore"):
-            return cls(len(values), len(rows), rows.sum(axis=0, dtype=np.float64),
-                       np.einsum("ij,ij->j", rows, rows, dtype=np.float64),
-                       rows.min(axis=0).astype(np.float64),
-                       rows.max(axis=0).astype(np.float64))
+            total = x.sum(axis=0)       # row after row: the same bits on any CPU
+            np.multiply(x, x, out=x)
+            return cls(len(values), len(rows), total, x.sum(axis=0),
+                       np.asarray(rows.min(axis=0), np.float64),
+                       np.asarray(rows.max(axis=0), np.float64))
 
     @classmethod
     def of_histogram(cls, histogram: np.ndarray, frames: int) -> "VideoMoments":
@@ -107,9 +108,10 @@ class ExactMoments:
         if not video.count:
             return dataclasses.replace(self, frames=self.frames + video.frames)
         nonfinite = ~(np.isfinite(video.total) & np.isfinite(video.squares))
-        return self.merge(ExactMoments(
-            video.frames, video.count, _units(video.total, nonfinite),
-            _units(video.squares, nonfinite), video.low, video.high, nonfinite))
+        units = _units(np.concatenate([video.total, video.squares]), np.tile(nonfinite, 2))
+        channels = len(video.total)
+        return self.merge(ExactMoments(video.frames, video.count, units[:channels],
+                                       units[channels:], video.low, video.high, nonfinite))
 
     def merge(self, other: "ExactMoments") -> "ExactMoments":
         if not other.count:
@@ -118,8 +120,8 @@ class ExactMoments:
             return dataclasses.replace(other, frames=self.frames + other.frames)
         return ExactMoments(
             self.frames + other.frames, self.count + other.count,
-            [a + b for a, b in zip(self.total, other.total)],
-            [a + b for a, b in zip(self.squares, other.squares)],
+            list(map(operator.add, self.total, other.total)),
+            list(map(operator.add, self.squares, other.squares)),
             np.minimum(self.low, other.low), np.maximum(self.high, other.high),
             self.nonfinite | other.nonfinite)
 
@@ -152,8 +154,10 @@ def _units(sums: np.ndarray, nonfinite: np.ndarray) -> list[int]:
     fractions, exponents = np.frexp(sums)      # sums = fractions * 2**exponents, |f| in [0.5, 1)
     mantissas = (fractions * (1 << _MANTISSA_BITS)).astype(np.int64)   # exact
     shifts = exponents.astype(np.int64) - _MANTISSA_BITS + _UNIT_BITS  # < 0: subnormal
-    return [m << s if s >= 0 else m >> -s   # a subnormal's mantissa ends in -s zero bits
-            for m, s in zip(mantissas.tolist(), shifts.tolist())]
+    if shifts.min(initial=0) < 0:   # a subnormal's mantissa ends in -shift zero bits
+        return [m << s if s >= 0 else m >> -s for m, s in zip(mantissas.tolist(),
+                                                               shifts.tolist())]
+    return list(map(operator.lshift, mantissas.tolist(), shifts.tolist()))
 
 
 Totals = dict   # {split: {feature: ExactMoments}}, what the tally holds (merged by
