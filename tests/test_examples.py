@@ -6,6 +6,7 @@ import filecmp
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -148,3 +149,50 @@ def test_the_gpt_killed_then_resumed_gets_the_batches_of_a_run_never_stopped(
         never_stopped = [s for s in _steps(gpt_run, rank) if s["step"] > 8]
         assert _steps(tmp_path / "resumed", rank) == never_stopped
 
+
+def _final(stdout: str) -> dict[str, float]:
+    """The figures of an example's last line: 'final loss X ...; validation RMSE Y (...
+    their std in train Z)'."""
+    line = stdout.strip().splitlines()[-1]
+    figures = {"final": r"final loss ([\d.]+)", "rmse": r"validation RMSE ([\d.]+)",
+               "std": r"their std in train ([\d.]+)"}
+    found = {name: re.search(pattern, line) for name, pattern in figures.items()}
+    assert all(found.values()), line
+    return {name: float(match.group(1)) for name, match in found.items()}
+
+
+@pytest.fixture(scope="module")
+def fires(tmp_path_factory) -> str:
+    """The examples' small synthetic fires (with missing frames: masks 0), as the fire
+    examples make them without --data."""
+    out = _example_data().fire_dataset(str(tmp_path_factory.mktemp("fires")), videos=16)
+    assert_verified(out)
+    spec = load_spec(out)
+    assert spec.splits["train"].bad_frames > 0 and spec.stats["train"]["labels"].count > 0
+    return out
+
+
+def test_the_torch_fire_regressor_learns_from_normalised_labels(fires, tmp_path):
+    """Three epochs of batches of 8, two DataLoader workers (the normalising transform
+    runs there): the last step's loss under a tenth of the first epoch's first, and on
+    the validation split an error in kW under a fifth of the labels' spread."""
+    result = _run(os.path.join(EXAMPLES, "fire_regressor_torch.py"), "--data", fires,
+                  "--epochs", "3", "--batch_size", "8", "--seed", "0", cwd=tmp_path)
+    first = float(re.search(r"epoch 0 steps \d+ first loss ([\d.]+)", result.stdout).group(1))
+    figures = _final(result.stdout)
+    assert figures["final"] < 0.1 * first, result.stdout
+    assert figures["rmse"] < 0.2 * figures["std"], result.stdout
+
+
+@pytest.mark.slow
+def test_the_keras_fire_regressor_makes_its_data_and_learns(tmp_path):
+    """Run as it stands, with no --data: it makes its fires (a dataset that verifies),
+    then its last epoch's mean loss is under a fifth of its first's, and its validation
+    error in kW under a fifth of the labels' spread."""
+    result = _run(os.path.join(EXAMPLES, "fire_regressor_keras.py"), "--epochs", "3",
+                  "--workdir", tmp_path / "fire", "--seed", "0", cwd=tmp_path)
+    assert_verified(tmp_path / "fire" / "dataset")
+    first = float(re.search(r"first epoch ([\d.]+)", result.stdout).group(1))
+    figures = _final(result.stdout)
+    assert figures["final"] < 0.2 * first, result.stdout
+    assert figures["rmse"] < 0.2 * figures["std"], result.stdout
