@@ -2,14 +2,16 @@
 
     import readers
     ds = readers.make_dataset("out/", split="train", batch_size=64)   # tf.data
+    ds = readers.mix_datasets([("a/", 0.7), ("b/", 0.3)], "train", 64)  # a mixture
     spec = readers.load_spec("out/")                                  # dataset.json
 
     from readers.numpy import batches, WindowSource                  # no TensorFlow
 
 Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_dataset`
-only, so that `readers.format` (the format, shared with the Beam job), `load_spec` and
-`readers.numpy` work without it (`pip install video-window-shards`, no extra); where it
-is not installed, `make_dataset` is an ImportError that says to add the [tf] extra.
+(or `mix_datasets`) only, so that `readers.format` (the format, shared with the Beam
+job), `load_spec` and `readers.numpy` work without it (`pip install video-window-shards`,
+no extra); where it is not installed, `make_dataset` is an ImportError that says to add
+the [tf] extra.
 """
 from __future__ import annotations
 
@@ -19,16 +21,17 @@ from readers.format import DatasetSpec, FeatureSpec, load_spec
 
 if TYPE_CHECKING:
     from readers.dataset import make_dataset
+    from readers.mixed_dataset import mix_datasets
 
-__all__ = ["make_dataset", "load_spec", "DatasetSpec", "FeatureSpec"]
+__all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec"]
 
 
 def __getattr__(name: str):
-    if name == "make_dataset":
+    if name in ("make_dataset", "mix_datasets"):
         from readers import quiet
         try:
-            from readers.dataset import make_dataset
+            from readers import dataset, mixed_dataset
         except ModuleNotFoundError as e:
-            raise quiet.missing_tensorflow(e, "readers.make_dataset") from None
-        return make_dataset
+            raise quiet.missing_tensorflow(e, f"readers.{name}") from None
+        return dataset.make_dataset if name == "make_dataset" else mixed_dataset.mix_datasets
     raise AttributeError(f"module 'readers' has no attribute {name!r}")

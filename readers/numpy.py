@@ -23,6 +23,8 @@ is not possible there (use the tf.data reader).
 `transform=fn` (on `WindowSource` and `batches`) runs `fn(batch) -> dict` on each batch
 where the batch is read: in `batches`' threads, in a DataLoader's or Grain's workers.
 
+`Mixture` and `MixtureBatches` (readers.mixture, exported here) mix sources by weight.
+
 This module is the API only: the request is checked by readers.selection (as make_dataset's
 is), records are found and read by readers.shards, and decoded into batches by
 readers.scatter.
@@ -41,6 +43,7 @@ import numpy as np
 
 from readers import clips, scatter, streaming
 from readers.clips import Clip
+from readers.mixture import Mixture, MixtureBatches   # re-exported: readers.numpy's API
 from readers.selection import (Selection, flag, optional_callable, optional_whole_number,
                                whole_number)
 

@@ -1,0 +1,155 @@
+"""A tf.data mixture of datasets or splits with weights: `mix_datasets`.
+
+Each source is `readers.make_dataset`'s stream of its split in the order the job wrote
+it (globally shuffled at write time), pass after pass, unbatched; `choose_from_datasets`
+takes windows from them as a choice stream says, then they are batched again. An epoch
+has the windows and the shares of readers.numpy's `Mixture` (readers.mixture): source i
+gives exactly n_i of the N windows (`epoch_counts`), in places that a stateless
+permutation of the epoch's N positions decides (`tf.random.experimental.index_shuffle`,
+seeded by the seed and the epoch), and epoch e takes the n_i windows of the source's
+stream from e x n_i on: each window floor(n_i / len) or ceil(n_i / len) times an epoch,
+as in readers.numpy. So both readers draw the same number of windows from each source,
+out of the same windows; which ones and their order differ (readers.numpy takes a fresh
+permutation of each source every epoch, tf.data goes round each source in its written
+order, every window before any again).
+
+Why not make_dataset's shuffled stream: its shard shuffle reshuffles every pass from a
+seed generator, and an iterator restored from a checkpoint drew another file order than
+the one never stopped at some later pass (TensorFlow 2.21's parallel interleave, whose
+checkpoint races with it); every part here is a pure function of its position, so a
+checkpoint of the iterator (readers.checkpoints names the mixture in it) resumes exactly.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from readers import checkpoints
+from readers.clips import Clip
+from readers.dataset import make_dataset
+from readers.mixture import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
+from readers.selection import Selection, flag, optional_whole_number, whole_number
+
+# The seed word of the choice stream (readers.mixture's are numpy's, for its own streams).
+_CHOICE = 0x6D697833
+
+
+def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int = 64, *,
+                 seed: int = 0, repeat: bool = False, epoch_windows: Optional[int] = None,
+                 drop_remainder: bool = True, features: Optional[Sequence[str]] = None,
+                 float_pixels: bool = False, keep_float16: bool = False,
+                 clip: Optional[Clip] = None) -> tf.data.Dataset:
+    """Batches of windows mixed from several datasets (or splits) by weight: each element
+    is `make_dataset`'s dict and `source`, int64 [batch], each window's source (its place
+    in `sources`).
+
+    Args:
+      sources: (path, weight) or (path, split, weight) tuples: a dataset written by
+        `beam_jobs.make_shards`, the split (default: `split`), and a positive number,
+        relative to the others' sum. Their features must agree in names, shapes and
+        dtypes (else ValueError in one line naming the feature).
+      split: the split of a source that names none.
+      batch_size: windows a batch.
+      seed: whole number >= 0: where each source's windows go in an epoch (the same
+        seed, the same batches; each epoch another order).
+      repeat: epochs without end (False: one epoch).
+      epoch_windows: windows an epoch (default: the sum of the sources' windows); source
+        i gives round(w_i x epoch_windows) of them, exactly (readers.mixture).
+      drop_remainder, features, float_pixels, keep_float16, clip: as `make_dataset`'s,
+        for every source (one clip for all).
+
+    Returns:
+      A `tf.data.Dataset` of batches, prefetched; a checkpoint of its iterator resumes
+      it, and is refused on a reader of another mixture.
+    """
+    batch_size = whole_number("batch_size", batch_size, 1)
+    seed = whole_number("seed", seed, 0)
+    repeat, drop_remainder = flag("repeat", repeat), flag("drop_remainder", drop_remainder)
+    entries = _entries(sources, split)
+    weights = [w for _, _, w in entries]
+    selections = [Selection.load(path, split, features) for path, split, _ in entries]
+    names = [f"source {i} ({path} split {split!r})" for i, (path, split, _) in enumerate(entries)]
+    empty = [i for i, s in enumerate(selections) if not s.windows]
+    if empty:
+        raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
+                         "an epoch")
+    size = optional_whole_number("epoch_windows", epoch_windows, 1) or sum(
+        s.windows for s in selections)
+    if size < batch_size and (drop_remainder or repeat):
+        raise ValueError(f"an epoch of this mixture has {size} windows, fewer than "
+                         f"batch_size {batch_size}: not one batch comes out; lower "
+                         "batch_size, or pass epoch_windows")
+    streams = []
+    for i, ((path, split, _), selection) in enumerate(zip(entries, selections)):
+        stream = make_dataset(path, split, min(batch_size, selection.windows), shuffle=False,
+                              repeat=True, features=features, float_pixels=float_pixels,
+                              keep_float16=keep_float16, clip=clip)
+        streams.append(stream.unbatch().map(functools.partial(_with_source, i)))
+    refuse_unlike([{name: (tuple(spec.shape), spec.dtype.name if spec.dtype != tf.string
+                           else "bytes") for name, spec in s.element_spec.items()
+                    if name != SOURCE} for s in streams], names)
+    counts = epoch_counts(weights, size)
+    choices = (tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(size)).map(
+        functools.partial(_choice, bounds=tf.constant(np.cumsum(counts), tf.int64),
+                          size=size, key=seed_words(_CHOICE, seed)))
+    ds = tf.data.Dataset.choose_from_datasets(streams, choices)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    return checkpoints.identified(ds, _identity(
+        entries, selections, clip, batch_size=batch_size, seed=seed, size=size,
+        repeat=repeat, drop_remainder=drop_remainder, float_pixels=float_pixels,
+        keep_float16=keep_float16))
+
+
+def _entries(sources: Any, split: str) -> list[tuple[str, str, float]]:
+    """(path, split, weight) of each source, checked."""
+    said = ("sources must be a list of (path, weight) or (path, split, weight) tuples, "
+            f"not {sources!r}")
+    if isinstance(sources, (str, bytes, dict)) or not isinstance(sources, Sequence) or \
+            not sources:
+        raise TypeError(said)
+    entries = []
+    for i, entry in enumerate(sources):
+        if not (isinstance(entry, tuple) and len(entry) in (2, 3) and
+                all(isinstance(part, str) for part in entry[:-1])):
+            raise TypeError(said)
+        path, *named, value = entry
+        entries.append((path, named[0] if named else split, weight(f"weight {i}", value)))
+    return entries
+
+
+def _with_source(index: int, window: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    return {**window, SOURCE: tf.constant(index, tf.int64)}
+
+
+def _choice(k: tf.Tensor, *, bounds: tf.Tensor, size: int, key: int) -> tf.Tensor:
+    """The source of the k-th window of the mixture: position k mod size of epoch
+    k // size, permuted by the epoch's stateless shuffle, falls in one source's range of
+    [0, size) (the first n_0 positions source 0's, ...)."""
+    epoch, position = k // size, k % size
+    shuffled = tf.random.experimental.index_shuffle(
+        position, tf.stack([tf.constant(key, tf.int64), epoch]), tf.constant(size - 1, tf.int64))
+    return tf.searchsorted(bounds, tf.reshape(shuffled, [1]), side="right",
+                           out_type=tf.int64)[0]
+
+
+def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_size: int,
+              seed: int, size: int, repeat: bool, drop_remainder: bool, float_pixels: bool,
+              keep_float16: bool) -> dict[str, str]:
+    """What the iterator's checkpoint names (readers.checkpoints): the sources (each
+    dataset's directory and run, and its split), the weights, features, clip and order."""
+    sources = "; ".join(
+        f"{path if '://' in path else os.path.abspath(path)} (run "
+        f"{selection.spec.run_id or 'without an id'}) split {split!r}"
+        for (path, split, _), selection in zip(entries, selections))
+    values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
+                                                (keep_float16, ", float16 kept")) if wanted)
+    return {"dataset": f"a mixture of {sources}",
+            "weights": f"weights {[w for _, _, w in entries]}",
+            "features": f"features {[f.name for f in selections[0].features]}{values}",
+            "clip": "no clip" if clip is None else f"clip {clip}",
+            "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
+                     f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}"}

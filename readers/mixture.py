@@ -1,0 +1,401 @@
+"""A mixture of sources with weights, for readers.numpy: `Mixture` (one map-style dataset
+over its sources' windows) and `MixtureBatches` (one epoch's batches of it, per rank,
+resumable), and the epoch's shares, which the tf.data mixture (readers.mixed_dataset)
+takes too.
+
+    from readers.numpy import Mixture, MixtureBatches, WindowSource
+
+    mixture = Mixture([(WindowSource("a/", "train"), 0.7),
+                       (WindowSource("b/", "train"), 0.3)], seed=0)
+    plan = MixtureBatches(mixture, 64, epoch=3)      # a DataLoader's sampler
+    for indices in plan:
+        batch = plan.source.read_batch(indices)      # batch["source"]: 0 or 1 a window
+
+An epoch of a mixture of sources S_0..S_k-1 with weights w_i (any positive numbers,
+taken relative to their sum) has N windows: `epoch_windows`, by default the sum of the
+sources' lengths. Source i gives n_i of them, w_i x N rounded so that the n_i sum to N
+exactly (largest remainders, ties to the earlier source): |n_i - w_i N| < 1. Source i's
+n_i windows are the first n_i of a fresh permutation of its windows for the epoch, and
+of further ones after it when n_i is more than it has (each a pure function of the seed,
+the source's place, the epoch and its number): each window is drawn floor(n_i / len(S_i))
+or ceil(n_i / len(S_i)) times an epoch, at most once where the source has windows to
+spare (downsampled), at least once where it has fewer (upsampled). Rank r of R takes every
+R-th of the epoch's draws (source by source), so each rank holds floor or ceil of n_i / R
+of each source, within 2 windows of w_i x N / R, and the same number of windows,
+floor(N / R); the N mod R draws left over are the last ones of the last source. A rank
+reads its windows in an order of their own (a permutation seeded by the seed, the epoch
+and the rank): a batch's shares vary around the weights, the epoch's hold.
+
+A window's number in a mixture is its source's offset (the lengths of the sources before
+it) plus its number there, so a DataLoader's workers read any batch of any epoch without
+knowing the plan. Numpy only: readers.numpy imports it; the sources are used through
+their public API alone (`len`, `read_batch`, `for_epoch`, `reading`, `features`, `clip`,
+`float_pixels`, `keep_float16`), so a selected source mixes as a whole one.
+"""
+from __future__ import annotations
+
+import copy
+import fractions
+import json
+import math
+from typing import Any, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+from readers.clips import CLIP_OFFSET, clipped_shape
+from readers.selection import flag, optional_whole_number, whole_number
+
+# The batch key that names each window's source: its place in the mixture's list.
+SOURCE = "source"
+# Seed words that keep the mixture's random streams apart from each other and from
+# EpochBatches' permutations (numpy's SeedSequence pads with zeros: [s] is [s, 0]).
+_STREAM, _RANK = 0x6D697831, 0x6D697832
+
+
+class Source(Protocol):
+    """What a mixture asks of a source: readers.numpy.WindowSource has it."""
+    features: Sequence[Any]
+    clip: Any
+    float_pixels: bool
+    keep_float16: bool
+
+    def __len__(self) -> int: ...
+    def read_batch(self, indices: Any) -> dict[str, Any]: ...
+    def for_epoch(self, epoch: int) -> "Source": ...
+    @property
+    def reading(self) -> dict[str, Any]: ...
+
+
+def weight(name: str, value: Any) -> float:
+    """A source's weight: a finite number > 0 (a Python or numpy int or float); TypeError
+    or ValueError in one line naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise TypeError(f"{name} must be a number > 0, not {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
+    return number
+
+
+def epoch_counts(weights: Sequence[float], windows: int) -> list[int]:
+    """The windows each source gives an epoch of `windows`: w_i x windows / sum(w)
+    rounded so that they sum to `windows` exactly (the largest remainders get one more,
+    ties to the earlier source), each within 1 of its exact share. Exact arithmetic on
+    the weights' binary values, so both readers and every machine agree."""
+    exact = [fractions.Fraction(w) * windows / sum(map(fractions.Fraction, weights))
+             for w in weights]
+    counts = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: (counts[i] - exact[i], i))
+    for i in by_remainder[:windows - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def seed_words(*words: int) -> int:
+    """A 63-bit seed from whole numbers (the tf.data mixture's per-source and choice
+    seeds), as numpy's SeedSequence mixes them."""
+    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0] >> 1)
+
+
+def refuse_unlike(signatures: Sequence[dict[str, tuple[tuple[int, ...], str]]],
+                  names: Sequence[str]) -> None:
+    """ValueError in one line naming the first feature whose shape or dtype differs
+    between two sources (`signatures`: name -> (shape, dtype) of what each gives, `names`:
+    the sources in words), or that one gives and another does not: a batch stacks them."""
+    first = signatures[0]
+    for other, name in zip(signatures[1:], names[1:]):
+        for feature in [*first, *(f for f in other if f not in first)]:
+            mine, theirs = first.get(feature), other.get(feature)
+            if mine == theirs:
+                continue
+            said = [f"{dtype} {list(shape)}" if (shape, dtype) != (None, None) else "none"
+                    for shape, dtype in (mine or (None, None), theirs or (None, None))]
+            raise ValueError(f"these sources cannot be mixed: feature {feature!r} is "
+                             f"{said[0]} in {names[0]} but {said[1]} in {name} (a batch "
+                             "stacks them): read the same features, with the same "
+                             "float_pixels, keep_float16 and clip length, from each")
+
+
+def _signature(source: Source) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Feature name -> (shape, dtype) of each window `source` gives, from dataset.json
+    alone (each codec's `finish` of an empty column): no record is read."""
+    found = {}
+    for feature in source.features:
+        shape = tuple(clipped_shape(feature.name, tuple(feature.shape), source.clip))
+        dtype = feature.codec.finish(np.empty((0, *shape), feature.codec.column_dtype),
+                                     float_pixels=source.float_pixels,
+                                     keep_float16=source.keep_float16).dtype
+        found[feature.name] = (shape, "bytes" if dtype.kind == "S" else dtype.name)
+    if source.clip is not None:
+        found[CLIP_OFFSET] = ((), "int64")
+    return found
+
+
+def _described(source: Source) -> str:
+    reading = source.reading
+    return f"{reading.get('dataset')} split {reading.get('split')!r}"
+
+
+class Mixture:
+    """Sources mixed by weight: a map-style dataset (PyTorch's `Dataset`: `len`, `[i]`,
+    `read_batch`, `__getitems__`) whose window numbers run through the sources in turn
+    (a source's offset plus its own number), and the epochs of the mixture
+    (`MixtureBatches`; the module's docstring defines them).
+
+    Args:
+      sources: (source, weight) pairs: `readers.numpy.WindowSource`s (each with its own
+        path, split, features, clip, transform) and positive numbers, relative to their
+        sum. The features they give must agree in names, shapes and dtypes (after
+        `features=`, `float_pixels`, `keep_float16` and their clips; clips that differ
+        but give the same shapes mix); a mixture refuses others in one line naming the
+        feature.
+      seed: whole number >= 0; with the epoch it decides every draw and order.
+      epoch_windows: windows an epoch (default: the sum of the sources' lengths).
+
+    Each batch it reads has one more key, `source`: int64 [batch], the place in `sources`
+    of each window's source. A source's transform runs on its part of a batch (before
+    the parts are joined); it must return numpy arrays, of the same shapes and dtypes
+    from every source.
+    """
+
+    def __init__(self, sources: Sequence[tuple[Source, Any]], *, seed: int = 0,
+                 epoch_windows: Optional[int] = None):
+        if isinstance(sources, (str, bytes, dict)) or not isinstance(sources, Sequence) or \
+                not sources or not all(isinstance(p, tuple) and len(p) == 2 for p in sources):
+            raise TypeError(f"sources must be a list of (source, weight) pairs, not {sources!r}")
+        self.sources = tuple(source for source, _ in sources)
+        self.weights = tuple(weight(f"weight {i}", w) for i, (_, w) in enumerate(sources))
+        self.seed = whole_number("seed", seed, 0)
+        lengths = [len(source) for source in self.sources]
+        empty = [i for i, length in enumerate(lengths) if length == 0]
+        if empty:
+            raise ValueError(f"source {empty[0]} ({_described(self.sources[empty[0]])}) has "
+                             "no windows: it cannot give its share of an epoch")
+        refuse_unlike([_signature(s) for s in self.sources],
+                      [f"source {i} ({_described(s)})" for i, s in enumerate(self.sources)])
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.epoch_windows = optional_whole_number("epoch_windows", epoch_windows, 1) or \
+            int(self.offsets[-1])
+        self.counts = tuple(epoch_counts(self.weights, self.epoch_windows))
+
+    def __len__(self) -> int:
+        """Windows in all sources (the index space; an epoch has `epoch_windows`)."""
+        return int(self.offsets[-1])
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"({source!r}, {w!r})" for source, w in zip(self.sources, self.weights))
+        return f"Mixture([{pairs}], seed={self.seed}, epoch_windows={self.epoch_windows})"
+
+    def for_epoch(self, epoch: int) -> "Mixture":
+        """This mixture with every source reading `epoch`'s clips (a copy)."""
+        other = copy.copy(self)
+        other.sources = tuple(source.for_epoch(epoch) for source in self.sources)
+        return other
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """What this mixture reads, as a state names it (JSON-ready): each source's reading
+        and weight, the seed and the epoch's windows."""
+        return {"sources": [{**source.reading, "weight": w}
+                            for source, w in zip(self.sources, self.weights)],
+                "seed": self.seed, "epoch_windows": self.epoch_windows}
+
+    def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(each window's source, its number in that source) of mixture windows."""
+        windows = self._indices(indices)
+        which = np.searchsorted(self.offsets, windows, side="right") - 1
+        return which, windows - self.offsets[which]
+
+    def draws(self, epoch: int) -> np.ndarray:
+        """Epoch `epoch`'s windows (mixture numbers), source by source, each source's in
+        its permutations' order: what the ranks' slices are dealt from."""
+        epoch = whole_number("epoch", epoch, 0)
+        return np.concatenate([self._draws(i, epoch, n) + self.offsets[i]
+                               for i, n in enumerate(self.counts)])
+
+    def _draws(self, i: int, epoch: int, count: int) -> np.ndarray:
+        """Source i's `count` windows of `epoch`: the first of its permutations for it."""
+        size = len(self.sources[i])
+        permutations = [np.random.default_rng([_STREAM, self.seed, i, epoch, k])
+                        .permutation(size) for k in range(-(-count // size))]
+        return np.concatenate([np.zeros(0, np.int64), *permutations])[:count].astype(np.int64)
+
+    def order(self, epoch: int, shard_index: int = 0, num_shards: int = 1) -> np.ndarray:
+        """Rank `shard_index` of `num_shards`'s windows of `epoch`, in the order it reads
+        them: every num_shards-th draw from its own on (floor(N / num_shards) of them),
+        permuted."""
+        num_shards = whole_number("num_shards", num_shards, 1)
+        shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
+        draws = self.draws(epoch)
+        per_rank = len(draws) // num_shards
+        mine = draws[shard_index:per_rank * num_shards:num_shards]
+        return mine[np.random.default_rng([_RANK, self.seed, epoch, num_shards, shard_index])
+                    .permutation(per_rank)]
+
+    def __getitem__(self, i: Any) -> dict[str, Any]:
+        """Window `i` as {name: array} (with `source`); a list or array of indices gives
+        their `read_batch` (a DataLoader with `batch_size=None` and a batch sampler)."""
+        if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
+            return self.__getitems__([i])[0]
+        return self.read_batch(i)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        batch = self.read_batch(indices)
+        return [{name: column[row, ...] if column.dtype.kind != "S" else column[row]
+                 for name, column in batch.items()} for row in range(len(indices))]
+
+    def read_batch(self, indices: Any) -> dict[str, Any]:
+        """Mixture windows `indices` stacked, {name: array [len, ...]}, and `source`:
+        each source's windows read as one `read_batch` of that source."""
+        which, windows = self.locate(indices)
+        parts = [(np.flatnonzero(which == i), i) for i in np.unique(which).tolist()]
+        read = [(rows, i, self.sources[i].read_batch(windows[rows])) for rows, i in parts]
+        batch = _joined(len(windows), read, [_described(s) for s in self.sources])
+        batch[SOURCE] = which.astype(np.int64)
+        return batch
+
+    def _indices(self, selector: Any) -> np.ndarray:
+        """Mixture window numbers: whole numbers (negative ones from the end), in range."""
+        size = len(self)
+        array = np.asarray(selector)
+        if array.ndim > 1 or (array.size and array.dtype.kind not in "iu"):
+            raise TypeError(f"mixture windows are selected by whole numbers, not {selector!r}")
+        array = array.astype(np.int64).reshape(-1)
+        if array.size and not (-size <= array.min() and array.max() < size):
+            raise IndexError(f"window {array[(array < -size) | (array >= size)][0]} is out "
+                             f"of range for a mixture of {size} windows")
+        return np.where(array < 0, array + size, array)
+
+
+def _joined(size: int, parts: list, names: list[str]) -> dict[str, Any]:
+    """One batch of `size` rows from each source's part (rows, source, its batch)."""
+    keys = list(parts[0][2])
+    for _, i, batch in parts[1:]:
+        if list(batch) != keys:
+            raise ValueError(f"{names[i]} gave {sorted(batch)} where {names[parts[0][1]]} gave "
+                             f"{sorted(keys)}: a mixture's sources must give the same keys")
+    joined = {}
+    for key in keys:
+        values = [batch[key] for _, _, batch in parts]
+        bad = next((i for (_, i, _), v in zip(parts, values) if not isinstance(v, np.ndarray)),
+                   None)
+        if bad is not None:
+            raise TypeError(f"{names[bad]} gave {type(values[0]).__name__} for {key!r}: a "
+                            "mixture joins numpy arrays (return them from the transform)")
+        if len(parts) == 1:
+            joined[key] = values[0]
+            continue
+        if len({(v.shape[1:], v.dtype) for v in values if v.dtype.kind != "S"}) > 1 or (
+                any(v.dtype.kind == "S" for v in values) and
+                not all(v.dtype.kind == "S" and v.shape[1:] == values[0].shape[1:]
+                        for v in values)):
+            raise ValueError(f"the sources' {key!r} differ in shape or dtype: "
+                             + ", ".join(f"{v.dtype} {list(v.shape[1:])} from {names[i]}"
+                                         for (_, i, _), v in zip(parts, values)))
+        column = np.empty((size, *values[0].shape[1:]), np.result_type(*values))
+        for (rows, _, _), value in zip(parts, values):
+            column[rows] = value
+        joined[key] = column
+    return joined
+
+
+# A state's fields besides the mixture's reading: MixtureBatches' arguments.
+ARGUMENTS = ("batch_size", "epoch", "shard_index", "num_shards", "drop_remainder",
+             "start_step")
+
+
+class MixtureBatches:
+    """One epoch of a mixture as batches of mixture window numbers, for rank
+    `shard_index` of `num_shards`, from `start_step` on: a pure function of the mixture's
+    seed and the epoch. As a DataLoader's sampler with `batch_size=None` over
+    `plan.source` (the mixture reading the epoch's clips), each worker reads whole
+    batches and the DataLoader keeps their order, so a run resumed from `state(step)`
+    (`MixtureBatches.resume`) gets the batches a run never stopped got, whatever its
+    workers. Every rank takes the same number of steps; `drop_remainder` (the default)
+    leaves out a rank's last partial batch."""
+
+    def __init__(self, mixture: Mixture, batch_size: int, *, epoch: int = 0,
+                 shard_index: int = 0, num_shards: int = 1, drop_remainder: bool = True,
+                 start_step: int = 0):
+        num_shards = whole_number("num_shards", num_shards, 1)
+        self._given = {
+            "batch_size": whole_number("batch_size", batch_size, 1),
+            "epoch": whole_number("epoch", epoch, 0),
+            "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
+            "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
+            "start_step": whole_number("start_step", start_step, 0)}
+        self.batch_size = batch_size = self._given["batch_size"]
+        self.mixture = mixture
+        self.source = mixture.for_epoch(self._given["epoch"])
+        self._order = mixture.order(self._given["epoch"], self._given["shard_index"], num_shards)
+        size = len(self._order)
+        whole = self._given["drop_remainder"]
+        self.steps = size // batch_size if whole else -(-size // batch_size)
+        if self.steps == 0:
+            raise ValueError(f"this mixture gives rank {self._given['shard_index']} of "
+                             f"{num_shards} {size} "
+                             f"windows an epoch, fewer than batch_size {batch_size}: not one "
+                             "batch comes out; lower batch_size, or pass epoch_windows")
+        self.start_step = whole_number("start_step", start_step, 0, self.steps)
+
+    def __len__(self) -> int:
+        return self.steps - self.start_step
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start_step, self.steps):
+            yield self.batch(step)
+
+    def batch(self, step: int) -> list[int]:
+        return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
+
+    def windows(self) -> np.ndarray:
+        """The mixture windows of the batches from `start_step` on, in order."""
+        return self._order[self.start_step * self.batch_size:self.steps * self.batch_size]
+
+    def state(self, step: int) -> dict[str, Any]:
+        """What resumes the epoch after `step` steps (JSON-ready): the mixture's reading
+        (each source's, with its weight; the seed; the epoch's windows) and the arguments,
+        `start_step` = step."""
+        step = whole_number("step", step, 0, self.steps)
+        return {**self.mixture.reading, **self._given, "start_step": step}
+
+    @classmethod
+    def resume(cls, mixture: Mixture, state: dict[str, Any]) -> "MixtureBatches":
+        """The batches after `state`'s step, on `mixture`. ValueError in one line naming
+        what differs when `mixture` is not what the state was saved on (a source's run,
+        split, windows, features or clip; the number of sources, a weight, the seed, the
+        epoch's windows), or a field the state lacks; TypeError or ValueError naming an
+        argument of the wrong type or range. A source's path is told, not compared (a
+        copy of a run is the same run)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, as MixtureBatches.state gives it, not "
+                            f"{type(state).__name__}")
+        now = json.loads(json.dumps(mixture.reading))
+        missing = [key for key in (*now, *ARGUMENTS) if key not in state]
+        if missing:
+            raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                             "MixtureBatches.state gave; start the epoch at step 0")
+        saved = state["sources"]
+        if not (isinstance(saved, list) and all(isinstance(s, dict) for s in saved)):
+            raise TypeError(f"this state's sources must be a list of dicts, not {saved!r}")
+        differ = []
+        if len(saved) != len(now["sources"]):
+            differ.append(("sources", len(saved), len(now["sources"])))
+        else:
+            for i, (was, is_) in enumerate(zip(saved, now["sources"])):
+                differ += [(f"source {i}'s {key}", was.get(key), is_[key])
+                           for key in is_ if key != "dataset" and was.get(key) != is_[key]]
+        differ += [(key, state[key], now[key]) for key in ("seed", "epoch_windows")
+                   if state[key] != now[key]]
+        if differ:
+            changes = ", ".join(f"{key} ({was!r} saved, {is_!r} now)" for key, was, is_ in differ)
+            paths = [s.get("dataset") for s in saved]
+            raise ValueError(f"this state, saved on a mixture of {paths}, cannot resume on "
+                             f"{[s['dataset'] for s in now['sources']]}: they differ in "
+                             f"{changes}; the same step would not give the same batch: resume "
+                             "it on what it was saved on, or start the epoch at step 0")
+        try:
+            return cls(mixture, **{key: state[key] for key in ARGUMENTS})
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"this state's {e}") from None

@@ -1,0 +1,270 @@
+"""Mixtures of datasets and splits with weights (readers.mixture, readers.mixed_dataset):
+an epoch's shares, its draws per (seed, epoch), per-rank slices, the source of each
+window, features that cannot mix, exact resume in readers.numpy (two DataLoader workers,
+a new process) and tf.data (checkpoints), and both readers drawing the same windows.
+
+The datasets: `kinds`' latent train (98 windows) and test (17) splits, and its float16
+train split (19; read as float32 it mixes with the latent one)."""
+import collections
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import readers
+from helpers import docs_code, run_apart
+from readers.clips import Clip
+from readers.numpy import Mixture, MixtureBatches, WindowSource
+
+
+def _keys(batch) -> list[tuple]:
+    """(source, video_id, start) of each window of a batch: what names a window in a
+    mixture (two datasets cut from the same inputs share ids)."""
+    values = [np.asarray(batch[k]) for k in ("source", "video_id", "start")]
+    return [(int(s), bytes(v), int(t)) for s, v, t in zip(*values)]
+
+
+def _mixture(kinds, seed=1, **options):
+    return Mixture([(WindowSource(kinds["latent"], "train"), 0.7),
+                    (WindowSource(kinds["float16"], "train"), 0.3)], seed=seed, **options)
+
+
+def _whole(plan):
+    """Every window a plan reads, in order, as keys."""
+    return [key for indices in plan for key in _keys(plan.source.read_batch(indices))]
+
+
+def test_an_epoch_holds_the_weights_shares_and_is_a_function_of_seed_and_epoch(kinds):
+    mixture = _mixture(kinds)
+    sizes = [len(source) for source in mixture.sources]
+    assert sizes == [98, 19] and mixture.epoch_windows == 117 == len(mixture)
+    assert mixture.counts == (82, 35)             # 81.9 and 35.1, rounded to sum 117
+    for epoch in range(3):
+        plan = MixtureBatches(mixture, 5, epoch=epoch, drop_remainder=False)
+        windows = _whole(plan)
+        shares = np.bincount([s for s, _, _ in windows]) / len(windows)
+        assert len(windows) == 117 and np.all(np.abs(shares - [0.7, 0.3]) < 1 / 117)
+        assert windows == _whole(MixtureBatches(_mixture(kinds), 5, epoch=epoch,
+                                                drop_remainder=False))   # seeded
+        ones = collections.Counter(windows)
+        # the latent split gives each window at most once an epoch, the float16 one (19
+        # windows for 35 places) each once or twice
+        assert max(n for (s, _, _), n in ones.items() if s == 0) == 1
+        assert {n for (s, _, _), n in ones.items() if s == 1} == {1, 2}
+        if epoch == 0:
+            first = windows
+    assert _whole(MixtureBatches(mixture, 5, epoch=1, drop_remainder=False)) != first
+    assert _whole(MixtureBatches(_mixture(kinds, seed=2), 5, drop_remainder=False)) != first
+    assert _mixture(kinds, epoch_windows=1000).counts == (700, 300)
+    # a batch's rows are the windows their source gives for those numbers
+    indices = MixtureBatches(mixture, 8).batch(0)
+    batch = mixture.read_batch(indices)
+    which, numbers = mixture.locate(indices)
+    assert batch["source"].tolist() == which.tolist() and set(which) == {0, 1}
+    for row, (source, number) in enumerate(zip(which, numbers)):
+        np.testing.assert_array_equal(
+            batch["window"][row], mixture.sources[source].read_batch([number])["window"][0])
+    assert mixture[indices[0]]["source"] == which[0]
+
+
+def test_per_rank_slices_are_disjoint_hold_the_shares_and_cover_the_epoch(kinds):
+    mixture = _mixture(kinds)
+    epoch = collections.Counter(mixture.draws(2).tolist())
+    for world in (2, 3, 4):
+        ranks = [MixtureBatches(mixture, 3, epoch=2, shard_index=rank, num_shards=world)
+                 for rank in range(world)]
+        assert len({plan.steps for plan in ranks}) == 1          # the same steps everywhere
+        orders = [mixture.order(2, rank, world) for rank in range(world)]
+        dealt = collections.Counter(np.concatenate(orders).tolist())
+        left = epoch - dealt
+        assert not dealt - epoch and sum(left.values()) == 117 % world   # the remainder
+        assert all(mixture.locate(list(left))[0] == 1)   # the last source's last draws
+        for order in orders:
+            assert len(order) == 117 // world
+            per_source = np.bincount(mixture.locate(order)[0], minlength=2)
+            assert np.all(np.abs(per_source - np.array([0.7, 0.3]) * 117 / world) < 2)
+
+
+def test_sources_whose_features_differ_are_refused_in_one_line(kinds):
+    latent = WindowSource(kinds["latent"], "train")
+    for other, says in (
+            (WindowSource(kinds["float16"], "train", keep_float16=True),
+             r"feature 'window' is float32 \[4, 3\] in source 0 \(.*latent split 'train'\) "
+             r"but float16 \[4, 3\] in source 1 \(.*float16 split 'train'\)"),
+            (WindowSource(kinds["raw"], "train"),
+             r"feature 'window' is float32 \[4, 3\] in .* but uint8 \[4, 24, 32, 3\] in"),
+            (WindowSource(kinds["latent"], "test", features=["window", "mask"]),
+             r"feature 'metadata' is float32 \[4\] in .* but none in source 1"),
+            (WindowSource(kinds["latent"], "test", clip=Clip(2)),
+             r"feature 'window' is float32 \[4, 3\] in .* but float32 \[2, 3\] in"),
+            (WindowSource(kinds["latent"], "test", clip=Clip(4)),
+             r"feature 'clip_offset' is none in .* but int64 \[\] in")):
+        with pytest.raises(ValueError, match=rf"^these sources cannot be mixed: {says}") as e:
+            Mixture([(latent, 1), (other, 1)])
+        assert "\n" not in str(e.value)
+    # clips that differ but cut the same shapes mix
+    Mixture([(WindowSource(kinds["latent"], "train", clip=Clip(2)), 1),
+             (WindowSource(kinds["latent"], "test", clip=Clip(2, step=2, offset="start")), 1)])
+    with pytest.raises(ValueError, match=r"^source 1 \(.* split 'empty'\) has no windows"):
+        Mixture([(latent, 1), (WindowSource(kinds["latent"], "empty"), 1)])
+    for weight, error in ((0, ValueError), (-1, ValueError), (float("nan"), ValueError),
+                          ("0.3", TypeError), (True, TypeError)):
+        with pytest.raises(error, match=r"^weight 1 must be a (finite )?number > 0"):
+            Mixture([(latent, 1), (latent, weight)])
+    with pytest.raises(TypeError, match="^sources must be a list of"):
+        Mixture(latent)
+    with pytest.raises(ValueError, match="^these sources cannot be mixed: feature 'window'"):
+        readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)],
+                             keep_float16=True)
+
+
+def test_a_state_resumes_only_on_its_mixture_naming_what_differs(kinds):
+    mixture = _mixture(kinds)
+    plan = MixtureBatches(mixture, 4, epoch=1, shard_index=1, num_shards=2)
+    state = json.loads(json.dumps(plan.state(3)))
+    assert [(s["split"], s["windows"], s["weight"]) for s in state["sources"]] == [
+        ("train", 98, 0.7), ("train", 19, 0.3)]
+    assert {k: state[k] for k in ("seed", "epoch_windows", "epoch", "shard_index",
+                                  "num_shards", "start_step")} == {
+        "seed": 1, "epoch_windows": 117, "epoch": 1, "shard_index": 1, "num_shards": 2,
+        "start_step": 3}
+    assert list(MixtureBatches.resume(_mixture(kinds), state)) == list(plan)[3:]
+    latent, half = (WindowSource(kinds[k], "train") for k in ("latent", "float16"))
+    for other, differ in (
+            (Mixture([(latent, 0.5), (half, 0.5)], seed=1),
+             r"source 0's weight \(0.7 saved, 0.5 now\), source 1's weight"),
+            (Mixture([(latent, 0.7), (WindowSource(kinds["latent"], "test"), 0.3)], seed=1),
+             r"source 1's run_id \('\w+' saved, '\w+' now\), source 1's split \('train' "
+             r"saved, 'test' now\), source 1's windows \(19 saved, 17 now\)"),
+            (_mixture(kinds, seed=2), r"seed \(1 saved, 2 now\)"),
+            (_mixture(kinds, epoch_windows=100), r"epoch_windows \(117 saved, 100 now\)"),
+            (Mixture([(latent, 1)], seed=1), r"sources \(2 saved, 1 now\)")):
+        with pytest.raises(ValueError, match=rf"^this state, saved on a mixture of \[.*\], "
+                                             rf"cannot resume on \[.*\]: they differ in "
+                                             rf"{differ}.*; the same step would not give "
+                                             r"the same batch") as e:
+            MixtureBatches.resume(other, state)
+        assert "\n" not in str(e.value)
+    for key, value, error, says in (
+            ("start_step", 10**6, ValueError, r"start_step must be a whole number in \[0, "),
+            ("drop_remainder", "no", TypeError, "drop_remainder must be True or False"),
+            ("shard_index", 2, ValueError, r"shard_index must be a whole number in \[0, 1\]")):
+        with pytest.raises(error, match=f"^this state's {says}"):
+            MixtureBatches.resume(mixture, {**state, key: value})
+    with pytest.raises(ValueError, match="^this state lacks seed: it is no state "
+                                         "MixtureBatches.state gave"):
+        MixtureBatches.resume(mixture, {k: v for k, v in state.items() if k != "seed"})
+
+
+# Resumes the state in sys.argv[2] on the mixture of sys.argv[1]'s datasets, reading with
+# two DataLoader workers; pickles the keys of the batches.
+_RESUME = textwrap.dedent('''
+    import json, os, pickle, sys
+    import numpy as np
+    import torch
+    from readers.numpy import Mixture, MixtureBatches, WindowSource
+    latent, half = json.loads(sys.argv[1])
+    mixture = Mixture([(WindowSource(latent, "train"), 0.7),
+                       (WindowSource(half, "train"), 0.3)], seed=1)
+    plan = MixtureBatches.resume(mixture, json.loads(sys.argv[2]))
+    loader = torch.utils.data.DataLoader(plan.source, sampler=plan, batch_size=None,
+                                         num_workers=2)
+    keys = [[(int(s), bytes(v), int(t)) for s, v, t in
+             zip(b["source"], np.asarray(b["video_id"]), b["start"])] for b in loader]
+    with open(os.environ["RESULT"], "wb") as f:
+        pickle.dump(keys, f)
+''')
+
+
+@pytest.mark.slow
+def test_a_mixture_resumes_exactly_mid_epoch_with_two_workers_and_in_a_new_process(
+        kinds, tmp_path):
+    torch = pytest.importorskip("torch")
+    mixture = _mixture(kinds)
+    plan = MixtureBatches(mixture, 5, epoch=2)
+    straight = [_keys(plan.source.read_batch(indices)) for indices in plan]
+    assert len(straight) == 23
+    state = json.loads(json.dumps(MixtureBatches(mixture, 5, epoch=2).state(9)))
+    resumed = MixtureBatches.resume(_mixture(kinds), state)
+    loader = torch.utils.data.DataLoader(resumed.source, sampler=resumed, batch_size=None,
+                                         num_workers=2, multiprocessing_context="forkserver")
+    assert [_keys(batch) for batch in loader] == straight[9:]
+    apart = run_apart(_RESUME, json.dumps([kinds["latent"], kinds["float16"]]),
+                      json.dumps(state), tmp_path=tmp_path)
+    assert apart == straight[9:]
+
+
+def _tf_keys(iterator, steps):
+    return [_keys({k: v.numpy() for k, v in next(iterator).items()}) for _ in range(steps)]
+
+
+def test_tf_and_numpy_mixtures_draw_the_same_windows_with_the_same_shares(kinds):
+    both = [(kinds["latent"], "train", 98), (kinds["latent"], "test", 17)]
+    numpy_epoch = _whole(MixtureBatches(Mixture(
+        [(WindowSource(path, split), w) for path, split, w in both], seed=3), 5,
+        drop_remainder=False))
+    tf_epoch = [key for batch in readers.mix_datasets(both, batch_size=5, seed=3,
+                                                      drop_remainder=False)
+                for key in _keys({k: v.numpy() for k, v in batch.items()})]
+    # weights in proportion to the sizes: each reads every window once
+    assert sorted(tf_epoch) == sorted(numpy_epoch) and len(set(tf_epoch)) == 115
+    assert tf_epoch != numpy_epoch                      # in orders of their own
+    # 70/30 over three epochs: the same counts a source each epoch, out of its windows
+    mixture = _mixture(kinds)
+    every = [{(bytes(v), int(t)) for v, t in zip(batch["video_id"], batch["start"])}
+             for batch in (s.read_batch(range(len(s))) for s in mixture.sources)]
+    ds = readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)], "train",
+                              9, seed=1, repeat=True)
+    flat = [key for batch in _tf_keys(iter(ds), 39) for key in batch]     # 3 x 117
+    for epoch in range(3):
+        drawn = flat[epoch * 117:(epoch + 1) * 117]
+        assert tuple(np.bincount([s for s, _, _ in drawn])) == mixture.counts
+        assert all(key[1:] in every[key[0]] for key in drawn)
+    assert flat[:117] != flat[117:234]
+
+
+@pytest.mark.slow
+def test_the_tf_mixture_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
+    """Over three epochs: the float16 source (19 windows, 35 an epoch) is passed over
+    more than five times."""
+    def mixed(**options):
+        return iter(readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)],
+                                         "train", 4, seed=3, repeat=True, **options))
+
+    straight = _tf_keys(mixed(), 88)
+    for stop in (1, 29, 61):
+        iterator = mixed()
+        assert _tf_keys(iterator, stop) == straight[:stop]
+        saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / f"c{stop}" / "c"))
+        resumed = mixed()
+        tf.train.Checkpoint(iterator=resumed).restore(saved).assert_consumed()
+        assert _tf_keys(resumed, 88 - stop) == straight[stop:], stop
+    other = iter(readers.mix_datasets([(kinds["latent"], 0.5), (kinds["float16"], 0.5)],
+                                      "train", 4, seed=3, repeat=True))
+    with pytest.raises(ValueError, match=r"this tf.data checkpoint reads a mixture of .*: "
+                                         r"they differ in weights \(\[weights \[0.7, 0.3\]\] "
+                                         r"saved, \[weights \[0.5, 0.5\]\] now\)") as e:
+        tf.train.Checkpoint(iterator=other).restore(saved)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_docs_latent_mixtures_run(kinds, tmp_path, monkeypatch):
+    """docs/readers.md's 70/30 mixture of two latent datasets: readers.numpy's with two
+    DataLoader workers in a fresh interpreter (the block as it stands, after a trainer's
+    epoch, rank and world), and tf.data's here."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink(kinds["latent"], tmp_path / "latents_a")
+    os.symlink(kinds["float16"], tmp_path / "latents_b")
+    code = ("epoch, rank, world = 0, 0, 1\n" + docs_code("readers.md", "Mixtures of datasets")
+            + "import os, pickle\nwith open(os.environ['RESULT'], 'wb') as f:\n"
+              "    pickle.dump((step, batch['source'].tolist(), state), f)\n")
+    step, sources, state = run_apart(code, tmp_path=tmp_path)
+    assert step == 0 and len(sources) == 64 and set(sources) == {0, 1}
+    assert state["start_step"] == 1 and [s["weight"] for s in state["sources"]] == [0.7, 0.3]
+    shown = {}
+    exec(docs_code("readers.md", "Mixtures in tf.data"), shown)
+    assert shown["batch"]["source"].shape == (64,)
