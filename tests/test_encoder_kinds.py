@@ -237,4 +237,5 @@ def test_a_dataflow_job_with_a_keras_encoder_stages_tensorflow(tmp_path, models,
     finally:
         os.chdir(cwd)
     with open(staged_files(result.job.proto_pipeline)["requirements.txt"]) as f:
-        assert f.read().split() == ["av==18.1.0", "gcsfs==2026.10.1", "tensorflow-cpu==2.21.0"]
+        assert f.read().split() == ["av==18.1.0", "blake3==1.0.11", "gcsfs==2026.10.1",
+                                    "tensorflow-cpu==2.21.0"]

@@ -47,7 +47,7 @@ def test_the_base_install_is_the_light_reader_and_each_extra_adds_its_part(tmp_p
     assert requires[""] == {"numpy", "google-crc32c", "pillow", "fsspec"}
     assert requires["tf"] == {"tensorflow-cpu"}
     # the job imports no TensorFlow: its install (and its sample) goes without it
-    assert requires["beam"] == {"apache-beam", "av", "gcsfs", "psutil"}
+    assert requires["beam"] == {"apache-beam", "av", "blake3", "gcsfs", "psutil"}
     # CI runs the Grain and PyTorch adapters' tests
     assert {"tensorflow-cpu", "apache-beam", "grain", "torch", "pytest"} <= requires["dev"]
 
@@ -125,7 +125,8 @@ def test_the_readers_and_verify_work_in_the_light_install(datasets, tmp_path):
 
 
 def test_the_job_stages_what_a_worker_needs_beyond_the_light_install():
-    assert dependencies.worker_requirements() == ["av==18.1.0", "gcsfs==2026.10.1"]
+    assert dependencies.worker_requirements() == ["av==18.1.0", "blake3==1.0.11",
+                                                  "gcsfs==2026.10.1"]
     assert "tensorflow-cpu==2.21.0" in dependencies.worker_requirements("tf")
 
 
