@@ -65,8 +65,8 @@ def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers
         run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped, default_value={}))
     failures = (read_failures, cut.failures, duplicates.failures) | "AllFailures" >> beam.Flatten()
     skipped = (skipped, duplicates.aliases) | "AllSkipped" >> beam.Flatten()
-    (FinalizeInputs(shards, duplicates.unique, failures, duplicates.bad_frames, skipped)
-     | "Finalize" >> Finalize(run, launch.dataset_config, known))
+    (FinalizeInputs(shards, duplicates.unique, failures, duplicates.bad_frames, skipped, cut.stats,
+                    duplicates.dropped) | "Finalize" >> Finalize(run, launch.dataset_config, known))
 
 
 def run(argv: Optional[list[str]] = None, started: Optional[float] = None,

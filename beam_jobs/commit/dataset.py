@@ -29,10 +29,12 @@ class DatasetConfig:
 
 
 def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Sequence[str],
-               base: Optional[data_format.DatasetSpec] = None) -> data_format.DatasetSpec:
+               base: Optional[data_format.DatasetSpec] = None,
+               stats: Optional[Mapping[str, Mapping[str, data_format.ChannelStats]]] = None
+               ) -> data_format.DatasetSpec:
     """The dataset.json of run `run_id`: one generation of the tally's shards, with its
-    counts and the statistics of its frames (every split's, of no frame where it has
-    none), listing every file of the dataset (the shards, their indexes, `sidecars` and
+    counts and `stats`, its frames' statistics ({split: {feature: ChannelStats}}; every
+    split's, of no frame where it has none), listing every file of the dataset (the shards, their indexes, `sidecars` and
     the TFDS files); with `base`, that dataset with this generation added. RuntimeError
     when the shards do not hold the windows cut."""
     shards = tally.shards
@@ -61,9 +63,7 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                     shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes)
                                  for s in shards if s.split == split))
                 for split in config.splits},
-        stats={split: {**empty_stats(config.features),
-                       **{name: moments.stats() for name, moments in
-                          (tally.stats or {}).get(split, {}).items()}}
+        stats={split: {**empty_stats(config.features), **(stats or {}).get(split, {})}
                for split in config.splits})
     return dataset if base is None else extend(base, dataset)
 

@@ -15,6 +15,7 @@ from beam_jobs.commit.dataset import DatasetConfig, build_spec
 from beam_jobs.commit.failures import MergeFailures
 from beam_jobs.commit.leftovers import ClearLeftovers
 from beam_jobs.commit.sidecars import JsonlFile, WriteSortedJsonl
+from beam_jobs.commit.split_stats import SplitStats
 from beam_jobs.commit.tally import FAILED, SHARD, SKIPPED, TWICE, VIDEO, Tally, TallyFn
 from beam_jobs.core import progress, storage
 from beam_jobs.core.gather import ApplyToAll
@@ -43,6 +44,8 @@ class FinalizeInputs(NamedTuple):
     failures: beam.PCollection     # failure rows
     bad_frames: beam.PCollection   # rows of bad_frames.jsonl
     skipped: beam.PCollection      # ids of the input videos an --append skipped
+    stats: beam.PCollection        # VideoStats of every video that stores a frame
+    dropped: beam.PCollection      # {split: keys the shard writer leaves out}, one element
 
 
 def _failure_key(row: dict) -> tuple:
@@ -72,11 +75,12 @@ def _count(tally: Tally, decision: decide.Decision) -> None:
     progress.counter(IDS_TWICE).inc(tally.twice)
 
 
-def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetConfig,
-             base: Optional[data_format.DatasetSpec] = None) -> bool:
+def finalize(tally: Tally, sidecars: list[str], stats: dict, *, run: RunDir,
+             config: DatasetConfig, base: Optional[data_format.DatasetSpec] = None) -> bool:
     """After the shards (`tally.shards`) and the sidecar files are written (`sidecars`:
     their names, in the run folder), commit the dataset when `decide` says so and this
-    run still holds the directory's lease; whether it committed.
+    run still holds the directory's lease; whether it committed. `stats`: {split:
+    {feature: ChannelStats}} of the frames the kept videos store.
 
     Not committing leaves the directory, and any dataset in it, unchanged: the shards are
     removed again and the sidecars stay in the run folder, which stays (an append with
@@ -89,7 +93,7 @@ def finalize(tally: Tally, sidecars: list[str], *, run: RunDir, config: DatasetC
     if not decision.commits:   # shards of no window (nothing new) go too
         _discard(run, tally, whole=decision.outcome == decide.NOTHING_NEW)
         return False
-    dataset = build_spec(config, run.run_id, tally, sidecars, base)
+    dataset = build_spec(config, run.run_id, tally, sidecars, base, stats)
     lost = outdir.LeaseLost(run.output_dir)
     if not outdir.holds_lease(run):
         raise lost
@@ -170,7 +174,8 @@ class Finalize(beam.PTransform):
     video_id), bad_frames.jsonl by (video_id, source, frame).
 
     `known`: what an --append knows of the dataset it adds to; the new sidecars keep its
-    rows (failures: commit/failures.py).
+    rows (failures: commit/failures.py). The statistics are combined per split
+    (commit/split_stats.py), a few numbers a channel, and reach the commit as a side input.
     """
 
     def __init__(self, run: RunDir, config: DatasetConfig,
@@ -201,10 +206,12 @@ class Finalize(beam.PTransform):
             inputs.shards.pipeline | "ClearLeftovers" >> ClearLeftovers(run)
         tally = (tuple(tallied) | "AllTallied" >> beam.Flatten()
                  | "Tally" >> beam.CombineGlobally(TallyFn()))
+        stats = (inputs.stats, inputs.dropped) | "SplitStats" >> SplitStats()
         # Three stages, so that a runner that retries one (Dataflow retries a failed
         # bundle) repeats that step alone; each may run again after its side effects.
         return (tally
-                | "Commit" >> beam.Map(finalize, beam.pvalue.AsSingleton(names), run=run,
+                | "Commit" >> beam.Map(finalize, beam.pvalue.AsSingleton(names),
+                                       beam.pvalue.AsDict(stats), run=run,
                                        config=self._config, base=known and known.spec)
                 | "CleanUp" >> ApplyToAll(lambda results: _clean_up(results, run))
                 | "ReleaseLease" >> ApplyToAll(lambda _: outdir.release_lease(run)))

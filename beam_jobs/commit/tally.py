@@ -1,19 +1,15 @@
 """What the commit needs of a run, in one combine: per split the videos, windows, frames
-and bad frames of the videos that gave no failure, and the sums for the statistics of the
-frames they store (added exactly per split, in any order: a few numbers a channel, never
-the frames; core/moments.py), the encoder devices that cut them, the longest video, the
-failed records, the videos an --append skipped, the video ids the new videos.jsonl would
-list twice, and the shards written (a small row each)."""
+and bad frames of the videos that gave no failure, the encoder devices that cut them, the
+longest video, the failed records, the videos an --append skipped, the video ids the
+new videos.jsonl would list twice, and the shards written (a small row each)."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import apache_beam as beam
 
 from beam_jobs.commit.decide import Counts
-from beam_jobs.core.moments import add_video
 from beam_jobs.core.records import VideoCount, WrittenShard
-from readers.format.channel_stats import merge_stats
 
 SPLIT_COUNTS = ("videos", "windows", "skipped_short", "frames", "bad_frames")
 
@@ -24,8 +20,7 @@ class Tally(NamedTuple):
     sorted encoder devices that cut them, the shards written (sorted), the longest
     video's frames, the failed input records or videos, the videos an --append skipped,
     the video ids the new videos.jsonl would list more than once, and the failed records
-    of earlier runs it keeps (commit/failures.py); `stats`, per split {feature:
-    ExactMoments} of the frames those videos store (core/moments.py)."""
+    of earlier runs it keeps (commit/failures.py)."""
     counts: dict
     devices: list
     shards: list
@@ -34,7 +29,6 @@ class Tally(NamedTuple):
     skipped: int = 0
     twice: int = 0
     remembered: int = 0
-    stats: Optional[dict] = None
 
     def total(self, name: str) -> int:
         """A count (one of SPLIT_COUNTS) summed over the splits."""
@@ -80,8 +74,6 @@ class TallyFn(beam.CombineFn):
         counts["frames"] += video.frames
         if video.encoder_device:
             tally.devices.add(video.encoder_device)
-        if video.stats:
-            tally = tally._replace(stats=add_video(tally.stats or {}, video.split, video.stats))
         return tally._replace(longest=max(tally.longest, video.frames))
 
     def merge_accumulators(self, tallies) -> Tally:
@@ -93,11 +85,9 @@ class TallyFn(beam.CombineFn):
                     into[name] += value
             merged.devices.update(tally.devices)
             merged.shards.extend(tally.shards)
-            merged = merged._replace(
-                longest=max(merged.longest, tally.longest),
-                stats=merge_stats(merged.stats or {}, tally.stats or {}),
-                **{name: getattr(merged, name) + getattr(tally, name)
-                   for name in _SUMMED.values()})
+            merged = merged._replace(longest=max(merged.longest, tally.longest), **{
+                name: getattr(merged, name) + getattr(tally, name)
+                for name in _SUMMED.values()})
         return merged
 
     def extract_output(self, tally: Tally) -> Tally:

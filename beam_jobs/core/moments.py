@@ -1,5 +1,6 @@
 """The job's sums for the dataset's statistics (readers/format/channel_stats.py): what the
-cut gives per video (`VideoMoments`) and the tally adds per split (`ExactMoments`).
+cut gives per video (`VideoMoments`) and commit/split_stats.py adds per split
+(`ExactMoments`).
 
 Per channel (the last axis of a frame): the count of values, their sum and sum of
 squares, min and max. A video's sums are float64, from numpy over its frames (the same
@@ -158,17 +159,4 @@ def _units(sums: np.ndarray, nonfinite: np.ndarray) -> list[int]:
         return [m << s if s >= 0 else m >> -s for m, s in zip(mantissas.tolist(),
                                                                shifts.tolist())]
     return list(map(operator.lshift, mantissas.tolist(), shifts.tolist()))
-
-
-Totals = dict   # {split: {feature: ExactMoments}}, what the tally holds (merged by
-# readers.format.channel_stats.merge_stats)
-
-
-def add_video(totals: Totals, split: str, video: dict) -> Totals:
-    """`totals` with one video's {feature: VideoMoments} added to its split's (a new
-    dict: the one given is left as it is)."""
-    into = dict(totals.get(split, {}))
-    for name, moments in video.items():
-        into[name] = into.get(name, ExactMoments.empty(len(moments.total))).add(moments)
-    return {**totals, split: into}
 

@@ -1,6 +1,7 @@
 """What flows between the parts of the job: a window's keyed example (cut -> shuffle), a
-video's count (cut -> commit), a written shard (shuffle -> commit), and a failure row
-(every part that reads or cuts a video -> commit's failures.jsonl)."""
+video's count and the sums of its frames (cut -> commit), a written shard (shuffle ->
+commit), and a failure row (every part that reads or cuts a video -> commit's
+failures.jsonl)."""
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -31,9 +32,6 @@ class VideoCount(NamedTuple):
     encoder_device: Optional[str] = None # where the encoder ran on its frames
     digest: str = ""                     # of its frames as given (cut/examples.py)
     rotation: Optional[int] = None       # a video file's display turn applied, clockwise
-    # The sums for the statistics of the frames its windows store, {feature:
-    # VideoMoments} (None: it stores none): the tally adds those of the videos kept.
-    stats: Optional[dict[str, VideoMoments]] = None
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""
@@ -46,6 +44,15 @@ class VideoCount(NamedTuple):
         if self.rotation is not None:
             row["rotation"] = self.rotation
         return row
+
+
+class VideoStats(NamedTuple):
+    """The sums for the statistics of the frames one video's windows store (cut ->
+    commit/split_stats.py, which leaves out those of videos whose windows are left out,
+    by the key of their first window)."""
+    split: str
+    key: int                          # its first window's key
+    sums: dict[str, VideoMoments]     # {feature: VideoMoments}
 
 
 class WrittenShard(NamedTuple):

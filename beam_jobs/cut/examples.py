@@ -23,7 +23,7 @@ from apache_beam.utils import shared
 from beam_jobs.core import ids, progress
 from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.frames import BadRecord, Frame
-from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, failure
+from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, VideoStats, failure
 from beam_jobs.cut import keys, windows
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
 from beam_jobs.cut.frame_stats import StoredFrameStats
@@ -76,6 +76,7 @@ class _Cut:
 
 # The tagged outputs of the cut, besides its examples and failure rows.
 _VIDEO_COUNTS, _BAD_FRAMES, _ABANDONED = "video_counts", "bad_frames", "abandoned"
+_STATS = "video_stats"
 
 
 class CutOutputs(NamedTuple):
@@ -85,6 +86,7 @@ class CutOutputs(NamedTuple):
     failures: beam.PCollection     # failure rows, one per unusable video
     bad_frames: beam.PCollection   # rows of bad_frames.jsonl
     abandoned: beam.PCollection    # Abandoned, one per video that failed half-way
+    stats: beam.PCollection        # VideoStats, one per video that stores a frame
 
 
 class CutWindows(beam.PTransform):
@@ -106,9 +108,9 @@ class CutWindows(beam.PTransform):
         schemes = () if self._known_digests is None else (beam.pvalue.AsSingleton(
             self._known_digests | "DigestScheme" >> DatasetScheme()),)
         cut = videos | "Cut" >> beam.ParDo(self._cut, *schemes).with_outputs(
-            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, main="examples")
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, _STATS, main="examples")
         return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES],
-                          cut[_ABANDONED])
+                          cut[_ABANDONED], cut[_STATS])
 
 
 class _CutVideo(beam.DoFn):
@@ -183,8 +185,10 @@ class _CutVideo(beam.DoFn):
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
             video.record_index, info.get("source_fps"), info.get("encoder_device"),
-            cut.digest.hexdigest(), info.get("rotation"),
-            cut.stats.result() if windows_cut else None))
+            cut.digest.hexdigest(), info.get("rotation")))
+        sums = cut.stats.result()
+        if sums:
+            yield beam.pvalue.TaggedOutput(_STATS, VideoStats(split, cut.keys[0], sums))
 
     def _examples(self, video, split: str, info: dict, cut: "_Cut") -> Iterator[KeyedExample]:
         """The video's examples, one at a time; `cut` gets its frame count and bad frames

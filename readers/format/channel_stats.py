@@ -177,10 +177,11 @@ def empty_stats(features: Any) -> dict[str, ChannelStats]:
             for name, shape in stats_shapes(features).items()}
 
 
-def merge_stats(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]
-                ) -> dict[str, dict[str, Any]]:
-    """Per split and feature, both merged (new dicts; each value has `merge`: a
-    ChannelStats, or the job's sums); a split or feature only one has, as it is."""
+def merge_stats(a: Mapping[str, Mapping[str, ChannelStats]],
+                b: Mapping[str, Mapping[str, ChannelStats]]
+                ) -> dict[str, dict[str, ChannelStats]]:
+    """Per split and feature, both merged (new dicts); a split or feature only one has,
+    as it is."""
     merged = {split: dict(features) for split, features in a.items()}
     for split, features in b.items():
         into = merged.setdefault(split, {})
