@@ -25,9 +25,8 @@ class SplitStatsFn(beam.CombineFn):
 
     def add_input(self, totals: dict[str, ExactMoments],
                   sums: dict[str, VideoMoments]) -> dict[str, ExactMoments]:
-        for name, moments in sums.items():
-            totals[name] = totals.get(name, ExactMoments.empty(len(moments.total))).add(moments)
-        return totals
+        return self.merge_accumulators([totals, {name: ExactMoments.of(moments)
+                                                 for name, moments in sums.items()}])
 
     def merge_accumulators(self, accumulators) -> dict[str, ExactMoments]:
         merged: dict[str, ExactMoments] = {}

@@ -104,15 +104,16 @@ class ExactMoments:
         return cls(0, 0, [0] * channels, [0] * channels, nan, nan.copy(),
                    np.zeros(channels, bool))
 
-    def add(self, video: VideoMoments) -> "ExactMoments":
-        """These sums and a video's."""
+    @classmethod
+    def of(cls, video: VideoMoments) -> "ExactMoments":
+        """A video's sums, exact."""
+        channels = len(video.total)
         if not video.count:
-            return dataclasses.replace(self, frames=self.frames + video.frames)
+            return dataclasses.replace(cls.empty(channels), frames=video.frames)
         nonfinite = ~(np.isfinite(video.total) & np.isfinite(video.squares))
         units = _units(np.concatenate([video.total, video.squares]), np.tile(nonfinite, 2))
-        channels = len(video.total)
-        return self.merge(ExactMoments(video.frames, video.count, units[:channels],
-                                       units[channels:], video.low, video.high, nonfinite))
+        return cls(video.frames, video.count, units[:channels], units[channels:], video.low,
+                   video.high, nonfinite)
 
     def merge(self, other: "ExactMoments") -> "ExactMoments":
         if not other.count:
