@@ -9,6 +9,11 @@ on one process or many (DDP on gloo), with an exact resume after a kill.
 `out/`); without it, rank 0 makes the same one under `--workdir` (needs the [beam]
 install). A trainer needs only `pip install video-window-shards torch`.
 
+On the README's sample (371 windows), one process: the loss (next-latent mean squared
+error) falls from 1.4 to 0.04 in 3 epochs (72 steps, about 15 s on 2 cores) and to 0.018
+in 10; copying the last frame scores 0.025, and the sample's noise (std 0.1) puts the
+floor at 0.01.
+
 What each step does, and why:
 - Each epoch, every rank builds `EpochBatches(..., shard_index=rank, num_shards=world,
   drop_remainder=False)`: the epoch's one global permutation (a function of seed and
