@@ -10,8 +10,10 @@ Builds both datasets with real job runs (beam_jobs.sample's latents, window 100,
 about 12,400 windows of 80 KB, 1 GB of shards). Each report is made --repeats times, each
 time by the command in a process of its own (`python -m readers.inspect OUT --report
 ...`), timed from start to exit, its peak RSS its own VmHWM at exit; the table gives
-medians. With --screenshot, headless Chromium takes a
-picture of the sample's report (the one docs/report.md shows).
+medians, each made beside its dataset (`readers.inspect out/ --report ...`, as the README
+runs it). With --screenshot, headless Chromium takes a picture of the sample's report
+(the one docs/report.md shows: made with --work_dir /home/user/video-window-shards, a
+clone's folder, so that it shows no temporary path of the machine it was made on).
 """
 from __future__ import annotations
 
@@ -38,12 +40,14 @@ WINDOW, STRIDE = 100, 50
 SCREENSHOT_SIZE = (1280, 3400)
 
 
-def build(work_dir: str, name: str, videos: int, files: int) -> str:
-    """Latent sample videos cut into shards by the job; the output directory."""
-    inputs = os.path.join(work_dir, f"{name}-in")
+def build(work_dir: str, name: str, videos: int, files: int, inputs: str = "") -> str:
+    """Latent sample videos (in `inputs`, default NAME-in) cut into shards by the job;
+    the output directory."""
+    inputs = os.path.join(work_dir, inputs or f"{name}-in")
     write_latent_sample(inputs, videos=videos, files=files)
     out = os.path.join(work_dir, name)
-    make_shards.run(["--input", os.path.join(inputs, "*.tfrecord"), "--output_dir", out,
+    make_shards.run(["--input", os.path.join(inputs, "latents-*.tfrecord"),
+                     "--output_dir", out,
                      "--window", str(WINDOW), "--stride", str(STRIDE), "--overwrite",
                      *(["--all_cores"] if videos > 100 else [])])
     return out
@@ -63,10 +67,12 @@ finally:
 
 
 def timed_report(out: str, page: str, samples: int) -> tuple[float, int]:
-    """(seconds, peak RSS in bytes) of the command in a new process."""
+    """(seconds, peak RSS in bytes) of the command in a new process, run beside the
+    dataset as the README runs it (`readers.inspect out/ --report ...`)."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _COMMAND, out, "--report", page,
-                           "--report_samples", str(samples)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-c", _COMMAND, os.path.basename(out) + "/",
+                           "--report", page, "--report_samples", str(samples)],
+                          cwd=os.path.dirname(out), env={**os.environ, "PYTHONPATH": REPO},
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
     if done.returncode:
@@ -117,7 +123,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_report-")
-    cases = [("the sample (24 videos)", build(work_dir, "sample", 24, 3), 12),
+    # the README's sample, as its first command makes it: sample/ cut into out/
+    cases = [("the sample (24 videos)", build(work_dir, "out", 24, 3, "sample"), 12),
              (f"{args.videos} videos", build(work_dir, "large", args.videos, 8), 12),
              (f"{args.videos} videos", os.path.join(work_dir, "large"), 48)]
     rows = []
@@ -133,7 +140,7 @@ def main() -> None:
             "samples": samples, "seconds": statistics.median(r[0] for r in runs),
             "peak_rss_mb": statistics.median(r[1] for r in runs) / 2**20,
             "report_mb": os.path.getsize(page) / 1e6})
-        if args.screenshot and out.endswith("sample") and samples == 12:
+        if args.screenshot and label.startswith("the sample"):
             screenshot(page, args.screenshot)
     rate = videos_rows_per_second()
     print("| dataset | windows | shards | shards MB | --report_samples | seconds | peak RSS "

@@ -1,16 +1,9 @@
-"""Fixtures shared by the tests, and the `slow` marker (`pytest -m "not slow"` is the
-inner loop). Helpers are in helpers.py."""
+"""Fixtures shared by the tests (the `slow` marker is declared in pytest.ini;
+`pytest -m "not slow"` is the inner loop). Helpers are in helpers.py."""
 import os
 
 import numpy as np
 import pytest
-from filelock import FileLock
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a test that runs the job, or a process of its "
-                                       "own, for more than a few seconds; deselect with "
-                                       "-m 'not slow'")
 
 
 @pytest.fixture
@@ -61,13 +54,16 @@ def _write_kinds_inputs(root) -> None:
 
 
 @pytest.fixture(scope="session")
-def kinds(tmp_path_factory, worker_id) -> dict[str, str]:
+def kinds(tmp_path_factory, request) -> dict[str, str]:
     """KINDS, built once a session (with pytest-xdist, once for all its workers): name ->
     the dataset's path. Tests read them; a test that changes one changes a copy."""
+    from filelock import FileLock
+
     from helpers import run_jobs
 
     base = tmp_path_factory.getbasetemp()
-    root = (base if worker_id == "master" else base.parent) / "kinds"
+    # an xdist worker's temp folder lies in the session's, which all workers share
+    root = (base.parent if hasattr(request.config, "workerinput") else base) / "kinds"
     with FileLock(f"{root}.lock"):
         if not (root / "built").exists():
             root.mkdir(exist_ok=True)

@@ -61,7 +61,7 @@ def test_mistakes_are_refused_in_one_line(tmp_path, latents, capsys, extra, mess
 
 
 @pytest.mark.slow
-def test_beam_options_pass(tmp_path, latents):
+def test_beam_pipeline_options_pass_through_to_a_run(tmp_path, latents):
     run_job(latents[0], tmp_path / "out", "--window", "5", "--runner", "DirectRunner",
             "--direct_num_workers", "1", "--project", "my-project", "--region",
             "us-central1", "--temp_location", str(tmp_path), "--experiments", "a",

@@ -162,7 +162,7 @@ def test_inspect_flags_say_what_they_need(latent_dataset, tmp_path, capsys):
     assert "(default: preview.png)" in help_text and "which windows --preview draws" in help_text
 
 
-def test_stats(pixel_dataset, capsys):
+def test_stats_all_counts_the_mask_the_masked_frames_and_the_labels(pixel_dataset, capsys):
     code, out, err = inspect_run(capsys, pixel_dataset, "--stats", "--all")
     assert code == 0, err[-500:]
     out = out.split("statistics of")[1]

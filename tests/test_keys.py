@@ -6,7 +6,7 @@ import pytest
 from beam_jobs.cut.keys import assign_split, parse_splits, window_key
 
 
-def test_parse_splits():
+def test_parse_splits_reads_name_fraction_pairs():
     assert parse_splits("train=0.9,validation=0.1") == {"train": 0.9, "validation": 0.1}
     assert parse_splits("train=1.0") == {"train": 1.0}
 

@@ -57,7 +57,7 @@ def test_every_window_is_its_source_slice_with_its_metadata(tmp_path, rng, tail)
     assert meta["flags"]["window"] == 10
 
 
-def test_the_first_user_story_format(tmp_path, rng):
+def test_832x200_latents_and_a_recipe_give_16_windows_each_of_their_frames(tmp_path, rng):
     """832 x 200 float32 latents with a 4-float recipe, windows of 100 every 50."""
     videos = [(rng.standard_normal((832, 200)).astype(np.float32),
                rng.random(4).astype(np.float32)) for _ in range(3)]

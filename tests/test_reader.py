@@ -90,7 +90,7 @@ def test_without_shuffle_the_shards_are_read_in_order(dataset):
             ((e["video_id"], int(e["start"])) for e in read_examples(dataset, "train"))] == in_order
 
 
-def test_feature_selection(dataset):
+def test_features_parses_only_those_and_refuses_unknown_ones(dataset):
     ds = readers.make_dataset(dataset, batch_size=2, features=["window", "metadata"])
     assert set(ds.element_spec) == {"window", "metadata"}
     with pytest.raises(ValueError, match=r"unknown feature\(s\) \['labels'\]"):

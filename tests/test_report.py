@@ -277,7 +277,8 @@ def test_broken_side_files_are_left_out_and_verify_still_speaks(reports, tmp_pat
     assert f"video {rows[0]['video_id']!r}: bad_frames -1 is not a count" in text
 
 
-def test_report_flags(reports, tmp_path, capsys):
+def test_report_samples_needs_report_and_sets_the_sheets_and_sample(reports, tmp_path,
+                                                                      capsys):
     path, _ = reports["latent"]
     code, _, err = inspect_run(capsys, path, "--report_samples", "3")
     assert code == 2 and "--report_samples" in err and "give --report too" in err

@@ -55,7 +55,7 @@ def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
         assert int(parsed["start"][0]) == start
 
 
-def test_shapes_are_checked():
+def test_encode_example_refuses_a_value_of_another_shape():
     features = data_format.window_features(data_format.FeatureSpec.for_array("window", (2, 3),
                                                                        "float32"))
     values = {"window": np.zeros((3, 3)), "mask": np.ones(2), "video_id": b"v",

@@ -12,7 +12,7 @@ strides = st.integers(1, 150)
 
 @pytest.mark.parametrize("tail, count, last", [("drop", 15, 700), ("align_end", 16, 732),
                                                ("pad", 16, 750)])
-def test_the_issue_example(tail, count, last):
+def test_832_frames_in_windows_of_100_every_50_per_tail(tail, count, last):
     starts = window_starts(832, 100, 50, tail)
     assert len(starts) == count and starts[-1] == last
     last_start, last_frames = list(stream_windows(range(832), 100, 50, tail))[-1]
