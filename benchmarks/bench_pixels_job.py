@@ -18,7 +18,8 @@ each manifest. Every run is a subprocess, so each wall time includes its start-u
                  through `FrameCodec.store_bytes` (Pillow `draft` to the smallest DCT scale
                  at least 270x480, then Lanczos for the rest), a video frame through
                  `media.video_images` (PyAV, swscale scaling it to 270x480 as it converts
-                 it to RGB) then `FrameCodec.store`; stored as JPEG quality 90, counted,
+                 it to RGB) then `FrameCodec.store_image`; stored as JPEG quality 90 (and
+                 each frame's histogram made, as the job makes it), counted,
                  dropped. No windows, no Examples, no shards, no TensorFlow import
                  (importing beam_jobs.sources imports Beam: start-up, which cancels).
   job            `python -m beam_jobs.make_shards --input MANIFEST --output_dir DIR --window
@@ -157,7 +158,8 @@ def _rows(manifest: str) -> list[dict]:
 
 def floor_frames(manifest: str):
     """Each frame of the manifest stored as the job's --resize fast stores it (JPEG q90),
-    by the job's own functions: the same decode work, without windows or shards."""
+    by the job's own functions: the same decode work, and the histogram of its pixels the
+    job counts for the dataset's statistics, without windows or shards."""
     sys.path.insert(0, REPO)
     from beam_jobs.sources import media
 
@@ -167,7 +169,7 @@ def floor_frames(manifest: str):
         if "video" in row:
             for image, _ in media.video_images(row["video"], orient=codec.orient,
                                                size=codec.video_scale()):
-                yield codec.store(image)
+                yield codec.store_image(image)
         else:
             for path in frame_paths(row["frames"]):
                 yield codec.store_bytes(media.read_bytes(path))
