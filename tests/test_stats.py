@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import (inspect_run, latent_example, random_videos, read_dataset_json,
+from helpers import (docs_code, inspect_run, latent_example, random_videos, read_dataset_json,
                      read_examples, run_job, write_frame_folder, write_manifest, write_records,
                      write_videos)
 import readers
@@ -245,3 +245,19 @@ def test_normalize_on_numpy_in_a_tf_data_map_and_on_torch(kinds):
     assert constant.normalize(np.array([2.0, 3.0])).tolist() == [0.0, 1.0]   # shifted only
     with pytest.raises(ValueError, match="these statistics have 3 channels"):
         window.normalize(np.zeros((2, 4)))
+
+
+def test_the_docs_transform_normalises_pixels_and_labels_in_the_reader(kinds, tmp_path,
+                                                                       monkeypatch):
+    """readers.md's block for the fire regressor, over a dataset of pixels and labels."""
+    from readers.numpy import WindowSource
+
+    shutil.copytree(kinds["raw"], tmp_path / "out")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(docs_code("readers.md", "Normalising with the dataset's statistics", 1), scope)
+    stats = readers.load_spec("out/").stats["train"]
+    raw = WindowSource("out/", "train")[0:2]
+    np.testing.assert_allclose(scope["batch"]["window"], stats["window"].normalize(raw["window"]))
+    np.testing.assert_allclose(scope["batch"]["labels"], stats["labels"].normalize(raw["labels"]))
+    np.testing.assert_allclose(scope["labels"], raw["labels"], rtol=1e-6, atol=1e-5)
