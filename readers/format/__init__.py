@@ -14,6 +14,8 @@
   input.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
+- `window_table`: the window table beside a shard: each record's video and valid frames,
+  what a reader selects by.
 - `tfds_info`: dataset_info.json (features.json before format 5), what TensorFlow
   Datasets reads.
 - `videos_file`: a dataset's videos file checked against its dataset.json.
@@ -24,13 +26,14 @@ lines of its own), and readers.numpy reads without either. A codec imports Tenso
 inside its tf.data methods only.
 """
 from readers.format import (  # noqa: F401 (submodules)
-    codecs, index, tensor_proto, tfds_info, tfrecord, videos_file, wire)
+    codecs, index, tensor_proto, tfds_info, tfrecord, videos_file, window_table, wire)
 from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_INFO_JSON, DATASET_JSON, FAILURES_JSONL,
-    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECAR_KINDS, SIDECARS, TFDS_FILES,
-    VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name, run_id_in,
-    run_id_of, shard_name, sidecar_name, tf_compression_type)
+    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECAR_KINDS, SIDECARS, TABLE_SUFFIX,
+    TFDS_FILES, VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name,
+    is_table_name, run_id_in, run_id_of, shard_name, sidecar_name, table_name,
+    tf_compression_type)
 from readers.format.spec import (  # noqa: F401
     FORMAT_VERSION, MASK_MEANING, PER_FRAME, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard,
     SpecError, SplitInfo, load_spec, window_features)

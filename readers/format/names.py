@@ -1,5 +1,5 @@
-"""The names of a dataset's files: dataset.json, the sidecars, the TFDS files, the shards and
-their indexes."""
+"""The names of a dataset's files: dataset.json, the sidecars, the TFDS files, the shards,
+their indexes and their window tables."""
 from __future__ import annotations
 
 import re
@@ -29,6 +29,7 @@ RUN_ID = re.compile(r"^[0-9a-f]{12}$")   # a run's id: its shards' names end wit
 _SHARD_NAME = re.compile(
     r"(?P<split>[A-Za-z0-9_]+)-[0-9]{5}-of-[0-9]{5}(-(?P<run>[0-9a-f]{12}))?\.tfrecord(\.gz)?")
 INDEX_SUFFIX = ".index"
+TABLE_SUFFIX = ".table"   # the window table beside a shard (readers.format.window_table)
 _SIDECAR_NAME = re.compile(r"(?P<kind>videos|failures|bad_frames)(-(?P<run>[0-9a-f]{12}))?\.jsonl")
 
 
@@ -68,6 +69,16 @@ def is_index_name(name: str) -> bool:
             and is_shard_name(name[:-len(INDEX_SUFFIX)]))
 
 
+def table_name(shard: str) -> str:
+    """The window table beside a shard (readers.format.window_table), format 6 on."""
+    return shard + TABLE_SUFFIX
+
+
+def is_table_name(name: str) -> bool:
+    return (isinstance(name, str) and name.endswith(TABLE_SUFFIX)
+            and is_shard_name(name[:-len(TABLE_SUFFIX)]))
+
+
 def sidecar_name(kind: str, run_id: str) -> str:
     """`videos-RUNID.jsonl`: the sidecar of `kind` (one of SIDECAR_KINDS) a run commits."""
     if kind not in SIDECAR_KINDS:
@@ -81,10 +92,12 @@ def is_sidecar_name(name: str) -> bool:
 
 
 def run_id_in(name: str) -> Optional[str]:
-    """The run id a dataset file's name carries (a shard, its index, a sidecar), or None:
-    such a file is that run's and no other's."""
+    """The run id a dataset file's name carries (a shard, its index or table, a sidecar),
+    or None: such a file is that run's and no other's."""
     if is_index_name(name):
         name = name[:-len(INDEX_SUFFIX)]
+    elif is_table_name(name):
+        name = name[:-len(TABLE_SUFFIX)]
     match = (_SHARD_NAME.fullmatch(name) or _SIDECAR_NAME.fullmatch(name)
              if isinstance(name, str) else None)
     return match and match["run"]
@@ -92,9 +105,9 @@ def run_id_in(name: str) -> Optional[str]:
 
 def is_dataset_file(name: str) -> bool:
     """Whether `name` may be a file of a dataset, listed in dataset.json's `files`: a
-    shard, an index, a side file or a TFDS file, by its plain name."""
+    shard, an index, a window table, a side file or a TFDS file, by its plain name."""
     return (is_sidecar_name(name) or name in TFDS_FILES or is_shard_name(name)
-            or is_index_name(name))
+            or is_index_name(name) or is_table_name(name))
 
 
 def tf_compression_type(compression: str) -> str:

@@ -24,18 +24,20 @@ from readers.format.json_checks import (Bad, DuplicateKey, at, count, get, no_du
                                        shown, typed)
 from readers.format.names import (
     COMPRESSIONS, DATASET_JSON, RUN_ID, SIDECAR_KINDS, index_name, is_dataset_file,
-    is_shard_name, run_id_of, shard_suffix, sidecar_name, tf_compression_type)
+    is_shard_name, run_id_of, shard_suffix, sidecar_name, table_name, tf_compression_type)
 from readers.format.splits import Shard, SplitInfo
 from readers.format.tfrecord import FRAME_OVERHEAD
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # 2 added how features are stored, and the sidecars; 3 made the offset index text
 # (readers.format.index), which a reader of 1 and 2 would take for binary offsets; 4 added
 # generations (`--append`): a split's shards may be of several runs, which a reader of 3
 # would refuse as another dataset's; 5 names the sidecars by the run that committed them
 # (`videos-RUNID.jsonl`, dataset.json's `videos_file` ...), so that one move of
-# dataset.json commits them too, and puts TFDS's features inside dataset_info.json
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# dataset.json commits them too, and puts TFDS's features inside dataset_info.json; 6 adds
+# a window table beside each shard (readers.format.window_table), listed in `files`, whose
+# names a reader of 5 would refuse as no file of a dataset's
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _PLAIN_SIDECARS = {kind: f"{kind}.jsonl" for kind in SIDECAR_KINDS}
 MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
@@ -239,7 +241,7 @@ def _parse(d: Any) -> dict:
     else:
         check_generation_counts(generations, splits)
     listed = [name for split in splits.values() for shard in split.shards
-              for name in (shard.file, shard.index) if name]
+              for name in (shard.file, shard.index, shard.table) if name]
     if len(set(listed)) < len(listed):
         twice = next(name for name in listed if listed.count(name) > 1)
         raise Bad(f"splits: {twice!r} is listed twice")
@@ -347,15 +349,21 @@ def _shard(d: Any, where: str, split: str, compression: str,
     if index is not None and index != index_name(file):
         raise Bad(f"{at(where, 'index')}: {shown(index)} is not the plain name of its "
                    f"shard's index, {index_name(file)!r}")
-    return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None))
+    table = get(d, "table", str, where, None)
+    if table is not None and table != table_name(file):
+        raise Bad(f"{at(where, 'table')}: {shown(table)} is not the plain name of its "
+                   f"shard's window table, {table_name(file)!r}")
+    return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None),
+                 table)
 
 
 def _shard_json(shard: Shard) -> dict:
     """A shard's entry; `bytes` only where known (not a gzip shard's, nor one written
-    before dataset.json recorded sizes)."""
+    before dataset.json recorded sizes), `table` only where it has one (format 6 on)."""
     d = dataclasses.asdict(shard)
-    if d["bytes"] is None:
-        del d["bytes"]
+    for optional in ("bytes", "table"):
+        if d[optional] is None:
+            del d[optional]
     return d
 
 

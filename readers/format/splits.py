@@ -11,6 +11,7 @@ class Shard:
     examples: int
     index: Optional[str] = None   # its offset index (uncompressed shards only)
     bytes: Optional[int] = None   # its size (uncompressed shards; older datasets lack it)
+    table: Optional[str] = None   # its window table (format 6 on; readers.format.window_table)
 
 
 @dataclasses.dataclass(frozen=True)
