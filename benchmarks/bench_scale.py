@@ -225,7 +225,7 @@ def measure_shard_task(buckets_mb: list[int], record_bytes: int = 80_000) -> lis
                 low = ((b << 64) + num_buckets - 1) // num_buckets
                 keys = [low + i for i in range(per_bucket)]
                 assert bucket_of(keys[0], num_buckets) == b == bucket_of(keys[-1], num_buckets)
-                records = [(k, payload) for k in keys]
+                records = [(k, payload, 0, 0) for k in keys]
                 halves = [records] if mode == "group" else [records[0::2], records[1::2]]
                 files = []
                 for h, part in enumerate(halves):

@@ -16,14 +16,15 @@ BUDGET = int(BUDGET_MB * 2**20)
 
 
 def test_sort_bounded_sorts_any_size_in_its_budget(rng):
-    records = [(int(rng.integers(0, 50)), rng.bytes(int(rng.integers(1, 300))))
+    records = [(int(rng.integers(0, 50)), rng.bytes(int(rng.integers(1, 300))),
+                int(rng.integers(0, 2**64, dtype=np.uint64)), int(rng.integers(0, 17)))
                for _ in range(3000)]   # keys tie often: the examples' bytes order them
     sorts = []
     assert list(sort_bounded(iter(records), 20_000, sorts.append)) == sorted(records)
     assert len(sorts) > 10 and max(sorts) < 20_000 + 300
     small = []
     assert list(sort_bounded(records[:10], 20_000, small.append)) == sorted(records[:10])
-    assert small == [sum(len(example) for _, example in records[:10])]
+    assert small == [sum(len(record[1]) for record in records[:10])]
 
 
 def _run(input_glob, out, mode, bucket_mb, *flags):

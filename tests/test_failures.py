@@ -177,7 +177,7 @@ def test_overwrite_replaces_the_dataset_and_leaves_no_stale_shard(tmp_path, smal
     shards = read_dataset_json(tmp_path / "out")["splits"]["train"]["shards"]
     assert plain_names(os.listdir(tmp_path / "out")) == plain_names(
         ["dataset.json", "dataset_info.json", "failures.jsonl", "videos.jsonl"]
-        + [name for s in shards for name in (s["file"], s["index"])])
+        + [name for s in shards for name in (s["file"], s["index"], s["table"])])
     assert len(shards) == 2
 
 

@@ -47,7 +47,9 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
     names = plain_names(gcs.ls("bkt/out"))
     assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.index",
+                     "train-00000-of-00002.tfrecord.table",
                      "train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.index",
+                     "train-00001-of-00002.tfrecord.table",
                      "videos.jsonl"]
     _download(gcs, "bkt/out", tmp_path / "copy")
     examples = read_examples(tmp_path / "copy")
@@ -161,12 +163,14 @@ def test_gcs_output_dirs_get_the_same_protection(gcs, tmp_path, capsys):
     names = plain_names(gcs.ls("bkt/safe/out", refresh=True))
     assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00001.tfrecord", "train-00000-of-00001.tfrecord.index",
+                     "train-00000-of-00001.tfrecord.table",
                      "videos.jsonl"]
     _download(gcs, "bkt/safe/out", tmp_path / "copy")
     meta = json.loads(gcs.cat("bkt/safe/out/dataset.json"))
     assert plain_names(meta["files"]) == ["dataset_info.json", "failures.jsonl",
                                           "train-00000-of-00001.tfrecord",
-                                          "train-00000-of-00001.tfrecord.index", "videos.jsonl"]
+                                          "train-00000-of-00001.tfrecord.index",
+                                          "train-00000-of-00001.tfrecord.table", "videos.jsonl"]
 
 
 def _latents_on_gcs(gcs, prefix: str, videos: int = 12, length: int = 40) -> None:
@@ -185,15 +189,17 @@ def test_a_local_run_spills_to_local_disk_not_to_gcs(gcs, tmp_path):
             "--stride", "4", "--spill_buffer_mb", "0.01", "--num_shards", "2",
             "--temp_location", str(temp))
     counts = gcs_emulator.counts()
-    # created on GCS: the lease, run.json, shards.json, 2 shards and their 2 indexes,
-    # the failures and videos files, dataset.json and dataset_info.json; no spilled
-    # sorted file
-    assert counts.get("create", 0) == 11, counts
+    # created on GCS: the lease, run.json, shards.json, 2 shards and their 2 indexes and
+    # 2 window tables, the failures and videos files, dataset.json and
+    # dataset_info.json; no spilled sorted file
+    assert counts.get("create", 0) == 13, counts
     assert not os.listdir(temp)   # the local spill files are gone
     names = plain_names(gcs.ls("bkt/spill_out", refresh=True))
     assert names == ["dataset.json", "dataset_info.json", "failures.jsonl",
                      "train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.index",
+                     "train-00000-of-00002.tfrecord.table",
                      "train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.index",
+                     "train-00001-of-00002.tfrecord.table",
                      "videos.jsonl"]
     _download(gcs, "bkt/spill_out", tmp_path / "copy")
 
@@ -248,8 +254,9 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
 
 
 def test_an_append_on_gcs_writes_only_the_new_generation(gcs, tmp_path):
-    """The old shards and indexes keep their object generation (never rewritten, copied
-    or deleted); the append creates what a build of the new videos creates, no more."""
+    """The old shards, indexes and window tables keep their object generation (never
+    rewritten, copied or deleted); the append creates what a build of the new videos
+    creates, no more."""
     _latents_on_gcs(gcs, "grow_in", videos=6, length=30)
     argv = ("gs://bkt/grow_in/*.tfrecord", "gs://bkt/grow", "--window", "8", "--num_shards",
             "2", "--append")
@@ -263,9 +270,9 @@ def test_an_append_on_gcs_writes_only_the_new_generation(gcs, tmp_path):
     run_job(*argv)
     counts = gcs_emulator.counts()
     assert {path: gcs.info(path)["generation"] for path in old} == old
-    # created: the lease, run.json, shards.json, 2 new shards and their indexes, the
-    # failures and videos files, dataset.json and dataset_info.json
-    assert counts.get("create", 0) == 11, counts
+    # created: the lease, run.json, shards.json, 2 new shards and their indexes and
+    # window tables, the failures and videos files, dataset.json and dataset_info.json
+    assert counts.get("create", 0) == 13, counts
     # copied: the three files moved from the run folder (a rename on GCS); the old
     # shards are never a copy's source or target
     assert counts.get("post", 0) == 3, counts

@@ -128,7 +128,7 @@ def test_shards_are_balanced_named_and_clamped(tmp_path, rng):
     assert all(s["examples"] == 1 for s in clamped["shards"])
     assert plain_names(os.listdir(tmp_path / "clamped")) == plain_names(
         ["dataset.json", "dataset_info.json", "failures.jsonl", "videos.jsonl"]
-        + [name for s in clamped["shards"] for name in (s["file"], s["index"])])
+        + [name for s in clamped["shards"] for name in (s["file"], s["index"], s["table"])])
 
 
 def read_examples_of(out, file):

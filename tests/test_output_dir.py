@@ -108,6 +108,7 @@ def test_every_spelling_of_the_output_dir_gets_the_same_protection(
                                              "failures.jsonl",
                                              "train-00000-of-00001.tfrecord",
                                              "train-00000-of-00001.tfrecord.index",
+                                             "train-00000-of-00001.tfrecord.table",
                                              "videos.jsonl"]
     (real / "notes.txt").write_text("mine")
     assert "did not write (notes.txt)" in _refused(capsys, *_job(small_input, arg, "--overwrite"))
@@ -208,5 +209,6 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng, capsys):
     assert_verified(out)
     assert plain_names(os.listdir(out)) == [
         "dataset.json", "dataset_info.json", "failures.jsonl"] + [
-        f"train-0000{i}-of-00003.tfrecord{x}" for i in range(3) for x in ("", ".index")] + [
+        f"train-0000{i}-of-00003.tfrecord{x}" for i in range(3)
+        for x in ("", ".index", ".table")] + [
         "videos.jsonl"]

@@ -1,4 +1,5 @@
-"""The bytes of the shards and indexes are pinned: a refactor must not change one of them.
+"""The bytes of the shards, indexes and window tables are pinned: a refactor must not
+change one of them.
 
 Inputs are made from integer arithmetic (no random generator, no libm), so that the
 same pinned versions give the same bytes on any machine of this kind. dataset.json is
@@ -33,30 +34,46 @@ PINNED = {
             "12b55bcad127f464a2160d9c713a3f76baabd24503a07887f5924bdb6631351a",
         "val-00001-of-00002.tfrecord.index":
             "68b381d2a866bd7b0beeb3785b72dac10b838187d3c7ea590ba14bc9db071b96",
+        "train-00000-of-00002.tfrecord.table":
+            "cb814133fac6d81984613451b303f252bf936a810ad305d9d267ded592cf0838",
+        "train-00001-of-00002.tfrecord.table":
+            "bb78512a5c9b55ac3e8d068f2cd302a17b31dde5a209d581781e923a997d288d",
+        "val-00000-of-00002.tfrecord.table":
+            "caca69a9fb219108f78233186acb7dc7ccfb7407ab7561b90bcf54864c9d2293",
+        "val-00001-of-00002.tfrecord.table":
+            "584eba3342f30a403ee7575811951b8c47315f876c44dc93f6bb9f0127d37711",
     },
     "float16_pad": {
         "train-00000-of-00001.tfrecord":
             "f3f2ea8c920ce2e0514fc3b080cf16495b933b7a20b6900ba4e72cc39ac62aae",
         "train-00000-of-00001.tfrecord.index":
             "eaa63873cd711c9e8005a1e17ba9c2b92153032ca265ed9397426d602c2a3d28",
+        "train-00000-of-00001.tfrecord.table":
+            "f08478127e9a613add948c74a2dcbe45b743d20f20a890244c0e01d238f21518",
     },
     "jpeg": {
         "train-00000-of-00001.tfrecord":
             "52b240ee7d25945c11856425eae8650b46aee759c39218e7d7689b9d7d4b8630",
         "train-00000-of-00001.tfrecord.index":
             "d34251caf4b2ee536fcb1646b5732b1bd6fe766717adaec82dd486753a7729a3",
+        "train-00000-of-00001.tfrecord.table":
+            "4c6ce24003e6e8fea54266591f6a44f894c6f7f17088b29551ef15f18530612a",
     },
     "png_resized": {
         "train-00000-of-00001.tfrecord":
             "81a0a8bae97082a51947ea994e62f84a0675344edcbd450894ada76424f7329d",
         "train-00000-of-00001.tfrecord.index":
             "2c44d817f0331d601c6071dcf13a5b0d93f174d4c9a392c09be78dbd26288946",
+        "train-00000-of-00001.tfrecord.table":
+            "1cace1bcfc0c54738d35681241b53ce83f51fa7fec4791ee60722be4099ea00e",
     },
     "raw_grayscale": {
         "train-00000-of-00001.tfrecord":
             "cc85b57e38b555f1f1f78f2142811275b2506245cb09b73228c70fedbb9edbd9",
         "train-00000-of-00001.tfrecord.index":
             "4f853bcc14dd4daad261efe31ec451ba4de3175f0f7ff2c136677d568e2b9e28",
+        "train-00000-of-00001.tfrecord.table":
+            "f85c693caec02699d93d995d65e0a7138c37313877e00393112943ec51709169",
     },
 }
 

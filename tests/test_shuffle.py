@@ -17,7 +17,7 @@ from beam_jobs.cut.digest import FrameDigest
 from beam_jobs.cut.examples import CutConfig, CutWindows
 from beam_jobs.shuffle.config import ShardConfig
 from beam_jobs.shuffle.plan import (BucketSpan, FileSpan, Segment, ShardTask, SortedFile,
-                                    bucket_of, num_shards_for, plan_shards)
+                                    bucket_of, num_shards_for, plan_shards, shard_ranges)
 from beam_jobs.shuffle.sorted_files import SortedSlice, read_sorted, write_sorted
 from beam_jobs.shuffle.write import WriteShuffledShards, segment_frames
 from beam_jobs.sources.latents import LatentVideo
@@ -28,7 +28,7 @@ from readers.format.tfrecord import frame
 def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
     rng = np.random.default_rng(seed)
     keys = [int(k) for k in rng.integers(0, 2 ** 63, count)]
-    return [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i)
+    return [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i, k % 7, i % 5)
             for i, k in enumerate(keys)]
 
 
@@ -87,26 +87,38 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
         expected = sorted((e for e in elements if e.split == split
                            and e.key not in dropped.get(split, ())), key=lambda e: e.key)
         assert spill == [e.example for e in expected]
+        for mode in ("spill", "group"):   # each shard's window table: its records' facts
+            tables = [data_format.window_table.decode(
+                open(os.path.join(tmp_path / mode, data_format.table_name(
+                    data_format.shard_name(split, i, 4, "none", "r1"))), "rb").read(),
+                "t", hi - lo, 5) for i, (lo, hi) in enumerate(shard_ranges(len(expected), 4))]
+            assert np.concatenate([videos for videos, _ in tables]).tolist() == [
+                e.video for e in expected]
+            assert np.concatenate([valid for _, valid in tables]).tolist() == [
+                e.valid for e in expected]
 
 
 def test_sorted_files_give_any_slice_from_their_index(tmp_path):
     rng = np.random.default_rng(3)
-    records = sorted((int(rng.integers(0, 2**63)) * 2, os.urandom(n % 50)) for n in range(300))
+    records = sorted((int(rng.integers(0, 2**63)) * 2, os.urandom(n % 50),
+                      int(rng.integers(0, 2**64, dtype=np.uint64)), n % 17) for n in range(300))
     path = str(tmp_path / "f.sorted")
-    assert write_sorted(path, records) == (300, sum(len(e) + 16 for _, e in records),
+    assert write_sorted(path, records) == (300, sum(len(r[1]) + 16 for r in records),
                                            os.path.getsize(path))
     for start, stop in ((0, 300), (0, 1), (17, 18), (150, 299), (299, 300), (5, 5)):
         assert list(read_sorted(path, start, stop)) == records[start:stop]
         piece = SortedSlice(path, start, stop)
-        assert piece.keys == [key for key, _ in records[start:stop]]
-        assert list(piece.frames()) == [frame(e) for _, e in records[start:stop]]
+        assert piece.keys == [r[0] for r in records[start:stop]]
+        assert (piece.videos, piece.valid) == ([r[2] for r in records[start:stop]],
+                                               [r[3] for r in records[start:stop]])
+        assert list(piece.frames()) == [frame(r[1]) for r in records[start:stop]]
     with pytest.raises(OSError, match="not a sorted file of 301 records"):
         SortedSlice(path, 0, 301)
 
 
 def test_a_frame_at_odds_with_its_index_fails_the_task(tmp_path):
     path = str(tmp_path / "f.sorted")
-    write_sorted(path, [(1, b"abc"), (2, b"defg")])
+    write_sorted(path, [(1, b"abc", 0, 0), (2, b"defg", 0, 0)])
     with open(path, "r+b") as f:   # the first frame's length header says 4, not 3
         f.write(frame(b"abcd")[:12])
     with pytest.raises(OSError, match="at odds with the sorted file's index"):
@@ -115,15 +127,18 @@ def test_a_frame_at_odds_with_its_index_fails_the_task(tmp_path):
 
 def test_keys_tied_across_files_are_ordered_by_their_examples(tmp_path):
     """A 64-bit key collision between two spilled files: the shard holds the two examples
-    in byte order, as one sort of all records (and group mode) would."""
-    for name, records in (("a", [(5, b"zz"), (7, b"q")]), ("b", [(5, b"aa"), (6, b"m")])):
+    in byte order, as one sort of all records (and group mode) would, each with its own
+    video and valid frames (its window table's)."""
+    for name, records in (("a", [(5, b"zz", 1, 2), (7, b"q", 3, 4)]),
+                          ("b", [(5, b"aa", 5, 6), (6, b"m", 7, 8)])):
         write_sorted(str(tmp_path / name), records)
     segment = Segment(0, (FileSpan(str(tmp_path / "a"), 0, 2),
                           FileSpan(str(tmp_path / "b"), 0, 2)), 0, 4)
     assert list(segment_frames(segment, frozenset(), 1)) == [
-        frame(e) for e in (b"aa", b"zz", b"m", b"q")]
+        (frame(e), video, valid) for e, video, valid in (
+            (b"aa", 5, 6), (b"zz", 1, 2), (b"m", 7, 8), (b"q", 3, 4))]
     dropped = list(segment_frames(segment._replace(lo=1, hi=3), frozenset({6}), 1))
-    assert dropped == [frame(b"zz"), frame(b"q")]
+    assert dropped == [(frame(b"zz"), 1, 2), (frame(b"q"), 3, 4)]
 
 
 def _plan(files, splits, num_buckets, num_shards=None, shard_bytes=1, dropped=None):

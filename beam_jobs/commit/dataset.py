@@ -34,8 +34,9 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                ) -> data_format.DatasetSpec:
     """The dataset.json of run `run_id`: one generation of the tally's shards, with its
     counts and `stats`, its frames' statistics ({split: {feature: ChannelStats}}; every
-    split's, of no frame where it has none), listing every file of the dataset (the shards, their indexes, `sidecars` and
-    the TFDS files); with `base`, that dataset with this generation added. RuntimeError
+    split's, of no frame where it has none), listing every file of the dataset (the
+    shards, their indexes and window tables, `sidecars` and the TFDS files); with
+    `base`, that dataset with this generation added. RuntimeError
     when the shards do not hold the windows cut."""
     shards = tally.shards
     counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
@@ -52,6 +53,7 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
             run_id, tally.total("videos"), tally.total("windows"),
             tally.total("skipped_short"), tally.failed, tally.skipped, __version__),),
         files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
+                           + [s.table for s in shards if s.table]
                            + list(sidecars) + list(tfds_info.file_names(config.compression)))),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
@@ -60,7 +62,8 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
                   if name == data_format.sidecar_name(kind, run_id)},
         splits={split: data_format.SplitInfo(
                     **counts[split],
-                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes)
+                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes,
+                                                   s.table)
                                  for s in shards if s.split == split))
                 for split in config.splits},
         stats={split: {**empty_stats(config.features), **(stats or {}).get(split, {})}

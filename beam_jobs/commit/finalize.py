@@ -114,7 +114,7 @@ def _discard(run: RunDir, tally: Tally, whole: bool) -> None:
     """A run that does not commit: its shards, then its temp data (`whole`: its whole
     folder, which then holds nothing the next run needs to see)."""
     storage.delete_files([run.output(name) for s in tally.shards
-                          for name in (s.file, s.offsets) if name], run.output_dir)
+                          for name in (s.file, s.offsets, s.table) if name], run.output_dir)
     if whole:
         outdir.delete_run_folder(run)
     else:

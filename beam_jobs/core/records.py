@@ -17,6 +17,10 @@ class KeyedExample(NamedTuple):
     split: str
     key: int          # window_key(seed, video_id, start): the shuffled order of the split
     example: bytes    # a serialized tf.train.Example
+    # What the shard's window table says of it (readers.format.window_table), carried
+    # beside the example through the shuffle so that no shard task parses it:
+    video: int = 0    # window_table.video_hash(video_id)
+    valid: int = 0    # its real frames: its mask's 1s
 
 
 class VideoCount(NamedTuple):
@@ -62,6 +66,7 @@ class WrittenShard(NamedTuple):
     examples: int
     offsets: Optional[str] = None   # the shard's offset index file
     bytes: Optional[int] = None     # its size (an uncompressed shard's)
+    table: Optional[str] = None     # its window table file
 
 
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],

@@ -241,7 +241,9 @@ class _CutVideo(beam.DoFn):
         values.update(metadata=video.metadata, video_id=video.video_id.encode("utf-8"),
                       start=np.int64(start))
         return KeyedExample(split, self._config.key(video.video_id, start),
-                            data_format.encode_example(self._features, values))
+                            data_format.encode_example(self._features, values),
+                            data_format.window_table.video_hash(video.video_id),
+                            int(np.count_nonzero(values["mask"])))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""

@@ -2,11 +2,15 @@
 will hold them, with an index of their keys and offsets at the end.
 
 A sorted file is what the shuffle writes to temp storage: a spill of one worker's buffer
-(spill mode) or one whole bucket (group mode), its (key, example) records already in
-order. (External sorting calls these "runs"; here a run is only ever one execution of
-the job.) The layout:
+(spill mode) or one whole bucket (group mode), its (key, example, video, valid) records
+already in order. (External sorting calls these "runs"; here a run is only ever one
+execution of the job.) The layout:
 
-    frame 0 ... frame n-1 | (key, offset) of record 0 ... n-1 (uint64 LE each) | n | MAGIC
+    frame 0 ... frame n-1 | (key, offset, video, valid) of record 0 ... n-1 | n | MAGIC
+
+(key, offset and video uint64 LE, valid uint32 LE). The video and valid columns are what
+the shard's window table holds of each record (readers.format.window_table): they ride
+with the key, so that a shard task writes the table without parsing a record.
 
 Each frame is the example's TFRecord frame, byte for byte what its shard will hold. So a
 shard task finds a slice from the index alone (two small reads at the end of the file),
@@ -36,11 +40,13 @@ from beam_jobs.core import storage
 from readers.format.tfrecord import FRAME_OVERHEAD, HEADER_BYTES, Lost, footer, header
 from readers.format.tfrecord import read_exactly, read_frame
 
-MAGIC = b"VWSSRT03"
-_ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8")])
+MAGIC = b"VWSSRT04"
+_ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8"), ("video", "<u8"), ("valid", "<u4")])
 _TRAILER = struct.Struct("<Q8s")
 
-Record = tuple[int, bytes]   # (key, example): sorted files hold them in this order
+# (key, example, video, valid): sorted files hold them in this order (a key's ties by
+# their examples' bytes); video and valid are the window table's (KeyedExample's)
+Record = tuple[int, bytes, int, int]
 
 
 class Written(NamedTuple):
@@ -51,27 +57,30 @@ class Written(NamedTuple):
 
 
 def write_sorted(path: str, records: Iterable[Record]) -> Written:
-    """Write sorted (key, example) `records` as a sorted file."""
-    keys, offsets, at = [], [], 0
+    """Write sorted (key, example, video, valid) `records` as a sorted file."""
+    keys, offsets, videos, valid, at = [], [], [], [], 0
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        for key, example in records:
+        for key, example, video, frames in records:
             f.write(header(len(example)))   # three writes, no join: a window is not copied
             f.write(example)
             f.write(footer(example))
             keys.append(key)
             offsets.append(at)
+            videos.append(video)
+            valid.append(frames)
             at += len(example) + FRAME_OVERHEAD
         index = np.empty(len(keys), _ENTRY)
-        index["key"], index["offset"] = keys, offsets
+        index["key"], index["offset"], index["video"], index["valid"] = (
+            keys, offsets, videos, valid)
         f.write(index.tobytes())
         f.write(_TRAILER.pack(len(keys), MAGIC))
     return Written(len(keys), at, at + index.nbytes + _TRAILER.size)
 
 
 class SortedSlice:
-    """Records [start, stop) of a sorted file: their keys and frame lengths, from two small
-    reads of the file's end (on GCS: ranged requests, nothing more read), and then their
-    frames, in order, from one stream of exactly their bytes."""
+    """Records [start, stop) of a sorted file: their keys, frame lengths, videos and valid
+    counts, from two small reads of the file's end (on GCS: ranged requests, nothing more
+    read), and then their frames, in order, from one stream of exactly their bytes."""
 
     def __init__(self, path: str, start: int, stop: int):
         self.path = path
@@ -85,6 +94,8 @@ class SortedSlice:
             index + _ENTRY.itemsize * min(stop + 1, count)), _ENTRY)
         self.lookup_bytes = entries.nbytes + _TRAILER.size
         self.keys: list[int] = entries["key"][:stop - start].tolist()
+        self.videos: list[int] = entries["video"][:stop - start].tolist()
+        self.valid: list[int] = entries["valid"][:stop - start].tolist()
         # where each frame starts, and where the last one ends
         offsets = entries["offset"].tolist()[:stop - start + 1] + (
             [index] if stop == count else [])
@@ -105,20 +116,20 @@ class SortedSlice:
 
 
 def read_sorted(path: str, start: int, stop: int) -> Iterator[Record]:
-    """Records [start, stop) of a sorted file as (key, example), each frame's CRCs checked
-    (sort_bounded's merge: the examples go on to be framed again)."""
+    """Records [start, stop) of a sorted file as (key, example, video, valid), each
+    frame's CRCs checked (sort_bounded's merge: the examples go on to be framed again)."""
     piece = SortedSlice(path, start, stop)
     with storage.open_range(path, piece.begin, piece.end) as f:
-        for key in piece.keys:
+        for key, video, valid in zip(piece.keys, piece.videos, piece.valid):
             example = read_frame(f)
             if example is None or isinstance(example, Lost):   # a temp file of this job's:
                 raise OSError(f"{path}: {example.reason if example else 'ends early'}")
-            yield key, example
+            yield key, example, video, valid
 
 
 def sort_bounded(records: Iterable[Record], budget: int,
                  sorting: Callable[[int], None] = lambda nbytes: None) -> Iterator[Record]:
-    """(key, example) `records` in sorted order, never holding much more than `budget`
+    """`records` (Record) in sorted order, never holding much more than `budget`
     bytes of examples: sorted in memory when they fit; else sorted `budget` at a time,
     each chunk written as a sorted file to this machine's local disk (a temp directory,
     removed when the iterator ends or is closed), and the chunks merged as streams

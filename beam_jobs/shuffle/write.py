@@ -46,7 +46,7 @@ from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
 from beam_jobs.shuffle.plan import (BucketSpan, Segment, ShardTask, SortedFile, bucket_of,
                                     plan_shards)
-from beam_jobs.shuffle.sorted_files import (SortedSlice, Written, allow_open_files,
+from beam_jobs.shuffle.sorted_files import (Record, SortedSlice, Written, allow_open_files,
                                             sort_bounded, write_sorted)
 from readers import format as data_format
 from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
@@ -67,11 +67,10 @@ def _sort_bytes():
     return progress.distribution("sort_bytes")
 
 
-def _bucket_spans(records: list[tuple[int, bytes]], num_buckets: int
-                  ) -> tuple[BucketSpan, ...]:
+def _bucket_spans(records: list[Record], num_buckets: int) -> tuple[BucketSpan, ...]:
     """Where each bucket present lies in sorted records."""
     spans: list[BucketSpan] = []
-    for index, (key, example) in enumerate(records):
+    for index, (key, example, _, _) in enumerate(records):
         bucket, nbytes = bucket_of(key, num_buckets), len(example) + FRAME_OVERHEAD
         if spans and spans[-1].bucket == bucket:
             last = spans[-1]
@@ -88,11 +87,12 @@ class _Spill(beam.DoFn):
         self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
 
     def start_bundle(self):
-        self._buffers: dict[str, list[bytes]] = collections.defaultdict(list)
+        self._buffers: dict[str, list[Record]] = collections.defaultdict(list)
         self._buffered = 0
 
     def process(self, element: KeyedExample):
-        self._buffers[element.split].append((element.key, element.example))
+        self._buffers[element.split].append(
+            (element.key, element.example, element.video, element.valid))
         self._buffered += len(element.example)
         if self._buffered >= self._spill_bytes:
             yield from self._spill()
@@ -133,11 +133,12 @@ class _WriteBucket(beam.DoFn):
 
 
 def segment_frames(segment: Segment, dropped: frozenset, num_buckets: int
-                    ) -> Iterator[bytes]:
-    """The frames of ranks [lo, hi) of a bucket, in (key, example) order, streamed: from
-    one sorted bucket file (group) by its index; from several spilled files (spill) by
-    merging their keys from the bucket's start, one open file each. Never a whole bucket
-    in memory, and no frame is parsed: it goes to the shard as the sorted file holds it."""
+                    ) -> Iterator[tuple[bytes, int, int]]:
+    """(frame, video, valid) of ranks [lo, hi) of a bucket, in (key, example) order,
+    streamed: from one sorted bucket file (group) by its index; from several spilled
+    files (spill) by merging their keys from the bucket's start, one open file each.
+    Never a whole bucket in memory, and no frame is parsed: it goes to the shard as the
+    sorted file holds it, its video and valid frames (the window table's) beside it."""
     has_dropped = any(bucket_of(k, num_buckets) == segment.bucket for k in dropped)
     if len(segment.files) == 1 and not has_dropped:
         (span,) = segment.files
@@ -149,36 +150,38 @@ def segment_frames(segment: Segment, dropped: frozenset, num_buckets: int
     frames = [_counted(piece) for piece in slices]
     merged = heapq.merge(*([(key, i) for key in piece.keys]
                            for i, piece in enumerate(slices)))
-    kept = (frame for key, frame in _in_order(merged, frames) if key not in dropped)
+    kept = (entry for key, entry in _in_order(merged, frames) if key not in dropped)
     yield from itertools.islice(kept, segment.lo, segment.hi)
 
 
-def _in_order(merged: Iterator[tuple[int, int]], frames: list[Iterator[bytes]]
-              ) -> Iterator[tuple[int, bytes]]:
-    """(key, frame) in (key, example) order, from the files' keys merged as (key, file):
-    each file's next frame in turn. Records of one key from several files (a 64-bit hash
-    collision; duplicate ids are dropped) are put in order of their examples' bytes, as
-    one sort of them all would."""
+def _in_order(merged: Iterator[tuple[int, int]],
+              frames: list[Iterator[tuple[bytes, int, int]]]
+              ) -> Iterator[tuple[int, tuple[bytes, int, int]]]:
+    """(key, (frame, video, valid)) in (key, example) order, from the files' keys merged
+    as (key, file): each file's next frame in turn. Records of one key from several files
+    (a 64-bit hash collision; duplicate ids are dropped) are put in order of their
+    examples' bytes, as one sort of them all would."""
     for key, group in itertools.groupby(merged, key=lambda entry: entry[0]):
         tied = [next(frames[file]) for _, file in group]
         if len(tied) > 1:
-            tied.sort(key=lambda frame: frame[HEADER_BYTES:-FOOTER_BYTES])
-        for frame in tied:
-            yield key, frame
+            tied.sort(key=lambda entry: entry[0][HEADER_BYTES:-FOOTER_BYTES])
+        for entry in tied:
+            yield key, entry
 
 
-def _counted(piece: SortedSlice) -> Iterator[bytes]:
-    """A sorted slice's frames, counting the temp bytes a shard task reads: its index
-    lookup and its frames."""
+def _counted(piece: SortedSlice) -> Iterator[tuple[bytes, int, int]]:
+    """A sorted slice's (frame, video, valid), counting the temp bytes a shard task
+    reads: its index lookup and its frames."""
     read = progress.counter("temp_bytes_read")
     read.inc(piece.lookup_bytes)
-    for frame in piece.frames():
+    for frame, video, valid in zip(piece.frames(), piece.videos, piece.valid):
         read.inc(len(frame))
-        yield frame
+        yield frame, video, valid
 
 
 class WriteShard(beam.DoFn):
-    """A shard task -> its shard and offset index, written in the output directory."""
+    """A shard task -> its shard, its offset index (uncompressed shards) and its window
+    table (readers.format.window_table), written in the output directory."""
 
     def __init__(self, run: RunDir, compression: str, num_buckets: int):
         self._run, self._output_dir, self._compression = run, run.output_dir, compression
@@ -189,29 +192,38 @@ class WriteShard(beam.DoFn):
         # Written in place: a retried task rewrites the same bytes, and no reader looks
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
-        offsets = [0]
+        offsets, videos, valid = [0], [], []
         with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for segment in task.segments:
-                for frame in segment_frames(segment, task.dropped, self._num_buckets):
+                for frame, video, frames in segment_frames(segment, task.dropped,
+                                                           self._num_buckets):
                     f.write(frame)
                     offsets.append(offsets[-1] + len(frame))
+                    videos.append(video)
+                    valid.append(frames)
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
             index = data_format.index_name(name)
-            with FileSystems.create(paths.join(self._output_dir, index),
-                                    compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                f.write(data_format.index.encode(offsets))
+            self._write(index, data_format.index.encode(offsets))
+        table = data_format.table_name(name)
+        self._write(table, data_format.window_table.encode(videos, valid))
         yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
-                           offsets[-1] if index else None)
+                           offsets[-1] if index else None, table)
+
+    def _write(self, name: str, data: bytes) -> None:
+        with FileSystems.create(paths.join(self._output_dir, name),
+                                compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            f.write(data)
 
 
 def _list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:
-    """List the shards in the run folder before any is written, so that a rerun after a
-    kill can tell them from foreign files."""
+    """List the shards (their indexes and tables too) in the run folder before any is
+    written, so that a rerun after a kill can tell them from foreign files."""
     names = [run.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
-    run.list_shards(names + ([data_format.index_name(n) for n in names]
-                             if compression == "none" else []))
+    run.list_shards(names + [data_format.table_name(n) for n in names]
+                    + ([data_format.index_name(n) for n in names]
+                       if compression == "none" else []))
     return tasks
 
 
@@ -237,7 +249,7 @@ class WriteShuffledShards(beam.PTransform):
             files = (examples
                     | "KeyByBucket" >> beam.Map(lambda e: (
                         (e.split, bucket_of(e.key, config.num_buckets)),
-                        (e.key, e.example)))
+                        (e.key, e.example, e.video, e.valid)))
                     | "GroupBuckets" >> beam.GroupByKey()
                     | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
         return (
