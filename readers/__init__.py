@@ -4,6 +4,7 @@
     ds = readers.make_dataset("out/", split="train", batch_size=64)   # tf.data
     ds = readers.mix_datasets([("a/", 0.7), ("b/", 0.3)], "train", 64)  # a mixture
     spec = readers.load_spec("out/")                                  # dataset.json
+    keep = readers.Select(min_valid_frames=12)      # select=keep: in both readers
 
     from readers.numpy import batches, WindowSource                  # no TensorFlow
 
@@ -18,12 +19,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from readers.format import DatasetSpec, FeatureSpec, load_spec
+from readers.subset import Select
 
 if TYPE_CHECKING:
     from readers.dataset import make_dataset
     from readers.mixed_dataset import mix_datasets
 
-__all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec"]
+__all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec",
+           "Select"]
 
 
 def __getattr__(name: str):

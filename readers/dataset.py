@@ -1,20 +1,24 @@
 """The tf.data pipeline over a finished output directory of `beam_jobs.make_shards`.
 
-dataset.json -> shard list -> [this input pipeline's shards] -> shard shuffle -> interleave
-(each shard checked to give dataset.json's count) -> record shuffle -> batch -> vectorized
-parse -> prefetch.
+dataset.json -> shard list -> [the shards a selection keeps windows of] -> [this input
+pipeline's shards] -> shard shuffle -> interleave (each shard checked to give
+dataset.json's count; with a selection, its other records skipped) -> record shuffle ->
+batch -> vectorized parse -> prefetch.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
-from readers import checkpoints, clips, format as data_format, malloc, tf_internals
+from readers import checkpoints, clips, format as data_format, malloc, subset, tf_internals
 from readers.clips import CLIP_OFFSET, Clip
 from readers.selection import Selection, flag, optional_whole_number, whole_number
+from readers.subset import Select, Subset
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -46,7 +50,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
                  shuffle_buffer: Optional[int] = None,
                  cycle_length: Optional[int] = None, float_pixels: bool = False,
                  keep_float16: bool = False, structure: Any = None,
-                 clip: Optional[Clip] = None) -> tf.data.Dataset:
+                 clip: Optional[Clip] = None, select: Optional[Select] = None
+                 ) -> tf.data.Dataset:
     """Batches of windows from `path`, a directory written by `beam_jobs.make_shards`.
 
     Each element is a dict of feature name -> tensor with a static shape
@@ -80,6 +85,11 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         it starts. Random offsets come from a stream seeded by `clip.seed`, one value per
         batch in read order (each record's offset drawn from it without state), new each
         iteration (and restored with the iterator).
+      select: a `readers.Select`: only the windows it keeps (readers.numpy's set),
+        resolved now from the split's window tables (and the videos file when it chooses
+        videos). A shard it keeps none of is never opened; in the others, the records it
+        leaves out are skipped as they are read. Shuffling, `input_context` (over the
+        shards kept) and checkpoints work as without; a checkpoint names the selection.
 
     Returns:
       A `tf.data.Dataset` of batches, prefetched.
@@ -88,10 +98,12 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
       ValueError: no dataset.json (not a finished dataset), an unknown format version,
         split or feature name, a split without shards, or fewer windows than a batch
         (with drop_remainder=True and no repeat), or fewer shards than input pipelines;
-        a count < 1, a `structure` naming clip_offset without a clip. A corrupt or short
-        shard is an error naming it when the batch that reads it is made.
+        a count < 1, a `structure` naming clip_offset without a clip; a selection on a
+        dataset without window tables (before format 6), or one that keeps no window.
+        A corrupt or short shard is an error naming it when the batch that reads it is
+        made.
       TypeError: a count or seed that is no whole number, a flag that is no bool, a clip
-        that is no Clip.
+        that is no Clip, a select that is no Select.
     """
     batch_size = whole_number("batch_size", batch_size, 1)
     seed = optional_whole_number("seed", seed, -2 ** 63, 2 ** 63 - 1)    # an int64
@@ -114,14 +126,24 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         clip.room(window)    # a clip longer than the windows: ValueError now, not in a map
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
+    kept = subset.resolve(select, selection)    # None: every window
+    records = None     # with a selection: shard file -> the record numbers it keeps
+    if kept is not None:
+        records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards)))
+        selection = dataclasses.replace(selection, shards=tuple(
+            s for s in selection.shards if len(records[s.file])))
+        if not selection.shards:
+            raise ValueError(f"{kept.said()} keeps no window of split {split!r} of {path}")
     if input_context is not None:
         selection = selection.for_pipeline(input_context.input_pipeline_id,
                                            input_context.num_input_pipelines)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    if selection.windows < batch_size and (drop_remainder or repeat):
+    windows = (selection.windows if records is None else
+               sum(len(records[s.file]) for s in selection.shards))
+    if windows < batch_size and (drop_remainder or repeat):
         # repeated, a batch would take windows of several epochs (10**9: forever)
         raise selection.no_batch(
-            selection.windows, batch_size, options="with drop_remainder=True "
+            windows, batch_size, options="with drop_remainder=True "
             if drop_remainder else "whole (repeat=True would mix epochs in one): ",
             remedy="; lower batch_size" + ("" if repeat else ", or pass drop_remainder=False"))
     spec, selected = selection.spec, selection.features
@@ -140,6 +162,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     gone = (f"{path} was rewritten or deleted while this reader was open (it reads "
             f"{f'run {spec.run_id}' if spec.run_id else 'a dataset without a run id'}): ")
     read = functools.partial(shard_records, compression=compression, local=local, gone=gone)
+    if records is not None:
+        ds, read = _kept_records(ds, read, [records[s.file] for s in selection.shards], counts)
     if shuffle:
         example_bytes = _example_bytes(spec.features)
         group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
@@ -185,7 +209,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     identity = _identity(path, selection, clip, batch_size=batch_size, shuffle=shuffle,
                          seed=seed, repeat=repeat, drop_remainder=drop_remainder,
                          float_pixels=float_pixels, keep_float16=keep_float16,
-                         input_context=input_context)
+                         input_context=input_context, kept=kept)
     if any(f.codec.decodes_images for f in selected):
         return checkpoints.identified(ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                              deterministic=deterministic
@@ -202,10 +226,12 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_size: int,
               shuffle: bool, seed: Optional[int], repeat: bool, drop_remainder: bool,
               float_pixels: bool, keep_float16: bool,
-              input_context: Optional[tf.distribute.InputContext]) -> dict[str, str]:
+              input_context: Optional[tf.distribute.InputContext],
+              kept: Optional[Subset] = None) -> dict[str, str]:
     """What an iterator's checkpoint names (readers.checkpoints): the dataset and its run,
-    the split (and this input pipeline's part), the features and their values, the clip
-    and the order."""
+    the split (and this input pipeline's part), the features and their values, the clip,
+    the order, and a selection (only where there is one: a checkpoint saved before
+    selections existed restores on a reader of every window)."""
     part = ("" if input_context is None else f", input pipeline "
             f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
     values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
@@ -218,7 +244,29 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
             "features": f"features {[f.name for f in selection.features]}{values}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
-                     f"{order}{', repeated' if repeat else ''}"}
+                     f"{order}{', repeated' if repeat else ''}",
+            **({} if kept is None else {"selection": kept.said()})}
+
+
+def _kept_records(shards: tf.data.Dataset, read, kept: list[np.ndarray], counts: list[int]):
+    """(shards, read) where each shard's records are only those a selection keeps:
+    `kept[i]`, the record numbers of shard i. The shards' elements get the place of their
+    first record in one flag per record of them all (a constant: a byte a record), and
+    each record read is zipped with its number and kept when its flag is set."""
+    starts = np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
+    flags = np.zeros(int(sum(counts)), bool)
+    for start, records in zip(starts, kept):
+        flags[start + records] = True
+    flags = tf.constant(flags)
+    shards = tf.data.Dataset.zip(shards, tf.data.Dataset.from_tensor_slices(starts)).map(
+        lambda shard, start: (*shard, start))
+
+    def read_kept(file, expected, lost, start):
+        numbered = tf.data.Dataset.zip(read(file, expected, lost),
+                                       tf.data.Dataset.range(expected))
+        return numbered.filter(lambda record, i: tf.gather(flags, start + i)).map(
+            lambda record, i: record)
+    return shards, read_kept
 
 
 def _clip_offsets(clip: Clip, window: int, serialized: tf.Tensor, random: tf.Tensor

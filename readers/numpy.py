@@ -23,6 +23,10 @@ is not possible there (use the tf.data reader).
 `transform=fn` (on `WindowSource` and `batches`) runs `fn(batch) -> dict` on each batch
 where the batch is read: in `batches`' threads, in a DataLoader's or Grain's workers.
 
+`select=readers.Select(...)` (on `WindowSource` and `batches`) reads only the windows it
+keeps, numbered 0..n-1, resolved when the source opens from the window tables beside
+the shards (readers.subset), never by reading a record.
+
 `Mixture` and `MixtureBatches` (readers.mixture, exported here) mix sources by weight.
 
 This module is the API only: the request is checked by readers.selection (as make_dataset's
@@ -35,17 +39,17 @@ import collections
 import concurrent.futures
 import copy
 import dataclasses
-import functools
 import os
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from readers import clips, scatter, streaming
+from readers import clips, scatter, streaming, subset
 from readers.clips import Clip
 from readers.mixture import Mixture, MixtureBatches   # re-exported: readers.numpy's API
-from readers.selection import (Selection, flag, optional_callable, optional_whole_number,
-                               whole_number)
+from readers.selection import (Selection, callable_name, flag, optional_callable,
+                               optional_whole_number, whole_number)
+from readers.subset import Select   # re-exported: readers.numpy's API
 
 # What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
@@ -77,19 +81,24 @@ class WindowSource:
         no part of a resume state: a resumed run passes the same transform, and its
         batches are those of a run never stopped only when it is deterministic, or
         draws its randomness from the batch (`start`, `video_id`, `clip_offset`).
+      select: a `readers.Select`: only the windows it keeps, as windows 0..n-1 of this
+        source (`len` is n), resolved now from the split's window tables and (when it
+        chooses videos) the videos file; no shard is read for it. A resume state names
+        it (readers.subset).
 
     Raises:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
         shards (they have no index), a dataset.json the shards do not match, a clip
-        longer than the windows, or an epoch < 0.
+        longer than the windows, or an epoch < 0; a selection on a dataset without
+        window tables (before format 6), or one that names an id the dataset lacks.
       TypeError: a flag that is no bool, a clip that is no Clip, an epoch that is no
-        whole number, a transform that is not callable.
+        whole number, a transform that is not callable, a select that is no Select.
     """
 
     def __init__(self, path: str, split: str = "train",
                  features: Optional[Sequence[str]] = None, *, float_pixels: bool = False,
                  keep_float16: bool = False, clip: Optional[Clip] = None, epoch: int = 0,
-                 transform: Optional[Transform] = None):
+                 transform: Optional[Transform] = None, select: Optional[Select] = None):
         self.float_pixels = float_pixels = flag("float_pixels", float_pixels)
         self.keep_float16 = keep_float16 = flag("keep_float16", keep_float16)
         self.clip, self.epoch = clips.checked(clip), _epoch(epoch)
@@ -98,6 +107,7 @@ class WindowSource:
         self.path, self.split, self.spec = path, split, selection.spec
         self.features = list(selection.features)
         self._shards = Shards(selection)
+        self._subset = subset.resolve(select, selection)   # None: every window
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16, clip=clip,
                                         window=selection.spec.window["length"])
@@ -110,7 +120,7 @@ class WindowSource:
         return other
 
     def __len__(self) -> int:
-        return self._shards.size
+        return self._shards.size if self._subset is None else len(self._subset)
 
     def __repr__(self) -> str:
         """Everything that decides what `source[i]` is, and nothing of this process (no
@@ -121,15 +131,21 @@ class WindowSource:
                 f"run_id={self.spec.run_id!r}, features={[f.name for f in self.features]!r}, "
                 f"float_pixels={self.float_pixels}, keep_float16={self.keep_float16}, "
                 f"clip={self.clip!r}, epoch={self.epoch}, "
-                f"transform={_callable_name(self.transform)})")
+                f"transform={callable_name(self.transform)}"
+                # a selection only where there is one: the repr of a source of every
+                # window is what it was before selections (Grain's saved checkpoints)
+                f"{'' if self._subset is None else f', select={self._subset.said()}'})")
 
     @property
     def reading(self) -> dict[str, Any]:
         """What this source reads, as a resume state names it (JSON-ready): the dataset
-        (its path as given), its run, the split and its windows, the features, the clip."""
+        (its path as given), its run, the split and its windows, the features, the clip,
+        the selection (readers.subset: what was asked, the windows kept and their
+        digest; None: every window)."""
         return {"dataset": self.path, "run_id": self.spec.run_id, "split": self.split,
                 "windows": len(self), "features": [f.name for f in self.features],
-                "clip": None if self.clip is None else dataclasses.asdict(self.clip)}
+                "clip": None if self.clip is None else dataclasses.asdict(self.clip),
+                SELECTION: None if self._subset is None else dict(self._subset.described)}
 
     def __getitem__(self, i: Union[int, Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
@@ -151,18 +167,23 @@ class WindowSource:
     def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
         (`S`) array (how: readers.scatter.Decoder.read_batch)."""
-        return self._read(self.indices(indices))
+        return self._read(self._in_split(self.indices(indices)))
+
+    def _in_split(self, indices: np.ndarray) -> np.ndarray:
+        """The split's window numbers of windows `indices` of this source (with a
+        selection, the selected windows'; else the same)."""
+        return indices if self._subset is None else self._subset.windows[indices]
 
     def _read(self, windows: np.ndarray, records: Optional[Sequence[bytes]] = None
               ) -> dict[str, Any]:
         """Every read ends here, in the thread or process that reads: the transform
-        runs here."""
+        runs here. `windows` are the split's window numbers (`_in_split`)."""
         batch = self._decoder.read_batch(self._shards, windows, self.epoch, records)
         if self.transform is None:
             return batch
         transformed = self.transform(batch)
         if not isinstance(transformed, dict):
-            raise TypeError(f"transform {_callable_name(self.transform)} returned "
+            raise TypeError(f"transform {callable_name(self.transform)} returned "
                             f"{type(transformed).__name__}, not a dict of the batch's values")
         return transformed
 
@@ -199,25 +220,6 @@ def _row(column: Any, row: int) -> Any:
     return column[row]
 
 
-def _callable_name(fn: Optional[Callable]) -> str:
-    """A transform as a repr names it, the same in every process: a function (or class)
-    by its qualified name, a functools.partial by its function and arguments, another
-    callable object by its own repr, or by its type's name where its repr would be the
-    default one (an address)."""
-    if fn is None:
-        return "None"
-    if isinstance(fn, functools.partial):
-        arguments = [_callable_name(fn.func), *map(repr, fn.args),
-                     *(f"{key}={value!r}" for key, value in fn.keywords.items())]
-        return f"functools.partial({', '.join(arguments)})"
-    if hasattr(fn, "__qualname__"):
-        return f"{getattr(fn, '__module__', None) or '?'}.{fn.__qualname__}"
-    kind = type(fn)
-    if kind.__repr__ is object.__repr__:
-        return f"{kind.__module__}.{kind.__qualname__}()"
-    return repr(fn)
-
-
 def _epoch(epoch: int) -> int:
     return whole_number("epoch", epoch, 0)
 
@@ -243,6 +245,9 @@ def _host_slice(order: np.ndarray, shard_index: int, num_shards: int) -> np.ndar
 # resumes on; the dataset's path only told, since a copy of a run is the same run), and
 # the arguments of EpochBatches that make its batches (given back to it).
 READING = ("dataset", "run_id", "split", "windows", "features", "clip")
+# The selection a state was saved on (WindowSource.reading): a state saved before there
+# were selections lacks it, and read every window (None).
+SELECTION = "selection"
 ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
              "drop_remainder", "order", "buffer_bytes", "start_step")
 
@@ -261,9 +266,11 @@ class EpochBatches:
     name the transform (a function is not JSON): resume on a source with the same one.
 
     `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
-    refuses a state of another run, split, size, features or clip (an --append or a
-    rebuild since changes the permutation; another split or clip other windows or
-    frames: the same step would not give the same batch).
+    refuses a state of another run, split, size, features, clip or selection (an
+    --append or a rebuild since changes the permutation; another split, clip or
+    selection other windows or frames: the same step would not give the same batch).
+    Over a source with a selection, the order is of its selected windows (0..n-1),
+    and the streaming order reads only the chunks that hold one.
     """
 
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
@@ -280,11 +287,13 @@ class EpochBatches:
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
         # the streaming order's chunks (readers.streaming), None in the random-access one
-        self.chunks = streaming.chunks_of(source._shards) if order == "stream" else None
+        selected = None if source._subset is None else source._subset.windows
+        self.chunks = (streaming.chunks_of(source._shards, windows=selected)
+                       if order == "stream" else None)
         if self.chunks is not None and shuffle:
             self._order = _host_slice(streaming.stream_order(
-                self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes),
-                given["shard_index"], given["num_shards"])
+                self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes,
+                selected=selected), given["shard_index"], given["num_shards"])
         else:
             self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
                                       shard_index=given["shard_index"],
@@ -319,8 +328,8 @@ class EpochBatches:
     def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":
         """The batches after `state`'s step, on `source`. In one line: TypeError or
         ValueError naming a field the state lacks or whose value is of the wrong type, and
-        ValueError when `source` is not the run, split, size, features and clip the state
-        was saved on."""
+        ValueError when `source` is not the run, split, size, features, clip and selection
+        the state was saved on."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
                             f"{type(state).__name__}")
@@ -335,7 +344,8 @@ class EpochBatches:
         except (TypeError, ValueError) as e:
             raise type(e)(f"this state's {e}") from None
         now = source.reading
-        differ = [key for key in READING if key != "dataset" and saved[key] != now[key]]
+        differ = [key for key in (*READING, SELECTION)
+                  if key != "dataset" and saved[key] != now[key]]
         if differ:
             changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)"
                                 for key in differ)
@@ -379,8 +389,13 @@ def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(clip, dict) and set(clip) == {f.name for f in dataclasses.fields(Clip)}):
             raise TypeError(f"clip must be None or a Clip's fields, not {clip!r}")
         clip = dataclasses.asdict(Clip(**clip))
+    selection = state.get(SELECTION)
+    if not (selection is None or isinstance(selection, dict)):
+        raise TypeError(f"{SELECTION} must be None or what a selection's reading names, "
+                        f"not {selection!r}")
     return {key: state[key] for key in READING} | {
-        "windows": whole_number("windows", state["windows"], 0), "clip": clip}
+        "windows": whole_number("windows", state["windows"], 0), "clip": clip,
+        SELECTION: selection}
 
 
 def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
@@ -389,17 +404,18 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
             features: Optional[Sequence[str]] = None, float_pixels: bool = False,
             keep_float16: bool = False, clip: Optional[Clip] = None, order: str = "random",
             buffer_bytes: Optional[int] = None, threads: Optional[int] = None,
-            prefetch: int = 4, transform: Optional[Transform] = None
-            ) -> Iterator[dict[str, Any]]:
+            prefetch: int = 4, transform: Optional[Transform] = None,
+            select: Optional[Select] = None) -> Iterator[dict[str, Any]]:
     """Batches of one epoch, in an order that is a pure function of (seed, epoch): step k
     of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
     that stopped after k steps would have gone on.
 
     Args:
-      path, split, features, float_pixels, keep_float16, clip, transform: as
+      path, split, features, float_pixels, keep_float16, clip, transform, select: as
         `WindowSource`'s (a clip's random offsets are those of `epoch`); the transform
         runs in the `threads` that read the batches, on each as read (a clip's
-        included), before the loop gets it.
+        included), before the loop gets it; with a selection, the epoch is of the
+        windows it keeps.
       batch_size: windows a batch.
       shuffle: a new permutation each epoch (False: the split's order).
       seed, epoch: which permutation.
@@ -427,7 +443,8 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
     threads = optional_whole_number("threads", threads, 1)
     prefetch = whole_number("prefetch", prefetch, 0)
     source = WindowSource(path, split, features, float_pixels=float_pixels,
-                          keep_float16=keep_float16, clip=clip, transform=transform)
+                          keep_float16=keep_float16, clip=clip, transform=transform,
+                          select=select)
     plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                         shard_index=shard_index, num_shards=num_shards,
                         drop_remainder=drop_remainder, start_step=start_step, order=order,
@@ -441,12 +458,12 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
 def _read_ahead(plan: EpochBatches, threads: int, prefetch: int) -> Iterator[dict[str, Any]]:
     """The batches of `plan`, read by `threads` threads, `prefetch` ahead."""
     source = plan.source     # the epoch's clips
-    chunks = (streaming.Chunks(source._shards, plan.chunks, plan.windows(), plan.batch_size,
-                               2 * plan.buffer_bytes)
+    chunks = (streaming.Chunks(source._shards, plan.chunks, source._in_split(plan.windows()),
+                               plan.batch_size, 2 * plan.buffer_bytes)
               if plan.chunks is not None and source._shards.remote else None)
 
     def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
-        windows = np.asarray(windows, np.int64)
+        windows = source._in_split(np.asarray(windows, np.int64))
         return source._read(windows, None if reads is None else chunks.records(reads, windows))
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:

@@ -11,6 +11,7 @@ where it is given, in one line that names it. Numpy only: readers.numpy imports 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import stat
 from typing import Any, Callable, Optional, Sequence
@@ -139,6 +140,26 @@ def optional_callable(name: str, value: Any) -> Optional[Callable]:
         raise TypeError(f"{name} must be a function or None, not {type(value).__name__} "
                         f"{value!r}")
     return value
+
+
+def callable_name(fn: Optional[Callable]) -> str:
+    """A function as a repr or a resume state names it, the same in every process: a
+    function (or class) by its qualified name, a functools.partial by its function and
+    arguments, another callable object by its own repr, or by its type's name where its
+    repr would be the default one (an address). readers.numpy's transform, a selection's
+    `where`."""
+    if fn is None:
+        return "None"
+    if isinstance(fn, functools.partial):
+        arguments = [callable_name(fn.func), *map(repr, fn.args),
+                     *(f"{key}={value!r}" for key, value in fn.keywords.items())]
+        return f"functools.partial({', '.join(arguments)})"
+    if hasattr(fn, "__qualname__"):
+        return f"{getattr(fn, '__module__', None) or '?'}.{fn.__qualname__}"
+    kind = type(fn)
+    if kind.__repr__ is object.__repr__:
+        return f"{kind.__module__}.{kind.__qualname__}()"
+    return repr(fn)
 
 
 def one_of(name: str, value: Any, choices: Sequence[str]) -> str:

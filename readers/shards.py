@@ -31,7 +31,7 @@ def _on_filesystem(path: str) -> str:
     return fsspec.core.url_to_fs(path)[1]
 
 
-def _read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
+def read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
                 ends: Optional[Sequence[int]] = None) -> list[bytes]:
     """Files, or their byte ranges [start, end), local or of any fsspec scheme, of one
     scheme. Remote ones are asked for all at once: gcsfs sends the requests concurrently,
@@ -115,7 +115,7 @@ class Shards:
             return [None] * len(located)
         shards = [shard for shard, _ in located]
         try:
-            frames = _read_files([self._paths[shard] for shard in shards], *zip(*spans))
+            frames = read_files([self._paths[shard] for shard in shards], *zip(*spans))
         except FileNotFoundError as e:
             raise self._gone(e, shards) from None
         for (shard, local), (start, end), frame in zip(located, spans, frames):
@@ -129,15 +129,23 @@ class Shards:
         return self._starts[shard]
 
     def offsets(self, shard: int) -> np.ndarray:
-        """Where each of the shard's records starts, and its end (every index not yet in
-        memory is read first, together)."""
-        self._load_indexes(range(len(self._shards)))
+        """Where each of the shard's records starts, and its end (its index read first
+        when it is not in memory: `load_indexes` reads several together)."""
+        self._load_indexes([shard])
         return self._offsets[shard]
+
+    def load_indexes(self, shards: Iterable[int]) -> None:
+        """The offset indexes of `shards` read, those not yet in memory together."""
+        self._load_indexes(shards)
+
+    def holding(self, windows: np.ndarray) -> list[int]:
+        """The shards that hold any of `windows` (the split's numbers, sorted)."""
+        return np.unique(np.searchsorted(self._ends, windows, "right")).tolist()
 
     def read_range(self, shard: int, start: int, end: int) -> bytes:
         """Bytes [start, end) of a shard, read at once (one request on a store)."""
         try:
-            data = _read_files([self._paths[shard]], [start], [end])[0]
+            data = read_files([self._paths[shard]], [start], [end])[0]
         except FileNotFoundError as e:
             raise self._gone(e, [shard]) from None
         if len(data) != end - start:
@@ -158,7 +166,7 @@ class Shards:
         missing = sorted({shard for shard in shards if shard not in self._offsets})
         paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
         try:
-            indexes = _read_files(paths)
+            indexes = read_files(paths)
         except FileNotFoundError as e:
             raise self._gone(e, missing) from None
         min_frame = self._selection.spec.min_frame_bytes

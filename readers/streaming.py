@@ -10,7 +10,9 @@ CHUNK_BYTES of consecutive records, each read with one request. An epoch's order
 2. taken in groups of up to `buffer_bytes` (at least one chunk);
 3. the windows of each group permuted (by (seed, epoch) too).
 
-So a batch draws its windows from the few chunks of one group, of random shards and
+With a selection (readers.subset), the chunks that hold no selected window are left out
+(never read), and a chunk's windows in the order are its selected ones. So a batch draws
+its windows from the few chunks of one group, of random shards and
 places, as tf.data's interleave and shuffle buffer do; the random-access order draws
 them from the whole split. The order is a pure function of (seed, epoch) like the
 random-access one, so `start_step` and `EpochBatches.resume` resume it exactly.
@@ -47,10 +49,15 @@ class Chunk:
     end: int
 
 
-def chunks_of(shards: Shards, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
-    """The split's chunks, in order (every shard's offset index is read, all at once)."""
+def chunks_of(shards: Shards, chunk_bytes: int = CHUNK_BYTES,
+              windows: Optional[np.ndarray] = None) -> list[Chunk]:
+    """The split's chunks, in order (every shard's offset index is read, all at once);
+    with `windows` (a selection's: the split's numbers, sorted), those of the shards
+    that hold one of them only."""
+    wanted = range(shards.count) if windows is None else shards.holding(windows)
+    shards.load_indexes(wanted)
     out = []
-    for shard in range(shards.count):
+    for shard in wanted:
         offsets = shards.offsets(shard)
         first, base = 0, shards.first_window(shard)
         while first < len(offsets) - 1:
@@ -64,13 +71,21 @@ def chunks_of(shards: Shards, chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
 
 
 def stream_order(chunks: Sequence[Chunk], *, seed: int, epoch: int,
-                 buffer_bytes: int = BUFFER_BYTES) -> np.ndarray:
-    """All the split's windows in an epoch's streaming order (the module's docstring)."""
+                 buffer_bytes: int = BUFFER_BYTES, selected: Optional[np.ndarray] = None
+                 ) -> np.ndarray:
+    """All the split's windows in an epoch's streaming order (the module's docstring);
+    with `selected` (the split's numbers of a selection's windows, sorted), its windows
+    by their place in it (0..len - 1), from the chunks that hold one only."""
+    firsts = np.array([c.first for c in chunks], np.int64)
+    ends = firsts + np.array([c.count for c in chunks], np.int64)
+    if selected is not None:   # each chunk's selected windows: [lo, hi) of `selected`
+        firsts, ends = np.searchsorted(selected, firsts), np.searchsorted(selected, ends)
+    holding = np.flatnonzero(ends > firsts)
     rng = np.random.default_rng([seed, epoch, 1])
     order, group, group_bytes = [], [], 0
-    for k in rng.permutation(len(chunks)):
+    for k in holding[rng.permutation(len(holding))]:
         chunk = chunks[k]
-        group.append(np.arange(chunk.first, chunk.first + chunk.count))
+        group.append(np.arange(firsts[k], ends[k]))
         group_bytes += chunk.end - chunk.start
         if group_bytes >= buffer_bytes:
             order.append(rng.permutation(np.concatenate(group)))

@@ -1,8 +1,8 @@
 """`readers.inspect --verify`: every record of every shard read and checked against
 dataset.json (framing, CRCs, the features' layout and shapes, the mask's values, each
-window once and each video in one split), the offset indexes, the TFDS files and the
-videos file. Numpy and fsspec only (the light install); `verify` is what tests and the
-report call.
+window once and each video in one split), the offset indexes, the window tables (every
+record's video and valid frames), the TFDS files and the videos file. Numpy and fsspec
+only (the light install); `verify` is what tests and the report call.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     if problem:
         return [problem], []
     compression = None if dataset.compression == "none" else dataset.compression
-    problems, keys, count = [], [], 0
+    problems, keys, valid, count = [], [], [], 0
     with files.open(shard.file, compression=compression) as f:
         while True:
             try:
@@ -56,11 +56,14 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
             if values["start"] < 0:
                 problems.append(f"{shard.file}: a negative start in record #{count}")
             keys.append((values["video_id"], int(values["start"])))
+            valid.append(int(np.count_nonzero(values["mask"])))
             count += 1
     if count != shard.examples and not problems:
         problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
     if shard.index and not problems:
         problems += _verify_index(path, shard, dataset)
+    if shard.table and not problems:
+        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid)
     return problems, keys
 
 
@@ -100,6 +103,35 @@ def _verify_index(path: str, shard: data_format.Shard,
     with files.open(shard.file) as f:
         problem = data_format.index.verify(shard.index, offsets, f)
     return [problem] if problem else []
+
+
+def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec,
+                  video_ids: list[bytes], valid: list[int]) -> list[str]:
+    """The window table beside a shard (readers.format.window_table) against the
+    shard's records as parsed: each record's video (its id's hash) and valid frames."""
+    files = DatasetFiles(path)
+    if not files.exists(shard.table):
+        return [_missing(path, dataset, shard.table)]
+    problem = files.not_a_file(shard.table)
+    if problem:
+        return [problem]
+    with files.open(shard.table) as f:
+        data = f.read()
+    try:
+        videos, counts = data_format.window_table.decode(
+            data, shard.table, shard.examples, dataset.window["length"])
+    except ValueError as e:
+        return [str(e)]
+    expected = data_format.window_table.video_hashes(
+        v.decode("utf-8", "surrogateescape") for v in video_ids)
+    wrong = np.flatnonzero((videos != expected) | (counts != np.asarray(valid, np.int64)))
+    if not wrong.size:
+        return []
+    i = int(wrong[0])
+    return [f"{shard.table}: record {i} is of video {video_ids[i].decode(errors='replace')!r} "
+            f"with {valid[i]} valid frames; the table says "
+            f"{'that video' if videos[i] == expected[i] else 'another video'} with "
+            f"{int(counts[i])} ({wrong.size} records differ)"]
 
 
 def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]:

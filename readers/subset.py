@@ -1,0 +1,310 @@
+"""A selection of a split's windows, resolved when a reader opens, without reading a shard.
+
+    import readers
+    held_out = readers.Select(min_valid_frames=12,
+                              where=lambda row: not row["video_id"].startswith("exp3/"))
+    source = WindowSource("out/", "train", select=held_out)   # len: the windows selected
+
+`Select` says what to keep: videos by id (`videos`, `exclude_videos`), windows with at
+least `min_valid_frames` real frames (their mask's 1s: neither padding nor a bad frame),
+videos whose row of the videos file a predicate accepts (`where`). `resolve` makes a
+`Subset` of it for one split: the window numbers kept, from the split's window tables
+(readers.format.window_table: each record's video hash and valid frames) and, only when
+videos are chosen, the videos file; no shard and no offset index is read. A dataset of a
+format before 6 has no tables and cannot select (one line says so); it reads whole.
+
+Both readers use it: readers.numpy numbers the selected windows 0..n-1 (and reads only
+them), make_dataset skips the others record by record and never opens a shard that has
+none. A Subset names itself (`described`: what was asked, by a predicate's qualified
+name, and a digest of the windows kept), so a resume state saved on one selection is
+refused on another. Numpy only.
+"""
+from __future__ import annotations
+
+import array
+import collections
+import dataclasses
+import hashlib
+import os
+from typing import Any, Callable, Collection, Optional, Sequence
+
+import numpy as np
+
+from readers.files import DatasetFiles
+from readers.format import FORMAT_VERSION, Shard, run_id_of, videos_file, window_table
+from readers.selection import Selection, callable_name, optional_callable, whole_number
+from readers.shards import read_files
+
+TABLES_SINCE = 6     # the first format version whose shards have window tables
+_LISTED = 8          # ids a description lists; more are counted and digested
+
+
+def _ids(name: str, ids: Any) -> Optional[tuple[str, ...]]:
+    """A collection of video ids as a sorted tuple (None stays None); TypeError in one
+    line for a single string (a common slip: `videos="exp3/a"`) or an id that is not
+    one."""
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} must be a collection of video ids, not the single "
+                        f"{type(ids).__name__} {ids!r}: pass [{ids!r}]")
+    try:
+        ids = list(ids)
+    except TypeError:
+        raise TypeError(f"{name} must be a collection of video ids, not "
+                        f"{type(ids).__name__} {ids!r}") from None
+    bad = next((i for i in ids if not isinstance(i, str)), None)
+    if bad is not None:
+        raise TypeError(f"{name} must hold video ids (strings), not {type(bad).__name__} "
+                        f"{bad!r}")
+    return tuple(sorted(set(ids)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Select:
+    """Which windows of a split a reader reads. Each given condition must hold:
+
+    Args:
+      videos: video ids whose windows to keep (None: every video).
+      exclude_videos: video ids whose windows to leave out (they win over `videos`).
+        Every id given to either must be a video of the dataset (in any split): an id it
+        does not have is a ValueError naming it (a typo would select silently otherwise).
+      min_valid_frames: keep windows with at least this many real frames (mask 1):
+        counted over the whole window, whatever clip a reader cuts of it.
+      where: `where(row) -> bool`, a predicate on the video's row of the videos file (a
+        dict: `video_id`, `split`, `source`, `frames`, `windows`, `bad_frames`, ...),
+        called once per video of the split when a reader first opens this Select on a
+        run of the dataset (a process keeps the result for its next opens, as `batches`
+        opens its source each epoch): a pure function of the row. It must return True or
+        False. It need not pickle: only the selection's result goes to worker processes.
+    """
+    videos: Optional[Collection[str]] = None
+    exclude_videos: Optional[Collection[str]] = None
+    min_valid_frames: int = 0
+    where: Optional[Callable[[dict[str, Any]], bool]] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "videos", _ids("videos", self.videos))
+        object.__setattr__(self, "exclude_videos", _ids("exclude_videos", self.exclude_videos))
+        object.__setattr__(self, "min_valid_frames",
+                           whole_number("min_valid_frames", self.min_valid_frames, 0))
+        optional_callable("where", self.where)
+
+    @property
+    def chooses_videos(self) -> bool:
+        return (self.videos, self.exclude_videos, self.where) != (None, None, None)
+
+    @property
+    def everything(self) -> bool:
+        """Whether it keeps every window (a reader then reads the split whole)."""
+        return not self.chooses_videos and self.min_valid_frames == 0
+
+
+def checked(select: Any) -> Optional[Select]:
+    """`select` as a reader takes it: a Select, or None (also for a Select that keeps
+    every window); TypeError in one line for anything else."""
+    if select is None:
+        return None
+    if not isinstance(select, Select):
+        raise TypeError(f"select must be a readers.Select or None, not "
+                        f"{type(select).__name__} {select!r}")
+    return None if select.everything else select
+
+
+@dataclasses.dataclass(frozen=True)
+class Subset:
+    """A selection resolved on one split: `windows`, the numbers of the windows kept
+    in the split (sorted int64), and `described`, what was asked and what came of it
+    (JSON-ready: a resume state and a repr name it)."""
+    windows: np.ndarray
+    described: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def in_shards(self, shards: Sequence[Shard]) -> list[np.ndarray]:
+        """The record numbers kept in each of `shards`, the split's shards in order."""
+        ends = np.cumsum([shard.examples for shard in shards], dtype=np.int64)
+        cuts = np.searchsorted(self.windows, ends)
+        return [self.windows[lo:hi] - (end - shard.examples) for lo, hi, end, shard in
+                zip(np.concatenate([[0], cuts[:-1]]), cuts, ends, shards)]
+
+    def said(self) -> str:
+        """One line: `Select(...)` as asked, the windows kept and their digest."""
+        d = self.described
+        asked = ", ".join(f"{key}={d[key]}" for key in ("videos", "exclude_videos",
+                                                        "min_valid_frames", "where")
+                          if d[key] not in (None, 0))
+        return f"Select({asked}): {d['windows']:,} windows, sha256 {d['sha256']}"
+
+
+def _ids_said(ids: Optional[tuple[str, ...]]) -> Optional[str]:
+    """Ids as a description names them: listed when few, else counted and digested."""
+    if ids is None:
+        return None
+    if len(ids) <= _LISTED:
+        return repr(list(ids))
+    digest = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{len(ids):,} ids, sha256 {digest[:16]}"
+
+
+def no_tables(selection: Selection) -> Optional[str]:
+    """Why `selection`'s split cannot be selected from (shards without a window table),
+    or None."""
+    spec, path = selection.spec, selection.path
+    lacking = [shard for shard in selection.shards if shard.table is None]
+    if not lacking:
+        return None
+    cannot = ("so select= cannot choose its windows by video, valid frames or metadata "
+              "(it reads whole without select=)")
+    if spec.format_version < TABLES_SINCE:
+        return (f"{path} is a dataset of format {spec.format_version}, which has no window "
+                f"tables, {cannot}: rebuild it with --overwrite by this job (format "
+                f"{FORMAT_VERSION} writes them) to select")
+    runs = sorted({run_id_of(shard.file) or "without an id" for shard in lacking})
+    return (f"split {selection.split!r} of {path} has {len(lacking)} of its "
+            f"{len(selection.shards)} shards without a window table (written before "
+            f"format {TABLES_SINCE}, then grown by --append: run {', '.join(runs)}), {cannot}: "
+            "rebuild it with --overwrite to select")
+
+
+def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
+    """(video hashes, valid counts) of every window of the split, from its tables,
+    read all at once (concurrent requests on a store) and each checked."""
+    path, spec = selection.path, selection.spec
+    names = [shard.table for shard in selection.shards]
+    try:
+        data = read_files([os.path.join(path.removeprefix("file://"), n) for n in names])
+    except FileNotFoundError as e:
+        said = f"{e.filename} {e}"
+        raise selection.gone(next((n for n in names if n in said), names[0])) from None
+    window = spec.window["length"]
+    decoded = [window_table.decode(table, name, shard.examples, window)
+               for table, name, shard in zip(data, names, selection.shards)]
+    if not decoded:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    return (np.concatenate([videos for videos, _ in decoded]),
+            np.concatenate([valid for _, valid in decoded]))
+
+
+def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.ndarray]:
+    """(the hashes of the split's videos, sorted; whether `select` keeps each), from one
+    pass over the videos file that holds one row at a time (a hash of every id of the
+    dataset kept: 8 bytes a video). ValueError in one line when an id given is no video
+    of the dataset, or two of the dataset's ids share a 64-bit hash (or one is listed
+    twice: then the tables could not tell their windows apart); TypeError when `where`
+    answers anything but True or False."""
+    spec, path = selection.spec, selection.path
+    name = spec.sidecars.get("videos")
+    if name is None:
+        raise ValueError(f"{path} has no videos file, so select= cannot choose videos")
+    files = DatasetFiles(path)
+    wanted = None if select.videos is None else set(select.videos)
+    unwanted = set(select.exclude_videos or ())
+    asked, found = (wanted or set()) | unwanted, set()
+    every, mine, keep = array.array("Q"), array.array("Q"), bytearray()
+    try:
+        for row in videos_file.rows(lambda: files.reader(name), spec.splits):
+            video_id = row["video_id"]
+            every.append(window_table.video_hash(video_id))
+            if video_id in asked:
+                found.add(video_id)
+            if row["split"] == selection.split:
+                mine.append(every[-1])
+                keep.append(_keeps(select, row, wanted, unwanted))
+    except FileNotFoundError:
+        raise selection.gone(name) from None
+    except ValueError as e:
+        raise ValueError(f"{os.path.join(path, name)}: {e}") from None
+    for given in ("videos", "exclude_videos"):
+        unknown = sorted(set(getattr(select, given) or ()) - found)
+        if unknown:
+            raise ValueError(f"Select({given}=...): {len(unknown)} of its ids are no video of "
+                             f"{path}, e.g. {unknown[0]!r} (its ids are the videos file's "
+                             "video_id)")
+    hashes = np.sort(np.frombuffer(every, np.uint64))
+    same = hashes[1:][hashes[1:] == hashes[:-1]]
+    if same.size:
+        twice = [row["video_id"] for row in videos_file.rows(lambda: files.reader(name),
+                                                              spec.splits)
+                 if window_table.video_hash(row["video_id"]) == int(same[0])]
+        a, b = twice[:2]
+        raise ValueError(
+            f"{os.path.join(path, name)} lists video {a!r} twice: the dataset is damaged "
+            f"(python -m readers.inspect {path} --verify)" if a == b else
+            f"videos {a!r} and {b!r} of {path} share one 64-bit hash in its window tables, "
+            "so select= cannot tell their windows apart: select by min_valid_frames alone, "
+            "or rename one of them and rebuild")
+    mine_hashes = np.frombuffer(mine, np.uint64)
+    order = np.argsort(mine_hashes)
+    return mine_hashes[order], np.frombuffer(keep, np.bool_)[order]
+
+
+def _keeps(select: Select, row: dict, wanted: Optional[set], unwanted: set) -> bool:
+    """Whether `select` keeps the video of videos file row `row`."""
+    video_id = row["video_id"]
+    if (wanted is not None and video_id not in wanted) or video_id in unwanted:
+        return False
+    if select.where is None:
+        return True
+    answer = select.where(row)
+    if not isinstance(answer, (bool, np.bool_)):
+        raise TypeError(f"where {callable_name(select.where)} returned {answer!r} for video "
+                        f"{video_id!r}, not True or False")
+    return bool(answer)
+
+
+def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
+    """`select` (checked: `checked`) on `selection`'s split, or None for no selection.
+    ValueError in one line when the split has shards without window tables (a dataset
+    before format 6, or grown from one by --append), when `min_valid_frames` is more than
+    a window's frames, or when a table is damaged (readers.format.window_table) or does
+    not match the videos file."""
+    select = checked(select)
+    if select is None:
+        return None
+    refusal = no_tables(selection)
+    if refusal:
+        raise ValueError(refusal)
+    # A selection of a run is a pure function of its files (a run's never change) and of
+    # the Select (its `where` one of the row): kept, so that `batches`, which opens its
+    # source each epoch, resolves it once a process.
+    key = (selection.path, selection.spec.run_id, selection.split, select)
+    if key not in _RESOLVED:
+        _RESOLVED[key] = _resolve(select, selection)
+        while len(_RESOLVED) > _KEPT:
+            _RESOLVED.popitem(last=False)
+    _RESOLVED.move_to_end(key)
+    return _RESOLVED[key]
+
+
+_RESOLVED: collections.OrderedDict = collections.OrderedDict()
+_KEPT = 8     # selections kept (at a million windows and 10% each, 0.8 MB)
+
+
+def _resolve(select: Select, selection: Selection) -> Subset:
+    window = selection.spec.window["length"]
+    if select.min_valid_frames > window:
+        raise ValueError(f"Select(min_valid_frames={select.min_valid_frames}): the windows of "
+                         f"{selection.path} have {window} frames; none has more")
+    videos, valid = _tables(selection)
+    keep = valid >= select.min_valid_frames
+    del valid
+    if select.chooses_videos:
+        mine, kept = _kept_videos(select, selection)
+        at = np.minimum(np.searchsorted(mine, videos), max(len(mine) - 1, 0))
+        strays = np.flatnonzero(mine[at] != videos) if len(mine) else np.arange(len(videos))
+        if strays.size:
+            raise ValueError(f"{selection.path}: window {int(strays[0])} of split "
+                             f"{selection.split!r} is, by its window table, of no video of "
+                             f"that split in the videos file: the dataset is damaged "
+                             f"(python -m readers.inspect {selection.path} --verify)")
+        del videos
+        keep &= kept[at]
+    windows = np.flatnonzero(keep).astype(np.int64)
+    return Subset(windows, {
+        "videos": _ids_said(select.videos), "exclude_videos": _ids_said(select.exclude_videos),
+        "min_valid_frames": select.min_valid_frames,
+        "where": None if select.where is None else callable_name(select.where),
+        "windows": len(windows),
+        "sha256": hashlib.sha256(windows.astype("<i8").tobytes()).hexdigest()[:16]})

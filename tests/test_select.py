@@ -1,0 +1,409 @@
+"""Selections (readers.Select): a split's windows chosen by video, valid frames and the
+videos file's rows, resolved when a reader opens from the window tables beside the
+shards (readers.format.window_table), in both readers; resumed exactly; refused in one
+line where a dataset has no tables; the tables checked by --verify."""
+import json
+import os
+import pickle
+import shutil
+
+import fsspec
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gcs_emulator
+import readers
+from helpers import assert_verified, docs_code, run_job, write_frame_folder, write_manifest
+from readers import streaming
+from readers.clips import Clip
+from readers.format import window_table
+from readers.numpy import EpochBatches, Select, WindowSource, batches
+
+WINDOW = 16
+
+
+@pytest.fixture(scope="module")
+def fire(tmp_path_factory) -> str:
+    """The fire story in small: 8 videos of 3 experiments (`exp1/...`), frames 6x8 with
+    some missing (masked: --on_bad_frame mask), per-frame labels, metadata [fuel, exp];
+    windows of 16 every 4, the tail padded, 6 shards."""
+    root = tmp_path_factory.mktemp("fire")
+    rng = np.random.default_rng(49)
+    rows = []
+    for v in range(8):
+        video_id, length = f"exp{v % 3 + 1}/run{v}", 14 + 3 * v
+        folder = root / video_id.replace("/", "_")
+        paths = write_frame_folder(folder, list(rng.integers(0, 256, (length, 6, 8, 3),
+                                                             np.uint8)))
+        for gone in rng.choice(length, v % 4 * 2, replace=False):   # 0 to 6 missing
+            os.remove(paths[gone])
+        rows.append({"video_id": video_id, "frames": paths,
+                     "labels": [float(100 + t) for t in range(length)],
+                     "metadata": [float(v % 2), float(v % 3 + 1)]})
+    write_manifest(root / "m.jsonl", rows)
+    run_job(str(root / "m.jsonl"), root / "out", "--window", str(WINDOW), "--stride", "4",
+            "--tail", "pad", "--frame_encoding", "raw", "--on_bad_frame", "mask",
+            "--splits", "train=1.0", "--num_shards", "6")
+    return str(root / "out")
+
+
+def _keys(batch) -> list:
+    return [(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+
+
+def _whole(path: str, split: str = "train") -> dict:
+    return WindowSource(path, split).read_batch(slice(None))
+
+
+SELECTIONS = {   # name -> (Select, which windows of the whole split it keeps)
+    "videos": (Select(videos=["exp1/run0", "exp2/run4"]),
+               lambda b, rows: np.isin(b["video_id"], [b"exp1/run0", b"exp2/run4"])),
+    "exclude": (Select(exclude_videos=["exp3/run2", "exp3/run5"]),
+                lambda b, rows: ~np.isin(b["video_id"], [b"exp3/run2", b"exp3/run5"])),
+    "valid": (Select(min_valid_frames=14),
+              lambda b, rows: b["mask"].sum(1) >= 14),
+    "metadata": (Select(where=lambda row: row["bad_frames"] >= 2),
+                 lambda b, rows: np.array([rows[v.decode()]["bad_frames"] >= 2
+                                           for v in b["video_id"]])),
+    "fire story": (Select(min_valid_frames=12, exclude_videos=["exp3/run2"],
+                          where=lambda row: not row["video_id"].startswith("exp2/")),
+                   lambda b, rows: (b["mask"].sum(1) >= 12) & (b["video_id"] != b"exp3/run2")
+                   & ~np.char.startswith(b["video_id"], b"exp2/")),
+}
+
+
+def _rows(path: str) -> dict:
+    spec = readers.load_spec(path)
+    with open(os.path.join(path, spec.sidecars["videos"])) as f:
+        return {row["video_id"]: row for row in map(json.loads, f)}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTIONS))
+def test_a_selection_is_a_filter_over_every_window_read_whole(fire, name):
+    select, keeps = SELECTIONS[name]
+    whole = _whole(fire)
+    kept = keeps(whole, _rows(fire))
+    assert 0 < kept.sum() < len(kept), name      # a selection that chooses
+    source = WindowSource(fire, "train", select=select)
+    assert len(source) == kept.sum()
+    selected = source.read_batch(slice(None))     # windows 0..n-1: the kept ones, in order
+    for feature, column in whole.items():
+        np.testing.assert_array_equal(selected[feature], column[kept], err_msg=feature)
+    assert _keys(source[[0, -1]]) == [_keys(selected)[0], _keys(selected)[-1]]
+    assert source[len(source) - 1]["start"] == selected["start"][-1]
+    with pytest.raises(IndexError):
+        source[len(source)]
+    # tf.data: the same set, whichever order, shuffled or not
+    for shuffle in (True, False):
+        ds = readers.make_dataset(fire, "train", 3, select=select, shuffle=shuffle, seed=2,
+                                  drop_remainder=False)
+        got = sorted(k for b in ds for k in _keys({n: t.numpy() for n, t in b.items()}))
+        assert got == sorted(_keys(selected)), (name, shuffle)
+
+
+def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):
+    code = docs_code("readers.md", "Selecting windows")
+    scope = {"epoch": 0}
+    exec(code.replace('"out/"', repr(fire)).replace("64", "4"), scope)
+    held = scope["validation"].read_batch(slice(None))
+    train = [k for b in batches(fire, "train", 4, select=scope["train"]) for k in _keys(b)]
+    assert len(held["start"]) and len(train)
+    assert all(v.startswith(b"exp3/") for v in held["video_id"])
+    assert not any(v.startswith("exp3/") for v, _ in train)
+    assert (held["mask"].sum(1) >= 12).all()
+    assert sum(len(b) for b in scope["plan"]) == len(scope["validation"])
+    assert next(iter(scope["ds"]))["mask"].numpy().sum(1).min() >= 12
+
+
+def test_min_valid_frames_counts_the_windows_frames_whatever_the_clip(fire):
+    clip = Clip(2, offset="start")
+    source = WindowSource(fire, "train", select=Select(min_valid_frames=WINDOW), clip=clip)
+    whole = _whole(fire)
+    assert len(source) == (whole["mask"].sum(1) == WINDOW).sum()
+    assert source.read_batch(slice(None))["mask"].shape == (len(source), 2)
+
+
+def test_an_epoch_is_every_selected_window_once_per_rank_in_both_orders(fire):
+    select = SELECTIONS["fire story"][0]
+    selected = sorted(_keys(WindowSource(fire, "train", select=select).read_batch(slice(None))))
+    for order in ("random", "stream"):
+        ranks = [[k for b in batches(fire, "train", 2, select=select, order=order, seed=3,
+                                     shard_index=r, num_shards=2, drop_remainder=False)
+                  for k in _keys(b)] for r in range(2)]
+        assert len(ranks[0]) == len(ranks[1]) == len(selected) // 2
+        assert not set(ranks[0]) & set(ranks[1])
+        assert set(ranks[0]) | set(ranks[1]) <= set(selected)
+        again = [k for b in batches(fire, "train", 2, select=select, order=order, seed=3,
+                                    drop_remainder=False) for k in _keys(b)]
+        assert sorted(again) == selected
+
+
+def test_the_streaming_order_reads_only_chunks_that_hold_a_selected_window(fire):
+    source = WindowSource(fire, "train", select=Select(videos=["exp1/run3"]))
+    selected = source._subset.windows
+    chunks = streaming.chunks_of(source._shards, chunk_bytes=8000, windows=selected)
+    holding = [c for c in chunks
+               if ((selected >= c.first) & (selected < c.first + c.count)).any()]
+    order = streaming.stream_order(chunks, seed=1, epoch=0, buffer_bytes=3000,
+                                   selected=selected)
+    assert sorted(order.tolist()) == list(range(len(source)))
+    chunk_of = np.searchsorted([c.first for c in chunks], selected[order], "right") - 1
+    assert {chunks[c] for c in chunk_of} == set(holding)
+    assert len(holding) < len(streaming.chunks_of(source._shards, chunk_bytes=8000))
+
+
+@pytest.mark.parametrize("order", ["random", "stream"])
+def test_a_selection_resumes_exactly_and_a_different_one_is_refused(kinds, order):
+    path = kinds["latent"]
+    whole = _whole(path)
+    videos = sorted({v.decode() for v in whole["video_id"]})
+    select = Select(videos=videos[:4], min_valid_frames=4)
+    source = WindowSource(path, "train", select=select)
+    full = [_keys(b) for b in batches(path, "train", 3, seed=4, epoch=1, select=select,
+                                      order=order)]
+    assert len(full) >= 3
+    for step in (1, len(full) - 1):
+        resumed = batches(path, "train", 3, seed=4, epoch=1, select=select, order=order,
+                          start_step=step)
+        assert [_keys(b) for b in resumed] == full[step:]
+    plan = EpochBatches(source, 3, seed=4, epoch=1, order=order)
+    state = json.loads(json.dumps(plan.state(2)))      # as saved beside a checkpoint
+    assert state["selection"]["videos"] == repr(videos[:4])
+    again = EpochBatches.resume(WindowSource(path, "train", select=select), state)
+    assert [again.batch(k) for k in range(2, again.steps)] == [
+        plan.batch(k) for k in range(2, plan.steps)]
+    assert [_keys(plan.source[again.batch(2)])] == [full[2]]
+
+    def video_in(ids):    # two predicates of one qualified name, another result
+        def where(row):
+            return row["video_id"] in ids
+        return where
+
+    for other in (None, Select(videos=videos[:4], min_valid_frames=3),
+                  Select(where=video_in(videos[:4]), min_valid_frames=4)):
+        with pytest.raises(ValueError, match=r"they differ in .*selection \(") as refused:
+            EpochBatches.resume(WindowSource(path, "train", select=other), state)
+        assert "\n" not in str(refused.value)
+    by_name = EpochBatches(WindowSource(path, "train", select=Select(
+        where=video_in(videos[:4]))), 3, order=order).state(1)
+    with pytest.raises(ValueError, match=r"selection \(.*'where': 'test_select.*sha256"):
+        EpochBatches.resume(WindowSource(path, "train", select=Select(
+            where=video_in(videos[1:5]))), by_name)
+    # a state saved before selections existed has no selection: every window
+    old = EpochBatches(WindowSource(path, "train"), 3).state(1)
+    del old["selection"]
+    assert EpochBatches.resume(WindowSource(path, "train"), old).start_step == 1
+
+
+def test_a_source_with_a_lambda_selection_pickles_for_workers_and_names_it(kinds):
+    source = WindowSource(kinds["latent"], "train",
+                          select=Select(where=lambda row: row["frames"] > 20))
+    copy = pickle.loads(pickle.dumps(source))       # the predicate is not pickled
+    assert len(copy) == len(source) and repr(copy) == repr(source)
+    assert _keys(copy[[0, 1]]) == _keys(source[[0, 1]])
+    assert "select=Select(where=test_select." in repr(source) and "sha256" in repr(source)
+    assert "select=" not in repr(WindowSource(kinds["latent"], "train"))   # as before
+    assert len(WindowSource(kinds["latent"], "train", select=Select())) == len(
+        WindowSource(kinds["latent"], "train"))       # an empty Select keeps everything
+
+
+def test_a_tf_checkpoint_of_a_selection_resumes_and_names_it(kinds, tmp_path):
+    path = kinds["latent"]
+    select = Select(min_valid_frames=4)
+
+    def keys(iterator, n):
+        return [_keys({k: v.numpy() for k, v in next(iterator).items()}) for _ in range(n)]
+
+    straight = keys(iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True,
+                                              select=select)), 8)
+    iterator = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True,
+                                         select=select))
+    assert keys(iterator, 3) == straight[:3]
+    saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / "ckpt"))
+    resumed = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True,
+                                        select=select))
+    tf.train.Checkpoint(iterator=resumed).restore(saved).assert_consumed()
+    assert keys(resumed, 5) == straight[3:]
+    for other in (None, Select(min_valid_frames=3)):
+        elsewhere = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True,
+                                              select=other))
+        with pytest.raises(ValueError, match=r"they differ in selection \(\[Select\("
+                                             r"min_valid_frames=4\): "):
+            tf.train.Checkpoint(iterator=elsewhere).restore(saved)
+
+
+def test_tf_data_never_opens_a_shard_the_selection_leaves_out(fire, tmp_path):
+    copy = shutil.copytree(fire, tmp_path / "copy")
+    shards = json.loads((copy / "dataset.json").read_text())["splits"]["train"]["shards"]
+    held = [set(window_table.decode((copy / s["table"]).read_bytes(), s["table"],
+                                    s["examples"], WINDOW)[0].tolist()) for s in shards]
+    in_shards = {v: [k for k, hashes in enumerate(held)
+                     if window_table.video_hash(v) in hashes] for v in _rows(fire)}
+    video = min(in_shards, key=lambda v: len(in_shards[v]))    # one of 2 windows or so
+    assert len(in_shards[video]) < len(shards)
+    for k, shard in enumerate(shards):
+        if k not in in_shards[video]:     # zeros: a record read from it would fail
+            (copy / shard["file"]).write_bytes(bytes(shard["bytes"]))
+    for shuffle in (True, False):
+        ds = readers.make_dataset(str(copy), "train", 1, select=Select(videos=[video]),
+                                  shuffle=shuffle)
+        assert {v for b in ds for v in b["video_id"].numpy().tolist()} == {video.encode()}
+
+
+def test_tf_data_selects_from_gzip_shards_too(kinds):
+    """Gzip shards have window tables too (readers.numpy reads no gzip shard)."""
+    def keys(ds, videos=None):
+        return sorted((v, int(s)) for b in ds for v, s in zip(
+            b["video_id"].numpy(), b["start"].numpy()) if videos is None or v in videos)
+    whole = readers.make_dataset(kinds["gzip"], "train", 3, shuffle=False,
+                                 drop_remainder=False)
+    videos = sorted({v for b in whole for v in b["video_id"].numpy()})[::2]
+    selected = keys(readers.make_dataset(kinds["gzip"], "train", 3, drop_remainder=False,
+                                         select=Select(videos=[v.decode() for v in videos])))
+    assert selected == keys(whole, videos) and selected
+
+
+def _as_format_5(path, tmp_path, name: str = "old") -> str:
+    """A copy of a dataset as format 5 wrote it: no window tables."""
+    copy = shutil.copytree(path, tmp_path / name)
+    meta = json.loads((copy / "dataset.json").read_text())
+    meta["format_version"] = 5
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            os.remove(copy / shard.pop("table"))
+    meta["files"] = [f for f in meta["files"] if not f.endswith(".table")]
+    (copy / "dataset.json").write_text(json.dumps(meta))
+    return str(copy)
+
+
+def test_a_dataset_without_tables_reads_whole_and_refuses_a_selection_in_one_line(
+        kinds, tmp_path):
+    old = _as_format_5(kinds["latent"], tmp_path)
+    assert len(WindowSource(old, "train")) == len(WindowSource(kinds["latent"], "train"))
+    assert next(iter(readers.make_dataset(old, "train", 2)))["window"].shape[0] == 2
+    assert_verified(old)
+    for read in (lambda: WindowSource(old, "train", select=Select(min_valid_frames=1)),
+                 lambda: readers.make_dataset(old, "train", 2, select=Select(videos=[]))):
+        with pytest.raises(ValueError) as refused:
+            read()
+        message = str(refused.value)
+        assert message == (
+            f"{old} is a dataset of format 5, which has no window tables, so select= cannot "
+            "choose its windows by video, valid frames or metadata (it reads whole without "
+            "select=): rebuild it with --overwrite by this job (format 6 writes them) to "
+            "select")
+
+
+@pytest.mark.slow
+def test_an_append_onto_a_dataset_without_tables_refuses_selection_for_the_whole_split(
+        tmp_path):
+    from helpers import random_videos, write_videos
+
+    rng = np.random.default_rng(8)
+    flags = ["--window", "4", "--stride", "2", "--append"]
+    write_videos(str(tmp_path / "R" / "day1"), random_videos(rng, 4, lengths=(12, 20)), files=1)
+    run_job(str(tmp_path / "R" / "*" / "*"), tmp_path / "built", *flags)
+    old = _as_format_5(tmp_path / "built", tmp_path, "out")
+    write_videos(str(tmp_path / "R" / "day2"), random_videos(rng, 3, lengths=(12, 20)), files=1)
+    run_job(str(tmp_path / "R" / "*" / "*"), old, *flags)   # verified: the new tables too
+    spec = readers.load_spec(old)
+    shards = spec.splits["train"].shards
+    assert spec.format_version == 6 and len(spec.generations) == 2
+    assert [s.table is not None for s in shards] == [False, True]
+    with pytest.raises(ValueError, match=rf"split 'train' of {old} has 1 of its 2 shards "
+                                         r"without a window table .*run [0-9a-f]{12}\), so "
+                                         "select= cannot choose"):
+        WindowSource(old, "train", select=Select(min_valid_frames=2))
+    assert len(WindowSource(old, "train")) == spec.splits["train"].windows
+
+
+def test_requests_that_cannot_be_selections_are_refused_in_one_line(fire):
+    for select, error, needle in (
+            ("exp1", TypeError, "select must be a readers.Select or None, not str"),
+            (Select(min_valid_frames=WINDOW + 1), ValueError,
+             f"have {WINDOW} frames; none has more"),
+            (Select(videos=["exp1/run0", "exp9/typo"]), ValueError,
+             r"1 of its ids are no video of .*, e.g. 'exp9/typo'"),
+            (Select(where=lambda row: row.get("fuel")), TypeError,
+             r"where test_select.* returned None for video 'exp1/run0', not True or False")):
+        with pytest.raises(error, match=needle):
+            WindowSource(fire, "train", select=select)
+    for wrong, error, needle in (
+            ({"videos": "exp1/run0"}, TypeError, r"not the single str 'exp1/run0': pass \["),
+            ({"exclude_videos": [3]}, TypeError, "must hold video ids .strings., not int 3"),
+            ({"min_valid_frames": -1}, ValueError, "min_valid_frames must be a whole number"),
+            ({"where": "row['fuel']"}, TypeError, "where must be a function or None")):
+        with pytest.raises(error, match=needle):
+            Select(**wrong)
+    with pytest.raises(ValueError, match="keeps no window of split 'train'"):
+        readers.make_dataset(fire, "train", 1, select=Select(videos=[]))
+
+
+def test_a_damaged_table_is_one_line_naming_it_and_verify_finds_it(fire, tmp_path):
+    copy = shutil.copytree(fire, tmp_path / "copy")
+    shard = readers.load_spec(str(copy)).splits["train"].shards[1]
+    data = bytearray((copy / shard.table).read_bytes())
+    data[-1] ^= 1                                    # a valid count changed: the CRC fails
+    (copy / shard.table).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"^{shard.table}: fails its CRC: it is damaged$"):
+        WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
+    from readers.verify import verify
+    assert verify(str(copy), readers.load_spec(str(copy))) == [
+        f"{shard.table}: fails its CRC: it is damaged"]
+    # a sound table whose entries are not its records': verify compares them all
+    with open(os.path.join(fire, shard.table), "rb") as f:
+        videos, valid = window_table.decode(f.read(), shard.table, shard.examples, WINDOW)
+    videos = videos.copy()
+    videos[0] = window_table.video_hash("nobody")
+    (copy / shard.table).write_bytes(window_table.encode(videos, valid))
+    (problem,) = verify(str(copy), readers.load_spec(str(copy)))
+    assert problem.startswith(f"{shard.table}: record 0 is of video ")
+    assert "the table says another video with" in problem and "(1 records differ)" in problem
+
+
+def test_the_table_format_round_trips_and_refuses_what_it_is_not():
+    videos = [window_table.video_hash(f"v{i}") for i in range(5)]
+    for valid in ([0, 1, 16, 3, 16], [300, 0, 5, 65535, 1], [70000, 0, 0, 0, 1]):
+        data = window_table.encode(videos, valid)
+        assert len(data) == 24 + 5 * (8 + {16: 1, 65535: 2, 70000: 4}[max(valid)])
+        got_videos, got_valid = window_table.decode(data, "t", 5, max(valid))
+        assert got_videos.tolist() == videos and got_valid.tolist() == valid
+    data = window_table.encode(videos, [1, 2, 3, 4, 5])
+    for bad, needle in ((data[:20], "20 bytes, too short"), (b"X" + data[1:], "not a window table"),
+                        (data + b"\0", "has 69"), (data[:-1], "has 69")):
+        with pytest.raises(window_table.TableError, match=needle):
+            window_table.decode(bad, "t", 5, 5)
+    with pytest.raises(window_table.TableError, match="a table of 5 records, dataset.json "
+                                                      "gives its shard 6"):
+        window_table.decode(data, "t", 6, 5)
+    with pytest.raises(window_table.TableError, match="record 4 has 5 valid frames, more "
+                                                      "than the window's 4"):
+        window_table.decode(data, "t", 5, 4)
+    assert window_table.decode(window_table.encode([], []), "t", 0, 4)[0].size == 0
+
+
+@pytest.mark.slow
+def test_on_gcs_opening_a_selection_reads_the_tables_and_no_shard(kinds):
+    local = kinds["latent"]
+    with gcs_emulator.running("bkt"):
+        fs = fsspec.filesystem("gs", skip_instance_cache=True)
+        for name in os.listdir(local):
+            if not os.path.isdir(os.path.join(local, name)):
+                fs.put_file(os.path.join(local, name), f"bkt/out/{name}")
+        gcs_emulator.reset_counts()
+        WindowSource("gs://bkt/out", "train", select=Select(min_valid_frames=4))
+        by_valid = gcs_emulator.counts()
+        gcs_emulator.reset_counts()
+        source = WindowSource("gs://bkt/out", "train", select=Select(
+            exclude_videos=[_keys(_whole(local))[0][0]]))
+        by_video = gcs_emulator.counts()
+        remote = source[[0, 5, len(source) - 1]]
+    shards = readers.load_spec(local).splits["train"].shards
+    # dataset.json, then each shard's table (no shard, no index); the videos file too
+    # when videos are chosen
+    assert by_valid["read"] == 1 + len(shards) and by_valid["bytes_read"] < 20_000, by_valid
+    assert by_video["read"] == 2 + len(shards), by_video
+    here = WindowSource(local, "train", select=Select(
+        exclude_videos=[_keys(_whole(local))[0][0]]))
+    assert _keys(remote) == _keys(here[[0, 5, len(here) - 1]])
