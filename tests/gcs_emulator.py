@@ -139,6 +139,18 @@ def reset_counts() -> None:
         _counts.clear()
 
 
+def upload(local: str, remote: str) -> None:
+    """The files of the local folder `local` (a dataset: not its subfolders) copied to
+    `remote` (`bkt/out`) on the running emulator, then the request counts cleared."""
+    import fsspec
+
+    fs = fsspec.filesystem("gs", skip_instance_cache=True)
+    for name in os.listdir(local):
+        if os.path.isfile(os.path.join(local, name)):
+            fs.put_file(os.path.join(local, name), f"{remote}/{name}")
+    reset_counts()
+
+
 class _ConcurrentServer(http.server.ThreadingHTTPServer):
     request_queue_size = 256    # the default 5 drops a batch's connections: 1 s retries
     daemon_threads = True

@@ -7,7 +7,6 @@ import os
 import pickle
 import shutil
 
-import fsspec
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -387,11 +386,7 @@ def test_the_table_format_round_trips_and_refuses_what_it_is_not():
 def test_on_gcs_opening_a_selection_reads_the_tables_and_no_shard(kinds):
     local = kinds["latent"]
     with gcs_emulator.running("bkt"):
-        fs = fsspec.filesystem("gs", skip_instance_cache=True)
-        for name in os.listdir(local):
-            if not os.path.isdir(os.path.join(local, name)):
-                fs.put_file(os.path.join(local, name), f"bkt/out/{name}")
-        gcs_emulator.reset_counts()
+        gcs_emulator.upload(local, "bkt/out")
         WindowSource("gs://bkt/out", "train", select=Select(min_valid_frames=4))
         by_valid = gcs_emulator.counts()
         gcs_emulator.reset_counts()

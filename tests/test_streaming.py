@@ -1,8 +1,5 @@
 """readers.numpy's streaming order (readers.streaming): chunks of shards read with one
 request each, mixed in bounded groups, a pure function of (seed, epoch), resumable."""
-import os
-
-import fsspec
 import numpy as np
 import pytest
 
@@ -79,10 +76,7 @@ def test_orders_the_reader_does_not_know_are_refused(kinds):
 def test_on_gcs_a_chunk_is_one_request_and_the_batches_are_the_local_ones(kinds):
     local = kinds["long"]
     with gcs_emulator.running("bkt"):
-        fs = fsspec.filesystem("gs", skip_instance_cache=True)
-        for name in os.listdir(local):
-            fs.put_file(os.path.join(local, name), f"bkt/out/{name}")
-        gcs_emulator.reset_counts()
+        gcs_emulator.upload(local, "bkt/out")
         remote = list(batches("gs://bkt/out", "train", 4, order="stream", seed=1,
                               buffer_bytes=1))
         reads = gcs_emulator.counts()["read"]
