@@ -45,8 +45,8 @@ def test_the_page_renders_offline_in_a_browser(reports, browser, name, tmp_path)
     check_figures(dom["keys"], read_dataset_json(path))
     assert dom["keys"] == read_page(page).keys
     assert dom["scripts"] == 0
-    assert dom["sections"] == ["summary", "splits", "distributions", "failures", "sheets",
-                               "shuffle", "verify"]
+    assert dom["sections"] == ["summary", "splits", "statistics", "distributions", "failures",
+                               "sheets", "shuffle", "verify"]
     assert len(dom["images"]) == len(sheets_of(page)) > 0
     for complete, width, height, said_width, said_height in dom["images"]:
         assert complete and (width, height) == (int(said_width), int(said_height))

@@ -120,13 +120,16 @@ def test_a_frame_in_two_windows_is_decoded_resized_and_stored_once(tmp_path, mon
         Image.fromarray(frame).save(tmp_path / "f" / f"f{i}.png")
     write_video(tmp_path / "v.mp4", _scenes(10, size=(48, 64)))
     opened, converted, stored = [], [], []
-    real_open, real_upright, real_store = Image.open, media._upright, media.FrameCodec.store
+    real_open, real_upright = Image.open, media._upright
+    real_store, real_store_image = media.FrameCodec.store, media.FrameCodec.store_image
     monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(
         os.path.basename(str(getattr(fp, "name", "memory")))) or real_open(fp, *a, **k))
     monkeypatch.setattr(media, "_upright", lambda frame, *a: converted.append(
         frame.pts) or real_upright(frame, *a))
     monkeypatch.setattr(media.FrameCodec, "store", lambda codec, image: stored.append(
         image.size) or real_store(codec, image))
+    monkeypatch.setattr(media.FrameCodec, "store_image", lambda codec, image: stored.append(
+        image.size) or real_store_image(codec, image))   # a frame, with its histogram
     make_shards.run(["--input", str(tmp_path / "m.jsonl"), "--output_dir",
                      str(tmp_path / "out"), "--window", "4", "--stride", "2",
                      "--frame_size", "24x32"])
