@@ -5,6 +5,8 @@ import os
 import numpy as np
 import pytest
 
+from format_datasets import KIND_FLAGS, kind_videos, kinds as format_kinds
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
@@ -12,44 +14,34 @@ def rng() -> np.random.Generator:
 
 
 # One small dataset of each kind the readers read, as `run_jobs` builds them (windows of 4
-# every 2). name -> (input under the root, the job's flags).
-KINDS = {
-    # 10 videos; by the split hash, none goes to "empty" (1%)
-    "latent": ("lat/*", ["--splits", "train=0.6,test=0.39,empty=0.01", "--num_shards", "2"]),
-    "gzip": ("lat/*", ["--compression", "gzip"]),
-    "float16": ("half/*", ["--num_shards", "2"]),
-    "bfloat16": ("brain/*", []),
-    # ids of one and two digits, starts of one and two varint bytes: records of one size
-    # in more than one layout
-    "long": ("longin/*", ["--num_shards", "2"]),
-    # videos a (7 frames) and b (9), labels heat and smoke, metadata [1.5, i]
-    "raw": ("m.jsonl", ["--frame_encoding", "raw", "--num_shards", "2"]),
-    "png": ("m.jsonl", ["--frame_encoding", "png", "--num_shards", "2",
-                        "--homepage", "https://example.org/cams?q=1&r=é"]),
-    "jpeg": ("m.jsonl", ["--frame_encoding", "jpeg"]),
-}
+# every 2): name -> (input under the root, the job's flags). Their videos are
+# format_datasets.kind_videos; format_datasets writes the same datasets without the job
+# (tests/readers_only/ reads those), bfloat16 aside.
+_INPUTS = {"latent": "lat/*", "gzip": "lat/*", "float16": "half/*", "bfloat16": "brain/*",
+           "long": "longin/*", "raw": "m.jsonl", "png": "m.jsonl", "jpeg": "m.jsonl"}
+KINDS = {name: (source, KIND_FLAGS.get(name, [])) for name, source in _INPUTS.items()}
 
 
 def _write_kinds_inputs(root) -> None:
+    """The job's inputs of KINDS under `root`: latent TFRecord files, frame folders with
+    a labels file each, and their manifest."""
     import tensorflow as tf
 
-    from helpers import random_videos, write_frame_folder, write_manifest, write_videos
+    from helpers import write_frame_folder, write_manifest, write_videos
 
-    rng = np.random.default_rng(5)
-    write_videos(str(root / "lat"), random_videos(rng, 10, lengths=(12, 40)), files=2)
-    write_videos(str(root / "half"), [(f.astype(np.float16), r) for f, r in
-                                      random_videos(rng, 3, lengths=(12, 20))], files=1)
-    write_videos(str(root / "brain"), [(tf.cast(f, tf.bfloat16).numpy(), r) for f, r in
-                                       random_videos(rng, 2, lengths=(10, 16))], files=1)
-    write_videos(str(root / "longin"), random_videos(rng, 12, lengths=(150, 300)), files=1)
+    videos = kind_videos(str(root))
+    for name, files in (("lat", 2), ("half", 1), ("brain", 1), ("longin", 1)):
+        pairs = [(v.frames, v.metadata) for v in videos[name]]
+        if name == "brain":
+            pairs = [(tf.cast(frames, tf.bfloat16).numpy(), recipe) for frames, recipe in pairs]
+        write_videos(str(root / name), pairs, files=files)
     rows = []
-    for i, (video, length) in enumerate((("a", 7), ("b", 9))):
-        write_frame_folder(root / video, list(rng.integers(0, 255, (length, 24, 32, 3),
-                                                           np.uint8)))
-        (root / f"{video}.csv").write_text("heat,smoke\n" + "\n".join(
-            f"{t},{2 * t + i}" for t in range(length)))
-        rows.append({"video_id": video, "frames": video, "labels": f"{video}.csv",
-                     "metadata": [1.5, i]})
+    for video in videos["pixels"]:
+        write_frame_folder(root / video.video_id, list(video.frames))
+        (root / f"{video.video_id}.csv").write_text("heat,smoke\n" + "\n".join(
+            ",".join(f"{label:g}" for label in labels) for labels in video.labels))
+        rows.append({"video_id": video.video_id, "frames": video.video_id,
+                     "labels": f"{video.video_id}.csv", "metadata": video.metadata.tolist()})
     write_manifest(root / "m.jsonl", rows)
 
 
@@ -71,6 +63,21 @@ def kinds(tmp_path_factory, request) -> dict[str, str]:
             run_jobs(root, [(name, source, flags) for name, (source, flags) in KINDS.items()])
             (root / "built").touch()
     return {name: os.path.join(root, name) for name in KINDS}
+
+
+@pytest.fixture(scope="session", params=["format", pytest.param("job", marks=pytest.mark.slow)])
+def datasets(request, tmp_path_factory) -> dict[str, str]:
+    """The datasets of tests/readers_only/, the readers' inner loop that needs neither Beam
+    nor TensorFlow (docs/contributing.md): name -> path of a small dataset of each kind
+    of format_datasets.KIND_FLAGS, written by readers/format alone (`format`), once a
+    session (a worker's, with pytest-xdist); and, marked slow, the same kinds built by the
+    job (`job`: `kinds`, skipped without Beam), so that each test runs over both
+    (tests/test_format_datasets.py checks that they hold the same bytes). Tests read
+    them; a test that changes one changes a copy."""
+    if request.param == "job":
+        pytest.importorskip("apache_beam", reason="the job-built datasets need Beam")
+        return request.getfixturevalue("kinds")
+    return format_kinds(tmp_path_factory.mktemp("format_kinds"))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """What the tests share: inputs written here (latent TFRecords, frames, videos,
 manifests), job runs whose datasets must verify, and readers of what the job wrote.
-Fixtures live in conftest.py."""
+Fixtures live in conftest.py. TensorFlow, Beam and job_process.py are imported by the
+helpers that use them, not here: tests/readers_only/ imports this module without them."""
 from __future__ import annotations
 
 import filecmp
@@ -12,18 +13,19 @@ import re
 import subprocess
 import sys
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-from beam_jobs import make_shards
-from job_process import JobProcess
+if TYPE_CHECKING:
+    from job_process import JobProcess
 
 
 def latent_example(frames: np.ndarray, recipe: Optional[Sequence[float]] = None,
                    video_id: Optional[str] = None, float_list: bool = False) -> bytes:
     """One serialized-tensor record (docs/format.md), or one of a FloatList sequence."""
+    import tensorflow as tf
+
     feature = {}
     if float_list:
         feature["frames"] = tf.train.Feature(float_list=tf.train.FloatList(value=frames.ravel()))
@@ -38,6 +40,8 @@ def latent_example(frames: np.ndarray, recipe: Optional[Sequence[float]] = None,
 
 
 def write_records(path: str, records: Sequence[bytes], compression: str = "") -> str:
+    import tensorflow as tf
+
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path, options=compression or None) as w:
         for r in records:
@@ -63,6 +67,8 @@ def write_videos(directory: str, videos, files: int = 2, **kwargs) -> list[str]:
 def job_line(capsys, *argv: str, status: int = 2) -> str:
     """Run the command in this process (make_shards.main) and check that it ends with exit
     `status` (2: refused, 1: failed) and a last line on stderr, no traceback; that line."""
+    from beam_jobs import make_shards
+
     code = make_shards.main([str(a) for a in argv])
     err = capsys.readouterr().err
     assert code == status, err[-3000:]
@@ -108,6 +114,8 @@ def overriding(flags: Sequence[str], *extra: str) -> list[str]:
 
 def run_job(input_glob: str, output_dir: str, *extra: str) -> None:
     """Run the job; a dataset it commits must pass `readers.inspect --verify`."""
+    from beam_jobs import make_shards
+
     try:
         make_shards.run(["--input", input_glob, "--output_dir", str(output_dir), *extra])
     finally:
@@ -223,6 +231,8 @@ def dataset_bytes(out) -> dict:
 def start_job(argv, out) -> JobProcess:
     """Start the command with `argv` (job_process.py); return once it is writing its own
     shards (never the old ones)."""
+    from job_process import JobProcess   # its import sets the fork server's preloads
+
     process = JobProcess(argv)
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:
@@ -288,8 +298,48 @@ def run_apart(code: str, *args: str, tmp_path) -> object:
         return pickle.load(f)
 
 
+def windows_by_key(batch_dicts) -> dict:
+    """(video_id, start) -> the window's values, from batches of either reader (numpy
+    arrays or tf.Tensors)."""
+    out = {}
+    for batch in batch_dicts:
+        for i, (vid, start) in enumerate(zip(batch["video_id"], batch["start"])):
+            vid = vid.numpy() if hasattr(vid, "numpy") else vid
+            out[(bytes(vid), int(start))] = {
+                k: (v[i].numpy() if hasattr(v, "numpy") else v[i]) for k, v in batch.items()}
+    return out
+
+
+def assert_same_windows(ours: dict, theirs: dict) -> None:
+    """Two `windows_by_key` results hold the same windows with the same values."""
+    assert ours.keys() == theirs.keys()
+    for key, values in ours.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{key} {name}")
+
+
+def assert_clips_of(whole: dict, clipped: dict, clip, window: int) -> None:
+    """Each row of the batch `clipped` (a readers.clips.Clip's of windows of `window`
+    frames) is its window of the batch `whole` cut at its clip_offset: the per-frame
+    features cut alike, the others as they are."""
+    from readers.format import PER_FRAME
+
+    offsets = clipped["clip_offset"]
+    assert offsets.dtype == np.int64 and len(offsets) == len(whole["start"])
+    assert ((0 <= offsets) & (offsets <= window - clip.span)).all()
+    for name, values in whole.items():
+        if name in PER_FRAME:
+            expected = np.stack([v[clip.frames(o)] for v, o in zip(values, offsets)])
+            assert clipped[name].shape == (len(values), clip.length, *values.shape[2:])
+            np.testing.assert_array_equal(clipped[name], expected, err_msg=name)
+        else:
+            np.testing.assert_array_equal(clipped[name], values, err_msg=name)
+
+
 def read_examples(output_dir, split: str = "train") -> list[dict]:
     """Every example of a split, in shard order, parsed to numpy."""
+    import tensorflow as tf
+
     meta = read_dataset_json(output_dir)
     spec = {f["name"]: f for f in meta["features"]}
     compression = "GZIP" if meta["compression"] == "gzip" else ""

@@ -1,5 +1,6 @@
-"""readers.inspect: summary, verify against broken shards, preview pictures, stats; it never
-writes into a dataset, and side files that are FIFOs or too large are one line."""
+"""readers.inspect: summary, preview pictures, stats; it never writes into a dataset, and
+side files that are FIFOs or too large are one line (--verify against broken shards:
+tests/readers_only/test_verify.py)."""
 import html
 import json
 import os
@@ -13,11 +14,9 @@ from PIL import Image
 from helpers import (command, inspect_run, latent_example, random_videos, read_dataset_json,
                      run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
                      write_records, write_videos)
-import readers
 from readers import preview
 from readers.files import DatasetFiles
 from readers.format import videos_file
-from readers.verify import verify
 
 
 @pytest.fixture(scope="module")
@@ -56,43 +55,6 @@ def test_summary_shows_splits_features_and_failure_reasons(latent_dataset, capsy
     assert out.count("\ntrain ") == 1 and "\nval " in out
     assert "failures: 1, most common reasons (paths and numbers left out):" in out
     assert "cannot be read" in out
-
-
-def test_verify_passes_a_sound_dataset(latent_dataset, capsys):
-    code, out, _ = inspect_run(capsys, latent_dataset, "--verify")
-    assert code == 0 and "verify: all" in out and "are sound" in out
-
-
-def _broken_copy(source, tmp_path, how):
-    copy = tmp_path / "copy"
-    shutil.copytree(source, copy)
-    meta = json.loads((copy / "dataset.json").read_text())
-    shard = copy / meta["splits"]["train"]["shards"][0]["file"]
-    data = bytearray(shard.read_bytes())
-    if how == "flipped byte":
-        data[len(data) // 2] ^= 0xFF
-        shard.write_bytes(bytes(data))
-    elif how == "truncated":
-        shard.write_bytes(bytes(data[:len(data) - 50]))
-    elif how == "missing shard":
-        shard.unlink()
-    elif how == "extra record":
-        other = copy / meta["splits"]["train"]["shards"][1]["file"]
-        first_record = other.read_bytes()[:16 + int.from_bytes(other.read_bytes()[:8], "little")]
-        shard.write_bytes(bytes(data) + first_record)
-    return str(copy), shard.name
-
-
-@pytest.mark.parametrize("how, needle", [("flipped byte", "corrupt"),
-                                         ("truncated", "where dataset.json says"),
-                                         ("missing shard", "missing"),
-                                         ("extra record", "dataset.json says")])
-def test_verify_finds_broken_shards(latent_dataset, tmp_path, capsys, how, needle):
-    copy, shard = _broken_copy(latent_dataset, tmp_path, how)
-    problems = verify(copy, readers.load_spec(copy))
-    assert problems and any(shard in p and needle in p for p in problems), problems
-    code, _, err = inspect_run(capsys, copy, "--verify")
-    assert code == 1 and needle in err
 
 
 def test_pixel_preview_is_a_deterministic_contact_sheet(pixel_dataset, tmp_path, capsys):

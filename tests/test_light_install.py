@@ -1,7 +1,7 @@
 """The light install: `pip install video-window-shards` (no extra) is the numpy reader,
 `readers.inspect --verify` and `--report`, without TensorFlow or Beam; what needs
-TensorFlow says in one line how to add it; and the job's sample is written without
-TensorFlow too."""
+TensorFlow says in one line how to add it; the job's sample is written without
+TensorFlow too; and the reader-only tests run without Beam or TensorFlow."""
 import os
 import re
 import subprocess
@@ -122,6 +122,52 @@ def test_the_readers_and_verify_work_in_the_light_install(datasets, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "python -m readers.inspect: error: readers.inspect --stats needs TensorFlow, which "
         "is not installed: pip install 'video-window-shards[tf]'")
+
+
+# pytest in a process where no distribution of the job's or the tf.data reader's extras
+# (argv[1]: Beam, TensorFlow, PyAV, gcsfs ...) can be imported, with the rest of argv.
+_WITHOUT_THE_JOB = """
+import importlib.metadata, json, sys
+blocked = set(json.loads(sys.argv[1]))
+owners = importlib.metadata.packages_distributions()
+
+class WithoutTheJob:
+    def find_spec(self, name, path=None, target=None):
+        dists = {d.lower().replace("_", "-") for d in owners.get(name.split(".")[0], ())}
+        if dists & blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, WithoutTheJob())
+import pytest
+code = pytest.main(sys.argv[2:])
+print("imported:", sorted({"apache_beam", "tensorflow"} & set(sys.modules)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_the_reader_only_tests_run_without_beam_or_tensorflow(tmp_path):
+    """The inner loop of docs/contributing.md, tests/readers_only/ less its slow tests, in
+    a process that cannot import Beam, TensorFlow or anything else only `[beam]` or
+    `[tf]` installs: its datasets are written by readers/format alone. What needs
+    TensorFlow (the tf.data side of the codec tests) skips, saying what it needs."""
+    import json
+
+    requires = _requires(tmp_path)
+    blocked = sorted(requires["beam"] | requires["tf"])
+    assert {"apache-beam", "tensorflow-cpu"} <= set(blocked)
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_JOB, json.dumps(blocked), "-q", "-p", "no:xdist",
+         "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "light"), "-m", "not slow",
+         "-rs", "tests/readers_only"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-2000:]
+    assert "imported: []" in out, out[-3000:]
+    passed = int(re.search(r"(\d+) passed", out).group(1))
+    assert passed >= 100, out[-3000:]
+    skips = re.findall(r"^SKIPPED \[\d+\] .*$", out, re.M)
+    assert any("needs TensorFlow" in line for line in skips), skips
+    assert all(" needs " in line for line in skips), skips
 
 
 def test_the_job_stages_what_a_worker_needs_beyond_the_light_install():

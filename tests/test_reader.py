@@ -1,4 +1,6 @@
-"""The tf.data reader over a dataset written by the job."""
+"""The tf.data reader over a dataset written by the job, and readers.numpy's windows
+against it."""
+import collections
 import json
 import os
 import platform
@@ -12,8 +14,10 @@ import pytest
 import tensorflow as tf
 
 import readers
-from helpers import (index_offsets, latent_example, random_videos, read_dataset_json, read_examples,
-                     run_job, write_records, write_videos)
+from helpers import (assert_same_windows, index_offsets, latent_example, random_videos,
+                     read_dataset_json, read_examples, run_job, windows_by_key, write_records,
+                     write_videos)
+from readers.numpy import WindowSource, batches
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +266,37 @@ def test_the_reader_names_a_corrupt_or_short_shard(tmp_path):
                 for _ in readers.make_dataset(str(tmp_path / "out"), batch_size=2,
                                               shuffle=shuffle, drop_remainder=False):
                     pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["latent", "float16", "long", "png", "jpeg"])
+def test_window_source_gives_the_tf_readers_values(kinds, kind):
+    """readers.numpy (tests/readers_only/) gives each window as the tf.data reader does:
+    the same values and dtypes."""
+    path = kinds[kind]
+    source = WindowSource(path, "train")
+    assert len(source) == readers.load_spec(path).splits["train"].windows
+    ours = windows_by_key([{k: np.array([v]) if not isinstance(v, bytes) else [v]
+                     for k, v in source[i].items()} for i in range(len(source))])
+    theirs = windows_by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
+    assert ours.keys() == theirs.keys()
+    for key, values in ours.items():
+        for name, value in values.items():
+            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{kind} {name}")
+            if isinstance(value, np.ndarray):
+                assert value.dtype == theirs[key][name].dtype, name
+    floats = WindowSource(path, "train", float_pixels=True)[0]["window"]
+    assert floats.dtype == (np.float32 if kind != "float16" else np.float32)
+
+
+@pytest.mark.slow
+def test_records_of_one_size_in_several_layouts_read_right_in_any_order(kinds):
+    path = kinds["long"]
+    theirs = windows_by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
+    layouts = collections.defaultdict(set)     # size -> (id length, start varint length)
+    for vid, start in theirs:
+        layouts[len(vid) + (start >= 128)].add(len(vid))
+    assert max(map(len, layouts.values())) > 1
+    for seed in range(2):
+        assert_same_windows(windows_by_key(batches(path, "train", 7, seed=seed,
+                                                   drop_remainder=False)), theirs)

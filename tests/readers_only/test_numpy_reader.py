@@ -1,6 +1,6 @@
-"""Random access through the shard index, readers.numpy without TensorFlow, exact resume
-in both readers, and the PyTorch and Grain adapters."""
-import collections
+"""readers.numpy: random access through the shard index, without TensorFlow or Beam, its
+arguments checked, corrupt records named, and the PyTorch and Grain adapters (its values
+against the tf.data reader's: tests/test_reader.py)."""
 import json
 import os
 import pickle
@@ -12,37 +12,27 @@ import sys
 import numpy as np
 import pytest
 
-import readers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from helpers import assert_verified, index_offsets, read_dataset_json, write_index
+from helpers import (assert_same_windows, assert_verified, index_offsets, read_dataset_json,
+                     windows_by_key, write_index)
 
 
-def _by_key(batch_dicts):
-    out = {}
-    for batch in batch_dicts:
-        for i, (vid, start) in enumerate(zip(batch["video_id"], batch["start"])):
-            vid = vid.numpy() if hasattr(vid, "numpy") else vid
-            out[(bytes(vid), int(start))] = {
-                k: (v[i].numpy() if hasattr(v, "numpy") else v[i]) for k, v in batch.items()}
-    return out
-
-
-def test_every_uncompressed_shard_has_an_index_that_verify_checks(kinds, tmp_path):
-    meta = read_dataset_json(kinds["latent"])
+def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):
+    meta = read_dataset_json(datasets["latent"])
     for split in meta["splits"].values():
         for shard in split["shards"]:
             assert shard["index"] == shard["file"] + ".index" and shard["index"] in meta["files"]
-            offsets = index_offsets(os.path.join(kinds["latent"], shard["index"]))
+            offsets = index_offsets(os.path.join(datasets["latent"], shard["index"]))
             assert len(offsets) == shard["examples"] + 1
-            assert offsets[-1] == os.path.getsize(os.path.join(kinds["latent"], shard["file"]))
-    gzip = read_dataset_json(kinds["gzip"])
+            assert offsets[-1] == os.path.getsize(os.path.join(datasets["latent"], shard["file"]))
+    gzip = read_dataset_json(datasets["gzip"])
     assert all(s["index"] is None for s in gzip["splits"]["train"]["shards"])
 
     import shutil
     copy = tmp_path / "copy"
-    shutil.copytree(kinds["latent"], copy)
+    shutil.copytree(datasets["latent"], copy)
     index = copy / meta["splits"]["train"]["shards"][0]["index"]
     offsets = index_offsets(index)
     offsets[1] += 8
@@ -50,45 +40,6 @@ def test_every_uncompressed_shard_has_an_index_that_verify_checks(kinds, tmp_pat
     result = subprocess.run([sys.executable, "-m", "readers.inspect", str(copy), "--verify"],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "record 0 at byte 0 does not match" in result.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["latent", "float16", "long", "png", "jpeg"])
-def test_window_source_gives_the_tf_readers_values(kinds, kind):
-    path = kinds[kind]
-    source = WindowSource(path, "train")
-    assert len(source) == readers.load_spec(path).splits["train"].windows
-    ours = _by_key([{k: np.array([v]) if not isinstance(v, bytes) else [v]
-                     for k, v in source[i].items()} for i in range(len(source))])
-    theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
-    assert ours.keys() == theirs.keys()
-    for key, values in ours.items():
-        for name, value in values.items():
-            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{kind} {name}")
-            if isinstance(value, np.ndarray):
-                assert value.dtype == theirs[key][name].dtype, name
-    floats = WindowSource(path, "train", float_pixels=True)[0]["window"]
-    assert floats.dtype == (np.float32 if kind != "float16" else np.float32)
-
-
-def _assert_same(ours: dict, theirs: dict) -> None:
-    assert ours.keys() == theirs.keys()
-    for key, values in ours.items():
-        for name, value in values.items():
-            np.testing.assert_array_equal(value, theirs[key][name], err_msg=f"{key} {name}")
-
-
-@pytest.mark.slow
-def test_records_of_one_size_in_several_layouts_read_right_in_any_order(kinds):
-    path = kinds["long"]
-    theirs = _by_key(readers.make_dataset(path, batch_size=1, shuffle=False))
-    layouts = collections.defaultdict(set)     # size -> (id length, start varint length)
-    for vid, start in theirs:
-        layouts[len(vid) + (start >= 128)].add(len(vid))
-    assert max(map(len, layouts.values())) > 1
-    for seed in range(2):
-        _assert_same(_by_key(batches(path, "train", 7, seed=seed, drop_remainder=False)),
-                     theirs)
 
 
 def _entries_reversed(example: bytes) -> bytes:
@@ -103,12 +54,12 @@ def _entries_reversed(example: bytes) -> bytes:
     return example[:first] + b"".join(reversed(entries))
 
 
-def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(kinds, tmp_path):
+def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(datasets, tmp_path):
     """Before format version 3 the index was binary (uint64 offsets, then the shard's
     length) under the same name, and there were no TFDS files; dataset.json's version
     says which index a reader reads."""
     copy = tmp_path / "copy"
-    shutil.copytree(kinds["latent"], copy)
+    shutil.copytree(datasets["latent"], copy)
     meta = read_dataset_json(copy)
     meta["format_version"] = 2
     for kind in ("videos", "failures", "bad_frames"):   # plain names before version 5
@@ -126,15 +77,16 @@ def test_a_dataset_of_format_version_2_with_its_binary_index_still_reads(kinds, 
             index.write_bytes(np.array(index_offsets(index), "<u8").tobytes())
     assert_verified(copy)
     for split in meta["splits"]:
-        old, new = WindowSource(str(copy), split), WindowSource(kinds["latent"], split)
+        old, new = WindowSource(str(copy), split), WindowSource(datasets["latent"], split)
         everything = range(len(new))
-        _assert_same(_by_key([old.read_batch(everything)]), _by_key([new.read_batch(everything)]))
+        assert_same_windows(windows_by_key([old.read_batch(everything)]),
+                            windows_by_key([new.read_batch(everything)]))
 
 
-def test_a_shard_whose_records_order_their_features_otherwise_reads_right(kinds, tmp_path):
+def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datasets, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(kinds["latent"], copy)
-    original = WindowSource(kinds["latent"], "train")
+    shutil.copytree(datasets["latent"], copy)
+    original = WindowSource(datasets["latent"], "train")
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     data = (copy / shard["file"]).read_bytes()
@@ -145,13 +97,13 @@ def test_a_shard_whose_records_order_their_features_otherwise_reads_right(kinds,
     assert_verified(copy)
     everything = range(len(original))
     for source in (WindowSource(str(copy), "train"),) * 2:   # learning, then learnt
-        _assert_same(_by_key([source.read_batch(everything)]),
-                     _by_key([original.read_batch(everything)]))
+        assert_same_windows(windows_by_key([source.read_batch(everything)]),
+                            windows_by_key([original.read_batch(everything)]))
 
 
-def test_a_corrupt_record_is_named_whichever_way_it_is_read(kinds, tmp_path):
+def test_a_corrupt_record_is_named_whichever_way_it_is_read(datasets, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(kinds["latent"], copy)
+    shutil.copytree(datasets["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     learnt = WindowSource(str(copy), "train")
@@ -171,9 +123,9 @@ def test_a_corrupt_record_is_named_whichever_way_it_is_read(kinds, tmp_path):
 
 
 @pytest.mark.parametrize("garbage", [b"\xff", b"N"])
-def test_a_record_that_is_no_example_is_named(kinds, tmp_path, garbage):
+def test_a_record_that_is_no_example_is_named(datasets, tmp_path, garbage):
     copy = tmp_path / "copy"
-    shutil.copytree(kinds["latent"], copy)
+    shutil.copytree(datasets["latent"], copy)
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     data = bytearray((copy / shard["file"]).read_bytes())
@@ -184,17 +136,17 @@ def test_a_record_that_is_no_example_is_named(kinds, tmp_path, garbage):
         WindowSource(str(copy), "train").read_batch(range(4))
 
 
-def test_window_source_refuses_what_it_cannot_do(kinds):
+def test_window_source_refuses_what_it_cannot_do(datasets):
     with pytest.raises(ValueError, match="random access needs uncompressed shards"):
-        WindowSource(kinds["gzip"])
+        WindowSource(datasets["gzip"])
     with pytest.raises(ValueError, match=r"unknown feature\(s\) \['nope'\]"):
-        WindowSource(kinds["latent"], features=["window", "nope"])
+        WindowSource(datasets["latent"], features=["window", "nope"])
     with pytest.raises(IndexError):
-        WindowSource(kinds["latent"])[10_000]
+        WindowSource(datasets["latent"])[10_000]
 
 
-def test_indices_mean_what_they_mean_to_numpy_or_are_refused(kinds):
-    source = WindowSource(kinds["latent"], "train")
+def test_indices_mean_what_they_mean_to_numpy_or_are_refused(datasets):
+    source = WindowSource(datasets["latent"], "train")
     size = len(source)
     everything = source.read_batch(np.arange(size))["window"]
 
@@ -241,37 +193,37 @@ def test_indices_mean_what_they_mean_to_numpy_or_are_refused(kinds):
     ({"drop_remainder": 0}, TypeError, "drop_remainder must be True or False, not 0"),
     ({"float_pixels": "yes"}, TypeError, "float_pixels must be True or False, not 'yes'"),
 ])
-def test_every_argument_of_batches_is_checked_when_called_naming_it(kinds, options, error,
+def test_every_argument_of_batches_is_checked_when_called_naming_it(datasets, options, error,
                                                                      says):
     """NaN, inf, 2.5 and True slipped through, or failed later under another name
     (ThreadPoolExecutor's max_workers, shard_index for num_shards=0)."""
     with pytest.raises(error, match=f"^{re.escape(says)}$"):
-        batches(kinds["latent"], "train", **{"batch_size": 2, **options})
+        batches(datasets["latent"], "train", **{"batch_size": 2, **options})
 
 
-def test_numpy_integers_are_taken_as_the_numbers_they_hold(kinds):
-    ours = list(batches(kinds["latent"], "train", np.uint8(3), seed=np.uint8(4),
+def test_numpy_integers_are_taken_as_the_numbers_they_hold(datasets):
+    ours = list(batches(datasets["latent"], "train", np.uint8(3), seed=np.uint8(4),
                         epoch=np.int32(1), num_shards=np.int8(2), shard_index=np.uint64(1),
                         start_step=np.int16(1), threads=np.int64(2), prefetch=np.uint8(1)))
-    theirs = list(batches(kinds["latent"], "train", 3, seed=4, epoch=1, num_shards=2,
+    theirs = list(batches(datasets["latent"], "train", 3, seed=4, epoch=1, num_shards=2,
                           shard_index=1, start_step=1))
     assert len(ours) == len(theirs) > 1
     for mine, other in zip(ours, theirs):
         np.testing.assert_array_equal(mine["window"], other["window"])
 
 
-def test_readers_numpy_imports_neither_tensorflow_nor_beam(kinds):
+def test_readers_numpy_imports_neither_tensorflow_nor_beam(datasets):
     code = ("import sys\nfrom readers.numpy import batches, WindowSource\n"
-            f"b = next(batches({kinds['png']!r}, 'train', 2))\n"
-            f"s = WindowSource({kinds['latent']!r}, 'test')[0]\n"
+            f"b = next(batches({datasets['png']!r}, 'train', 2))\n"
+            f"s = WindowSource({datasets['latent']!r}, 'test')[0]\n"
             "print(b['window'].shape, 'tensorflow' in sys.modules, 'apache_beam' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.split() == ["(2,", "4,", "24,", "32,", "3)", "False", "False"], \
         result.stderr[-2000:]
 
 
-def test_a_source_pickles_and_reads_in_another_process(kinds):
-    source = WindowSource(kinds["latent"], "train")
+def test_a_source_pickles_and_reads_in_another_process(datasets):
+    source = WindowSource(datasets["latent"], "train")
     first = source[3]
     clone = pickle.loads(pickle.dumps(source))
     np.testing.assert_array_equal(clone[3]["window"], first["window"])
@@ -291,10 +243,10 @@ def test_the_order_is_a_pure_function_of_seed_and_epoch_cut_per_host():
 
 
 @pytest.mark.parametrize("cache", ["simplecache", "filecache"])
-def test_fsspec_cached_urls_read_the_index_and_the_shards(kinds, cache):
+def test_fsspec_cached_urls_read_the_index_and_the_shards(datasets, cache):
     """fsspec's local caches chain onto any URL; the reader hands each file to the cache
     by its inner path (it gave the whole chained URL, and the shards seemed missing)."""
-    path = kinds["png"]
+    path = datasets["png"]
     url = f"{cache}::file://{path}"
     plain, cached = WindowSource(path, "train"), WindowSource(url, "train")
     assert len(cached) == len(plain)
@@ -305,8 +257,8 @@ def test_fsspec_cached_urls_read_the_index_and_the_shards(kinds, cache):
     np.testing.assert_array_equal(first["window"], next(batches(path, "train", 2, seed=3))["window"])
 
 
-def test_getitems_gives_the_rows_of_read_batch(kinds):
-    source = WindowSource(kinds["latent"], "train")
+def test_getitems_gives_the_rows_of_read_batch(datasets):
+    source = WindowSource(datasets["latent"], "train")
     indices = [3, 0, len(source) - 1, 3, -2]
     batch = source.read_batch(indices)
     windows = source.__getitems__(indices)
@@ -319,9 +271,9 @@ def test_getitems_gives_the_rows_of_read_batch(kinds):
     assert source.__getitems__([]) == []
 
 
-def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(kinds):
+def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
     """`video_id` is numpy bytes (`S`): an array in a batch, its item for one window."""
-    path = kinds["latent"]
+    path = datasets["latent"]
     source = WindowSource(path, "train")
     assert type(source[0]["video_id"]) is np.bytes_
     assert type(source.__getitems__([0, 1])[1]["video_id"]) is np.bytes_
@@ -330,11 +282,11 @@ def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(kinds):
     assert source[[0, 1]]["video_id"].tolist() == [source[0]["video_id"], source[1]["video_id"]]
 
 
-def test_pytorch_dataloader_workers_read_every_window_once(kinds):
+def test_pytorch_dataloader_workers_read_every_window_once(datasets):
     """The README's DataLoader: a BatchSampler's batches of indices, each read by a worker
     as one read_batch (`batch_size=None`); numbers come as tensors, video_id as `S`."""
     torch = pytest.importorskip("torch")
-    source = WindowSource(kinds["latent"], "train")
+    source = WindowSource(datasets["latent"], "train")
     sampler = torch.utils.data.BatchSampler(
         torch.utils.data.RandomSampler(source, generator=torch.Generator().manual_seed(0)),
         batch_size=4, drop_last=False)
@@ -349,11 +301,11 @@ def test_pytorch_dataloader_workers_read_every_window_once(kinds):
     assert len(seen) == len(set(seen)) == len(source)
 
 
-def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
+def test_pytorch_default_collate_reads_a_batch_with_getitems(datasets):
     """A DataLoader with a batch_size reads each batch through __getitems__ too; its
     default collate makes video_id a list of bytes."""
     torch = pytest.importorskip("torch")
-    source = WindowSource(kinds["latent"], "train")
+    source = WindowSource(datasets["latent"], "train")
     loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True, num_workers=2,
                                          generator=torch.Generator().manual_seed(0),
                                          multiprocessing_context="forkserver")
@@ -365,9 +317,9 @@ def test_pytorch_default_collate_reads_a_batch_with_getitems(kinds):
 
 
 @pytest.mark.slow
-def test_grain_reads_a_window_source(kinds):
+def test_grain_reads_a_window_source(datasets):
     grain = pytest.importorskip("grain.python")
-    source = WindowSource(kinds["latent"], "train")
+    source = WindowSource(datasets["latent"], "train")
     loader = grain.DataLoader(
         data_source=source,
         sampler=grain.IndexSampler(len(source), grain.NoSharding(), shuffle=True, seed=0,
@@ -381,14 +333,14 @@ def test_grain_reads_a_window_source(kinds):
 
 
 @pytest.mark.slow
-def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(kinds, tmp_path):
+def test_the_gpu_feed_benchmark_trains_from_the_reader_on_cpu(datasets, tmp_path):
     """benchmarks/bench_gpu_feed.py, which no test machine can run on a GPU, at least
     runs: its model trains on batches from DataLoader workers over WindowSource."""
     pytest.importorskip("torch")
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     from bench_gpu_feed import main
 
-    result = main([kinds["latent"], "--json", str(tmp_path / "feed.json"), "--device",
+    result = main([datasets["latent"], "--json", str(tmp_path / "feed.json"), "--device",
                    "cpu", "--workers", "2", "--batch_size", "4", "--d_model", "16",
                    "--layers", "1", "--steps", "3", "--warmup", "1", "--repeats", "2"])
     assert json.loads((tmp_path / "feed.json").read_text()) == result

@@ -61,8 +61,8 @@ def _equal(a: dict, b: dict, skip=("pid", "thread", "worker")) -> None:
             np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]), name)
 
 
-def test_batches_run_the_transform_in_their_threads(kinds):
-    path = kinds["latent"]
+def test_batches_run_the_transform_in_their_threads(datasets):
+    path = datasets["latent"]
     plain = list(batches(path, "train", 3, seed=2))
     read = list(batches(path, "train", 3, seed=2, threads=2, transform=where_read))
     assert len(read) == len(plain) >= 3
@@ -73,8 +73,8 @@ def test_batches_run_the_transform_in_their_threads(kinds):
         _equal(ours, where_read(theirs))
 
 
-def test_the_transform_sees_the_clipped_batch_with_its_offsets(kinds):
-    path, clip = kinds["latent"], Clip(3, offset="random", seed=7)
+def test_the_transform_sees_the_clipped_batch_with_its_offsets(datasets):
+    path, clip = datasets["latent"], Clip(3, offset="random", seed=7)
     plain = list(batches(path, "train", 4, seed=1, epoch=2, clip=clip))
     shifted = list(batches(path, "train", 4, seed=1, epoch=2, clip=clip, transform=shift))
     assert len(shifted) == len(plain)
@@ -84,36 +84,36 @@ def test_the_transform_sees_the_clipped_batch_with_its_offsets(kinds):
     assert len({int(o) for b in shifted for o in b["clip_offset"]}) == 2   # random: 0, 1
 
 
-def test_source_items_are_rows_of_a_transformed_batch_of_one(kinds):
-    plain = WindowSource(kinds["latent"], "train")
-    source = WindowSource(kinds["latent"], "train", transform=shift)
+def test_source_items_are_rows_of_a_transformed_batch_of_one(datasets):
+    plain = WindowSource(datasets["latent"], "train")
+    source = WindowSource(datasets["latent"], "train", transform=shift)
     assert source[[2, 5]]["inputs"].shape == (2, 3, 3)
     for i in (0, 5, -1):
         item = source[i]
         assert item["inputs"].shape == (3, 3) and type(item["video_id"]) is np.bytes_
         _equal(item, {name: column[0] for name, column in
                       shift(plain.read_batch([i])).items()})
-    clone = pickle.loads(pickle.dumps(WindowSource(kinds["latent"], "train", transform=shift)))
+    clone = pickle.loads(pickle.dumps(WindowSource(datasets["latent"], "train", transform=shift)))
     _equal(clone[3], source[3])
 
 
-def test_a_transform_that_is_no_function_or_gives_no_dict_is_one_line(kinds):
+def test_a_transform_that_is_no_function_or_gives_no_dict_is_one_line(datasets):
     with pytest.raises(TypeError, match=r"^transform must be a function or None, not int 3$"):
-        WindowSource(kinds["latent"], "train", transform=3)
+        WindowSource(datasets["latent"], "train", transform=3)
     with pytest.raises(TypeError, match="^transform must be a function or None, not str"):
-        batches(kinds["latent"], "train", 2, transform="shift")        # when called
-    tuples = batches(kinds["latent"], "train", 2, transform=lambda b: (b["window"],))
+        batches(datasets["latent"], "train", 2, transform="shift")        # when called
+    tuples = batches(datasets["latent"], "train", 2, transform=lambda b: (b["window"],))
     with pytest.raises(TypeError, match=r"^transform test_transform\.test_a_transform.*"
                                         r"<lambda> returned tuple, not a dict"):
         next(tuples)
 
 
-def test_dataloader_workers_run_the_transform_and_a_resume_gives_the_same_batches(kinds):
+def test_dataloader_workers_run_the_transform_and_a_resume_gives_the_same_batches(datasets):
     """EpochBatches as a DataLoader's sampler: each batch is read, and transformed, in a
     worker process; resumed from a state with the same transform, the batches after it
     are those of the run never stopped (the jitter is drawn from each batch)."""
     torch = pytest.importorskip("torch")
-    path = kinds["latent"]
+    path = datasets["latent"]
 
     def loader(plan):
         return torch.utils.data.DataLoader(plan.source, sampler=plan, batch_size=None,
@@ -139,8 +139,8 @@ def test_dataloader_workers_run_the_transform_and_a_resume_gives_the_same_batche
         _equal(ours, theirs)
 
 
-def test_the_repr_names_what_index_i_returns_and_no_address(kinds):
-    path = kinds["png"]
+def test_the_repr_names_what_index_i_returns_and_no_address(datasets):
+    path = datasets["png"]
     source = WindowSource(path, "train", ["window", "start"], float_pixels=True,
                           clip=Clip(2, offset="start"), epoch=3,
                           transform=functools.partial(jitter, scale=0.5))
@@ -190,13 +190,13 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_grain_resumes_a_saved_state_in_a_new_process(kinds, tmp_path):
+def test_grain_resumes_a_saved_state_in_a_new_process(datasets, tmp_path):
     pytest.importorskip("grain.python")
     saved = str(tmp_path / "grain_state")
 
     def next_batch(mode: str):
         done = subprocess.run([sys.executable, "-c", _GRAIN, os.path.dirname(__file__),
-                               kinds["latent"], mode, saved],
+                               datasets["latent"], mode, saved],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -205,6 +205,6 @@ def test_grain_resumes_a_saved_state_in_a_new_process(kinds, tmp_path):
     assert first[3] == [3, 3, 3]       # shifted in the workers: 3 of each window's 4 frames
     with open(saved) as f:
         source = json.load(f)["data_source"]
-    assert "0x" not in source and kinds["latent"] in source
+    assert "0x" not in source and datasets["latent"] in source
     assert source.endswith("transform=test_transform.shift)")
     assert next_batch("load") == first
