@@ -26,6 +26,7 @@ import collections
 import dataclasses
 import hashlib
 import os
+import threading
 from typing import Any, Callable, Collection, Optional, Sequence
 
 import numpy as np
@@ -270,16 +271,26 @@ def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
     # the Select (its `where` one of the row): kept, so that `batches`, which opens its
     # source each epoch, resolves it once a process.
     key = (selection.path, selection.spec.run_id, selection.split, select)
-    if key not in _RESOLVED:
-        _RESOLVED[key] = _resolve(select, selection)
+    try:
+        hash(key)
+    except TypeError:      # a `where` that cannot be hashed: resolved each time
+        return _resolve(select, selection)
+    with _LOCK:
+        kept = _RESOLVED.get(key)
+        if kept is not None:
+            _RESOLVED.move_to_end(key)
+            return kept
+    kept = _resolve(select, selection)
+    with _LOCK:
+        _RESOLVED[key] = kept
         while len(_RESOLVED) > _KEPT:
             _RESOLVED.popitem(last=False)
-    _RESOLVED.move_to_end(key)
-    return _RESOLVED[key]
+    return kept
 
 
 _RESOLVED: collections.OrderedDict = collections.OrderedDict()
 _KEPT = 8     # selections kept (at a million windows and 10% each, 0.8 MB)
+_LOCK = threading.Lock()
 
 
 def _resolve(select: Select, selection: Selection) -> Subset:
