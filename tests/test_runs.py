@@ -43,7 +43,7 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
     # a worker installs that sdist without extras (the light reader's install_requires):
     # the job's own libraries come as a requirements file, installed from PyPI at start-up
     with open(staged["requirements.txt"]) as f:
-        assert f.read().split() == ["av==18.1.0", "gcsfs==2026.10.1"]
+        assert f.read().split() == ["av==18.1.0", "blake3==1.0.11", "gcsfs==2026.10.1"]
     assert result.job.options.get_all_options()["requirements_cache"] == "skip"
 
 
