@@ -16,7 +16,9 @@ from beam_jobs.core import ids
 GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-def has_scheme(path: str) -> bool:
+def is_remote(path: str) -> bool:
+    """Whether `path` names a store (gs://, ...) rather than this machine's files (a
+    plain path, or a file:// URL)."""
     return "://" in path and not path.startswith("file://")
 
 
@@ -28,7 +30,7 @@ def normalize(path: str) -> str:
     """
     if not path or not path.strip():
         raise ValueError("is empty")
-    if not has_scheme(path):
+    if not is_remote(path):
         return os.path.realpath(os.path.expanduser(path.removeprefix("file://")))
     scheme, rest = path.split("://", 1)
     parts = [p for p in rest.split("/") if p not in ("", ".")]
@@ -40,7 +42,7 @@ def normalize(path: str) -> str:
 
 
 def join(directory: str, *names: str) -> str:
-    return posixpath.join(directory, *names) if has_scheme(directory) else os.path.join(
+    return posixpath.join(directory, *names) if is_remote(directory) else os.path.join(
         directory, *names)
 
 

@@ -41,7 +41,7 @@ def is_gcs(path: str) -> bool:
 
 
 def supported(path: str) -> bool:
-    return is_gcs(path) or not paths.has_scheme(path)
+    return is_gcs(path) or not paths.is_remote(path)
 
 
 # --- GCS ----------------------------------------------------------------------------

@@ -95,7 +95,7 @@ class Launch:
     def local_temp(self) -> Optional[str]:
         """Where a local run spilling to a remote output keeps its temp data (an object
         per spill on gs:// would be slow): this machine's disk. None: in the output."""
-        if self.config.shards.shuffle != "spill" or not paths.has_scheme(
+        if self.config.shards.shuffle != "spill" or not paths.is_remote(
                 self.config.io.output_dir):
             return None
         return local_temp_base(PipelineOptions(list(self.pipeline_args)).view_as(

@@ -183,7 +183,7 @@ def beam_temp_in(run: RunDir) -> Iterator[None]:
     """Beam's Pipeline makes a folder in the system's temp directory when it is built
     and removes it when it ends: for the block, that folder goes into the run's own
     local temp data instead, which the next run removes if this one is killed."""
-    if not run.temp_dir or paths.has_scheme(run.temp_dir):
+    if not run.temp_dir or paths.is_remote(run.temp_dir):
         yield
         return
     os.makedirs(run.temp_dir, exist_ok=True)

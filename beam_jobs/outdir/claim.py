@@ -236,7 +236,7 @@ def _refuse_a_dataset(out: str, entries: dict, dataset_may_stay: bool) -> None:
 def local_temp_base(temp_location: Optional[str]) -> str:
     """Where a local run keeps temp data when the output is remote: --temp_location when
     it is a local path, else the system's temp directory."""
-    if temp_location and not paths.has_scheme(temp_location):
+    if temp_location and not paths.is_remote(temp_location):
         return paths.normalize(temp_location)
     return tempfile.gettempdir()
 

@@ -139,7 +139,7 @@ def delete_local_temp(temp_dir, run_id: str) -> None:
     a local absolute path named `make_shards-RUN` holding the marker that names RUN. A
     run.json naming anything else (hand-edited, or a folder that was moved) is left as it
     is, with a warning."""
-    if not (isinstance(temp_dir, str) and not paths.has_scheme(temp_dir)
+    if not (isinstance(temp_dir, str) and not paths.is_remote(temp_dir)
             and os.path.isabs(temp_dir) and os.path.normpath(temp_dir) == temp_dir
             and os.path.basename(temp_dir) == f"make_shards-{run_id}"):
         _LOG.warning("the run.json of run %s names a temp directory that is not its own "

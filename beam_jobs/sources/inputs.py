@@ -27,7 +27,7 @@ class InputError(ValueError):
 
 def absolute(text: str) -> str:
     """A local input glob made absolute (so ids and checks see one spelling)."""
-    if paths.has_scheme(text):
+    if paths.is_remote(text):
         return text
     return os.path.abspath(os.path.expanduser(text.removeprefix("file://")))
 

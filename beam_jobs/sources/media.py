@@ -209,7 +209,7 @@ def to_mode(image: Image.Image, mode: str) -> Image.Image:
 
 def read_bytes(path: str, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
     """The bytes of a regular file of at most `max_bytes`; BadFrame otherwise."""
-    if not paths.has_scheme(path):
+    if not paths.is_remote(path):
         local = path.removeprefix("file://")
         try:
             st = os.stat(local)
@@ -283,7 +283,7 @@ def _upright(frame, orient: bool, info: Optional[dict],
 
 
 def _check_video_file(path: str) -> None:
-    if paths.has_scheme(path):
+    if paths.is_remote(path):
         return
     try:
         st = os.stat(path.removeprefix("file://"))
