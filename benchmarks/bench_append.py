@@ -33,7 +33,6 @@ import statistics
 import sys
 
 import numpy as np
-
 from bench_job import output_files, read_back
 from process_tree import MB, run_tree, wait_for_quiet
 
@@ -83,8 +82,8 @@ def timed(name: str, command: list[str], out: str, log: str) -> dict:
 
 def mixing(out: str) -> dict:
     """Per batch, the fraction of windows of the new generation, by each reader."""
-    from readers.numpy import WindowSource, batches
     import readers
+    from readers.numpy import WindowSource, batches
 
     source = WindowSource(out, "train", features=["video_id"])
     everything = source.read_batch(range(len(source)))["video_id"]

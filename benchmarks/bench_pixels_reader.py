@@ -30,9 +30,9 @@ import time
 
 import psutil
 import tensorflow as tf
+from pixel_sample import frame_bytes, write_frame_manifest
 
 import readers
-from pixel_sample import frame_bytes, write_frame_manifest
 
 WINDOW, STRIDE = 16, 8
 FRAME_SIZE = "270x480"

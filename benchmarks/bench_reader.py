@@ -49,7 +49,6 @@ import time
 from typing import Callable, Collection, Iterable
 
 import psutil
-
 import tensorflow as tf
 
 import readers

@@ -203,6 +203,7 @@ def measure_open(out: str, repeats: int) -> dict:
 
 def measure_read(work_dir: str, videos: int, repeats: int) -> dict:
     import bench_reader
+
     from readers.numpy import EpochBatches, Select, WindowSource, batches
 
     _, out = bench_reader.make_data(work_dir, videos, files=8)

@@ -76,8 +76,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos_world import (OPERATIONS, STRIDE, WINDOW, World,  # noqa: E402
-                         start_command)
+from chaos_world import OPERATIONS, STRIDE, WINDOW, World, start_command  # noqa: E402
+
 from readers import load_spec  # noqa: E402
 from readers.format import DatasetSpec  # noqa: E402
 from readers.numpy import WindowSource  # noqa: E402

@@ -30,8 +30,9 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from beam_jobs.sources import media  # noqa: E402
 from pixel_sample import frame_paths, write_frame_manifest  # noqa: E402
+
+from beam_jobs.sources import media  # noqa: E402
 
 SIZE = (270, 480)   # H, W
 _SWS = av.video.reformatter.Interpolation

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from readers import checkpoints, clips, format as data_format, malloc, subset, tf_internals
+from readers import checkpoints, clips, malloc, subset, tf_internals
+from readers import format as data_format
 from readers.clips import CLIP_OFFSET, Clip
 from readers.selection import Selection, flag, optional_whole_number, whole_number
 from readers.subset import Select, Subset

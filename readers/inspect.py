@@ -24,7 +24,9 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from readers import format as data_format, quiet, report, stats as stats_text
+from readers import format as data_format
+from readers import quiet, report
+from readers import stats as stats_text
 from readers.files import DatasetFiles, is_local, save
 from readers.verify import verify
 

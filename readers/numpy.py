@@ -46,10 +46,15 @@ import numpy as np
 
 from readers import clips, scatter, streaming, subset
 from readers.clips import Clip
-from readers.mixture import Mixture, MixtureBatches   # re-exported: readers.numpy's API
-from readers.selection import (Selection, callable_name, flag, optional_callable,
-                               optional_whole_number, whole_number)
-from readers.subset import Select   # re-exported: readers.numpy's API
+from readers.selection import (
+    Selection,
+    callable_name,
+    flag,
+    optional_callable,
+    optional_whole_number,
+    whole_number,
+)
+from readers.subset import Select  # re-exported: readers.numpy's API
 
 # What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]

@@ -14,8 +14,8 @@ from typing import Optional
 import numpy as np
 
 from readers import format as data_format
-from readers.format import tfrecord, wire
 from readers.files import MAX_WHOLE, DatasetFiles
+from readers.format import tfrecord, wire
 from readers.selection import DatasetChanged, gone
 
 

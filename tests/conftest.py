@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 import pytest
-
-from format_datasets import KIND_FLAGS, kind_videos, kinds as format_kinds
+from format_datasets import KIND_FLAGS, kind_videos
+from format_datasets import kinds as format_kinds
 
 
 @pytest.fixture
@@ -26,7 +26,6 @@ def _write_kinds_inputs(root) -> None:
     """The job's inputs of KINDS under `root`: latent TFRecord files, frame folders with
     a labels file each, and their manifest."""
     import tensorflow as tf
-
     from helpers import write_frame_folder, write_manifest, write_videos
 
     videos = kind_videos(str(root))
@@ -50,7 +49,6 @@ def kinds(tmp_path_factory, request) -> dict[str, str]:
     """KINDS, built once a session (with pytest-xdist, once for all its workers): name ->
     the dataset's path. Tests read them; a test that changes one changes a copy."""
     from filelock import FileLock
-
     from helpers import run_jobs
 
     base = tmp_path_factory.getbasetemp()

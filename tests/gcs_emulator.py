@@ -190,6 +190,7 @@ def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
     benchmarks that read: the emulator's storage is not meant for concurrent writes)."""
     global _latency_s
     import fsspec
+
     from beam_jobs.core import storage
 
     _install()

@@ -231,7 +231,7 @@ def dataset_bytes(out) -> dict:
 def start_job(argv, out) -> JobProcess:
     """Start the command with `argv` (job_process.py); return once it is writing its own
     shards (never the old ones)."""
-    from job_process import JobProcess   # its import sets the fork server's preloads
+    from job_process import JobProcess  # its import sets the fork server's preloads
 
     process = JobProcess(argv)
     deadline = time.monotonic() + 120
@@ -370,6 +370,7 @@ def read_examples(output_dir, split: str = "train") -> list[dict]:
 
 def _decode_image(data: bytes, channels: int) -> np.ndarray:
     import io
+
     from PIL import Image
 
     array = np.asarray(Image.open(io.BytesIO(data)))

@@ -12,11 +12,20 @@ import os
 
 import numpy as np
 import pytest
+from helpers import (
+    latent_example,
+    random_videos,
+    run_job,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+    write_videos,
+)
 from PIL import Image
 
-from helpers import (latent_example, random_videos, run_job, solid_frames, write_frame_folder,
-                     write_manifest, write_records, write_videos)
-from readers import format as data_format, report
+from readers import format as data_format
+from readers import report
 from readers.files import save
 
 # The datasets a page test runs on; the appended one (two runs more) only in the full suite.

@@ -8,14 +8,27 @@ import signal
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    dataset_bytes,
+    job_line,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    solid_frames,
+    start_job,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+)
 
 import readers
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.sources.tfrecords import PagedRecord
-from helpers import (assert_verified, dataset_bytes, job_line, latent_example, random_videos,
-                     read_dataset_json, read_examples, run_job, sidecar, solid_frames, start_job,
-                     write_frame_folder, write_manifest, write_records)
 from readers.format import SpecError, tfds_info
 from readers.numpy import WindowSource
 

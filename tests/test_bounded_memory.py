@@ -5,11 +5,18 @@ import os
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from helpers import (
+    assert_verified,
+    latent_example,
+    plain_name,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+)
 
 from beam_jobs import make_shards
 from beam_jobs.shuffle.sorted_files import sort_bounded
-from helpers import (assert_verified, latent_example, plain_name, solid_frames, write_frame_folder,
-                     write_manifest, write_records)
 
 BUDGET_MB = 0.1
 BUDGET = int(BUDGET_MB * 2**20)

@@ -3,21 +3,28 @@ errors, quiet output with progress from every worker, and a dataset.json from wh
 stranger's code parses every kind of dataset."""
 import dataclasses
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    job_line,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    write_videos,
+)
 
 import readers
 from beam_jobs import make_shards
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.job import flags
-from helpers import (job_line, random_videos, read_dataset_json, read_examples, run_job, sidecar,
-                     write_videos)
 
 NOISE = ("oneDNN", "absl::InitializeLog", "cpu_feature_guard", "I0000", "W0000",
          "semi_persistent_directory", "Traceback")

@@ -2,9 +2,9 @@
 both readers (readers.numpy's clips: tests/readers_only/test_numpy_clips.py)."""
 import numpy as np
 import pytest
+from helpers import assert_clips_of, assert_verified, random_videos, run_job, write_videos
 
 import readers
-from helpers import assert_clips_of, assert_verified, random_videos, run_job, write_videos
 from readers.clips import Clip
 from readers.numpy import WindowSource, batches
 

@@ -13,13 +13,24 @@ import time
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    dataset_bytes,
+    job_line,
+    latent_example,
+    plain_name,
+    plain_names,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    start_job,
+    write_records,
+    write_videos,
+)
 
 from beam_jobs import make_shards, outdir
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.outdir import lease
-from helpers import (assert_verified, dataset_bytes, job_line, latent_example, plain_name,
-                     plain_names, random_videos, read_dataset_json, run_job, start_job, write_records,
-                     write_videos)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]

@@ -8,8 +8,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from helpers import docs_code, read_dataset_json, run_apart
 
-from helpers import (docs_code, read_dataset_json, run_apart)
 from readers.numpy import WindowSource
 
 if importlib.util.find_spec("nvidia") is None or not importlib.util.find_spec("nvidia.dali"):

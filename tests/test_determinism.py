@@ -1,7 +1,6 @@
 """The same input, flags and seed give byte-identical shards: two runs, both shuffles, any
 bucket size (one and two worker processes, and the runners: test_runs.py)."""
 import pytest
-
 from helpers import random_videos, read_dataset_json, run_job, same_dataset_files, write_videos
 
 FLAGS = ["--window", "10", "--stride", "3", "--splits", "train=0.7,test=0.3",

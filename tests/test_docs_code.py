@@ -27,7 +27,6 @@ import sys
 from typing import Optional
 
 import pytest
-
 from helpers import assert_verified
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

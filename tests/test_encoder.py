@@ -7,10 +7,18 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    job_line,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+)
 
 import readers
-from helpers import (job_line, read_dataset_json, read_examples, run_job, sidecar, solid_frames,
-                     write_frame_folder, write_manifest)
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,18 @@ import sys
 import keras
 import numpy as np
 import pytest
+from helpers import (
+    job_line,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    staged_files,
+    write_frame_folder,
+    write_manifest,
+)
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input
-from helpers import (job_line, read_dataset_json, read_examples, run_job, staged_files,
-                     write_frame_folder, write_manifest)
 
 pytestmark = pytest.mark.slow   # models of every kind, and builds with them
 

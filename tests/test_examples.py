@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import assert_verified
 
 from beam_jobs.sample import write_latent_sample
-from helpers import assert_verified
 from readers import load_spec
 
 

@@ -1,17 +1,27 @@
 """Bad records go to failures.jsonl; too many of them, or bad flags, stop the job cleanly."""
-import json
 import gzip
+import json
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from helpers import (
+    job_line,
+    latent_example,
+    plain_names,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    write_records,
+    write_videos,
+)
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed
-from helpers import (job_line, latent_example, plain_names, random_videos, read_dataset_json,
-                     read_examples, run_job, sidecar, write_records, write_videos)
 
 
 def _failures(out):

@@ -6,24 +6,39 @@ import os
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-
-import pytest
+from conftest import KINDS
+from helpers import (
+    assert_verified,
+    latent_example,
+    read_dataset_json,
+    read_examples,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+)
 
 from beam_jobs import make_shards
 from beam_jobs.commit import sidecars
-from beam_jobs.commit.decide import (COMMIT, IDS_TWICE, NO_WINDOW, NOTHING_NEW,
-                                     TOO_MANY_FAILURES, Counts, decide)
+from beam_jobs.commit.decide import (
+    COMMIT,
+    IDS_TWICE,
+    NO_WINDOW,
+    NOTHING_NEW,
+    TOO_MANY_FAILURES,
+    Counts,
+    decide,
+)
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.job.flags import parse_args
 from beam_jobs.job.launch import Launch
 from beam_jobs.sources import build_source
-from conftest import KINDS
-from helpers import (assert_verified, latent_example, read_dataset_json, read_examples, sidecar,
-                     solid_frames, write_frame_folder, write_manifest, write_records)
 
 
 def _jsonl(path) -> list[dict]:

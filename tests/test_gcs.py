@@ -8,17 +8,26 @@ import subprocess
 import sys
 
 import fsspec
+import gcs_emulator
 import keras
 import numpy as np
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from helpers import (
+    assert_verified,
+    job_line,
+    latent_example,
+    plain_name,
+    plain_names,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    solid_frames,
+    write_frame_folder,
+)
 
-import gcs_emulator
-from beam_jobs.outdir import lease
 from beam_jobs.core import storage
-from helpers import (assert_verified, job_line, latent_example, plain_name, plain_names,
-                     read_dataset_json, read_examples, run_job, solid_frames, write_frame_folder)
-
+from beam_jobs.outdir import lease
 
 pytestmark = pytest.mark.slow   # every test runs the job
 
@@ -62,7 +71,7 @@ def test_latents_from_and_to_gcs(gcs, tmp_path, rng):
     batch = next(iter(readers.make_dataset(str(tmp_path / "copy"), batch_size=4)))
     assert batch["window"].shape == (4, 10, 3)
 
-    from readers.numpy import WindowSource    # reads gs:// itself, through fsspec
+    from readers.numpy import WindowSource  # reads gs:// itself, through fsspec
     gcs_emulator.reset_counts()
     remote, local = WindowSource("gs://bkt/out"), WindowSource(str(tmp_path / "copy"))
     everything = list(range(len(local))) * 2    # its layouts learnt, then used

@@ -14,9 +14,9 @@ import tracemalloc
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
 
 import readers
-from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
 from readers.format import SpecError
 from readers.numpy import WindowSource, batches
 from readers.selection import DatasetChanged

@@ -6,14 +6,25 @@ import os
 
 import numpy as np
 import pytest
+from helpers import (
+    failures_by_video,
+    inspect_run,
+    job_line,
+    latent_example,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+    write_video,
+)
 from PIL import Image
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (failures_by_video, inspect_run, job_line, latent_example, read_dataset_json,
-                     read_examples, run_job, sidecar, solid_frames, write_frame_folder,
-                     write_manifest, write_records, write_video)
-
 
 # --- TFRecord files that break -------------------------------------------------------
 
@@ -138,11 +149,11 @@ def test_manifest_rows_that_are_not_text_or_json_are_failure_rows(tmp_path, fram
 
 def test_files_that_are_not_manifests_are_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "binary.jsonl").write_bytes(b"\x00\x01\x02 not text")
-    assert "binary file, not a manifest" in job_line(capsys, 
+    assert "binary file, not a manifest" in job_line(capsys,
         "--input", str(tmp_path / "binary.jsonl"), "--output_dir", str(tmp_path / "o1"),
         "--window", "3")
     (tmp_path / "prose.jsonl").write_text("these are\nnot json lines\n")
-    assert "is not a JSON-lines manifest" in job_line(capsys, 
+    assert "is not a JSON-lines manifest" in job_line(capsys,
         "--input", str(tmp_path / "prose.jsonl"), "--output_dir", str(tmp_path / "o2"),
         "--window", "3")
     (tmp_path / "cols.csv").write_text("id,path\na,b\n")

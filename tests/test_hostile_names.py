@@ -9,12 +9,23 @@ import unicodedata
 
 import numpy as np
 import pytest
+from helpers import (
+    failures_by_video,
+    job_line,
+    latent_example,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+    write_video,
+)
 
 from beam_jobs.core import ids
 from beam_jobs.cut import keys
-from helpers import (failures_by_video, job_line, latent_example, read_dataset_json, read_examples,
-                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
-                     write_records, write_video)
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
 

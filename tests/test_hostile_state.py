@@ -18,14 +18,21 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    job_line,
+    overriding,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    write_videos,
+)
+from job_process import JobProcess
 
 from beam_jobs import make_shards, outdir
 from beam_jobs.job import job_states
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
-from job_process import JobProcess
-from helpers import (assert_verified, job_line, random_videos, read_dataset_json, run_job,
-                     overriding, write_videos)
 
 PROG = "python -m beam_jobs.make_shards: error:"
 FLAGS = ["--window", "5", "--stride", "3"]

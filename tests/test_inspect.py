@@ -9,11 +9,22 @@ import shutil
 import keras
 import numpy as np
 import pytest
+from helpers import (
+    command,
+    inspect_run,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+    write_videos,
+)
 from PIL import Image
 
-from helpers import (command, inspect_run, latent_example, random_videos, read_dataset_json,
-                     run_job, sidecar, solid_frames, write_frame_folder, write_manifest,
-                     write_records, write_videos)
 from readers import preview
 from readers.files import DatasetFiles
 from readers.format import videos_file

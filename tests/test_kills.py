@@ -13,12 +13,20 @@ import time
 import numpy as np
 import psutil
 import pytest
+from helpers import (
+    assert_verified,
+    dataset_bytes,
+    first_day,
+    overriding,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    write_videos,
+)
+from job_process import DieAtCommitStep, JobProcess, StopAtCommit
 
 import readers
 from beam_jobs import make_shards
-from helpers import (assert_verified, dataset_bytes, first_day, random_videos, read_dataset_json,
-                     overriding, run_job, write_videos)
-from job_process import DieAtCommitStep, JobProcess, StopAtCommit
 from readers.format import tfds_info
 
 FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]

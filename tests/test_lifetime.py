@@ -6,12 +6,23 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    dataset_bytes,
+    first_day,
+    job_line,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    write_records,
+    write_videos,
+)
 
 from beam_jobs import make_shards
 from beam_jobs.cut.digest import BLAKE3, SHA256, FrameDigest
-from helpers import (assert_verified, dataset_bytes, first_day, job_line, latent_example,
-                     random_videos, read_dataset_json, read_examples, run_job, sidecar,
-                     write_records, write_videos)
 
 FLAGS = ["--window", "4", "--stride", "2", "--splits", "train=0.5,val=0.5"]
 SPLITS = ("train", "val")

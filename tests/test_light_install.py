@@ -10,11 +10,17 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    random_videos,
+    run_jobs,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_videos,
+)
 
 from beam_jobs import dependencies
 from beam_jobs.sample import write_latent_sample
-from helpers import random_videos, run_jobs, solid_frames, write_frame_folder, write_manifest, \
-    write_videos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_TF = ("readers.make_dataset needs TensorFlow, which is not installed: "

@@ -1,14 +1,22 @@
 """End-to-end runs of the job on the DirectRunner (FnApiRunner) over latent TFRecords."""
-import os
 import collections
+import os
 
 import numpy as np
 import pytest
+from helpers import (
+    latent_example,
+    plain_name,
+    plain_names,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    write_records,
+    write_videos,
+)
 
 from beam_jobs.cut.windows import window_starts
-from helpers import (latent_example, plain_name, plain_names, random_videos, read_dataset_json, read_examples,
-                     run_job, write_records, write_videos)
-
 
 pytestmark = pytest.mark.slow   # every test runs the job
 

@@ -13,9 +13,9 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import docs_code, run_apart
 
 import readers
-from helpers import docs_code, run_apart
 from readers.clips import Clip
 from readers.numpy import Mixture, MixtureBatches, WindowSource
 

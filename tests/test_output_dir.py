@@ -2,17 +2,23 @@
 time writes there, and the leftovers of killed runs go away."""
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
-
-from helpers import (assert_verified, job_line, plain_names, random_videos, read_dataset_json,
-                     run_job, write_videos)
+from helpers import (
+    assert_verified,
+    job_line,
+    plain_names,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    write_videos,
+)
 from job_process import JobProcess
 
 

@@ -10,7 +10,6 @@ import os
 
 import numpy as np
 import pytest
-
 from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
 
 pytestmark = pytest.mark.slow   # six builds

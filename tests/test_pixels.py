@@ -8,13 +8,26 @@ import fsspec
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    assert_verified,
+    command,
+    failed_run_file,
+    job_line,
+    marked_frame,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    sidecar,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_oriented_images,
+    write_rotated_video,
+    write_video,
+)
 
 import readers
 from beam_jobs.job.errors import Failed
-from helpers import (assert_verified, command, failed_run_file, job_line, marked_frame,
-                     read_dataset_json, read_examples, run_job, sidecar, solid_frames,
-                     write_frame_folder, write_manifest, write_oriented_images,
-                     write_rotated_video, write_video)
 
 
 def _by_video(examples):

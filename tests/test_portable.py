@@ -20,14 +20,24 @@ import grpc
 import numpy as np
 import pytest
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
+from helpers import (
+    assert_verified,
+    dataset_bytes,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    same_dataset_files,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_video,
+    write_videos,
+)
+from job_process import JobProcess
+from portable_services import job_service, options, worker_pool
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Refused
-from helpers import (assert_verified, dataset_bytes, random_videos, read_dataset_json, run_job,
-                     same_dataset_files, solid_frames, write_frame_folder, write_manifest,
-                     write_video, write_videos)
-from job_process import JobProcess
-from portable_services import job_service, options, worker_pool
 
 pytestmark = pytest.mark.slow   # processes of their own, and runs of ~10 s
 

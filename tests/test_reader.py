@@ -12,11 +12,20 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    assert_same_windows,
+    index_offsets,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    windows_by_key,
+    write_records,
+    write_videos,
+)
 
 import readers
-from helpers import (assert_same_windows, index_offsets, latent_example, random_videos,
-                     read_dataset_json, read_examples, run_job, windows_by_key, write_records,
-                     write_videos)
 from readers.numpy import WindowSource, batches
 
 

@@ -12,7 +12,9 @@ import pytest
 from beam_jobs.job import flags
 from beam_jobs.outdir import lease
 from beam_jobs.runtime import local_workers
-from readers import dataset, format as data_format, inspect as inspect_cli, malloc, preview
+from readers import dataset, malloc, preview
+from readers import format as data_format
+from readers import inspect as inspect_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")

@@ -15,17 +15,28 @@ import shlex
 import shutil
 import signal
 
+import gcs_emulator
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    inspect_run,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    sidecar,
+    write_records,
+    write_videos,
+)
 from PIL import Image
-
-import gcs_emulator
-from helpers import (assert_verified, inspect_run, latent_example, random_videos,
-                     read_dataset_json, run_job, sidecar, write_records, write_videos)
-from readers import format as data_format, preview, report
-from readers.numpy import WindowSource
-from readers.report import collect, page as page_module, pictures, sampled
 from report_pages import PAGES, check_figures, read_page, report_of, sheets_of
+
+from readers import format as data_format
+from readers import preview, report
+from readers.numpy import WindowSource
+from readers.report import collect, pictures, sampled
+from readers.report import page as page_module
 
 
 @pytest.mark.parametrize("name", PAGES)

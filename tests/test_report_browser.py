@@ -5,10 +5,9 @@ browser's DOM holds are dataset.json's; a page that asked for more would be caug
 datasets and pages: tests/report_pages.py."""
 import json
 
+import chromium
 import numpy as np
 import pytest
-
-import chromium
 from helpers import read_dataset_json
 from report_pages import PAGES, check_figures, read_page, sheets_of
 

@@ -6,14 +6,24 @@ import os
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_verified,
+    marked_frame,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_oriented_images,
+    write_rotated_video,
+    write_video,
+)
 from PIL import Image
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Refused
 from beam_jobs.sources import media
-from helpers import (assert_verified, marked_frame, read_dataset_json, read_examples, run_job,
-                     solid_frames, write_frame_folder, write_manifest, write_oriented_images,
-                     write_rotated_video, write_video)
 
 BOUND_DB = 35.0   # the bound docs/benchmarks.md states
 

@@ -8,10 +8,16 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import (
+    random_videos,
+    run_job,
+    solid_frames,
+    write_frame_folder,
+    write_manifest,
+    write_videos,
+)
 
 import readers
-from helpers import random_videos, run_job, solid_frames, write_frame_folder, write_manifest, \
-    write_videos
 from readers.clips import Clip
 from readers.numpy import EpochBatches, WindowSource
 

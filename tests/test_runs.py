@@ -6,12 +6,23 @@ import tarfile
 import time
 
 import pytest
+from helpers import (
+    assert_verified,
+    job_line,
+    plain_dataset_json,
+    plain_name,
+    plain_names,
+    random_videos,
+    run_job,
+    solid_frames,
+    staged_files,
+    write_frame_folder,
+    write_manifest,
+    write_videos,
+)
+from job_process import JobProcess
 
 from beam_jobs import make_shards
-from helpers import (assert_verified, job_line, plain_dataset_json, plain_name, plain_names,
-                     random_videos, run_job, solid_frames, staged_files, write_frame_folder,
-                     write_manifest, write_videos)
-from job_process import JobProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

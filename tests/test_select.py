@@ -7,13 +7,13 @@ import os
 import pickle
 import shutil
 
+import gcs_emulator
 import numpy as np
 import pytest
 import tensorflow as tf
-
-import gcs_emulator
-import readers
 from helpers import assert_verified, docs_code, run_job, write_frame_folder, write_manifest
+
+import readers
 from readers import streaming
 from readers.clips import Clip
 from readers.format import window_table

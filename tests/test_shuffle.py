@@ -16,8 +16,17 @@ from beam_jobs.core.run_dir import RunDir
 from beam_jobs.cut.digest import FrameDigest
 from beam_jobs.cut.examples import CutConfig, CutWindows
 from beam_jobs.shuffle.config import ShardConfig
-from beam_jobs.shuffle.plan import (BucketSpan, FileSpan, Segment, ShardTask, SortedFile,
-                                    bucket_of, num_shards_for, plan_shards, shard_ranges)
+from beam_jobs.shuffle.plan import (
+    BucketSpan,
+    FileSpan,
+    Segment,
+    ShardTask,
+    SortedFile,
+    bucket_of,
+    num_shards_for,
+    plan_shards,
+    shard_ranges,
+)
 from beam_jobs.shuffle.sorted_files import SortedSlice, read_sorted, write_sorted
 from beam_jobs.shuffle.write import WriteShuffledShards, segment_frames
 from beam_jobs.sources.latents import LatentVideo

@@ -10,10 +10,20 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import (
+    docs_code,
+    inspect_run,
+    latent_example,
+    random_videos,
+    read_dataset_json,
+    read_examples,
+    run_job,
+    write_frame_folder,
+    write_manifest,
+    write_records,
+    write_videos,
+)
 
-from helpers import (docs_code, inspect_run, latent_example, random_videos, read_dataset_json,
-                     read_examples, run_job, write_frame_folder, write_manifest, write_records,
-                     write_videos)
 import readers
 from readers import format as data_format
 from readers.format.channel_stats import ChannelStats

@@ -1,9 +1,9 @@
 """readers.numpy's streaming order (readers.streaming): chunks of shards read with one
 request each, mixed in bounded groups, a pure function of (seed, epoch), resumable."""
+import gcs_emulator
 import numpy as np
 import pytest
 
-import gcs_emulator
 from readers import streaming
 from readers.numpy import EpochBatches, WindowSource, batches
 

@@ -11,12 +11,12 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import docs_code, read_dataset_json, run_job
 
 import readers
 from readers import inspect
 from readers.format import CODECS, tfds_info
 from readers.numpy import WindowSource
-from helpers import docs_code, read_dataset_json, run_job
 
 tfds = pytest.importorskip("tensorflow_datasets")
 

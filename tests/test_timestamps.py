@@ -7,7 +7,6 @@ import os
 
 import av
 import pytest
-
 from helpers import read_examples, run_job, sidecar, solid_frames, write_video
 
 pytestmark = pytest.mark.slow   # every test runs the job

@@ -1,7 +1,8 @@
 """Window planning rules as properties."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from beam_jobs.cut.windows import stream_windows, window_starts
 

@@ -20,16 +20,14 @@ than once (and their copies) go on, and the side input holds only the keys to dr
 """
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
-
 import logging
+from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
 from beam_jobs.core import progress
 from beam_jobs.core.records import VideoCount, failure
 from beam_jobs.cut.examples import CutConfig
-
 
 _LOG = logging.getLogger("beam_jobs.cut")
 ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process

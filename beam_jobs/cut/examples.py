@@ -30,6 +30,7 @@ from beam_jobs.cut.frame_stats import StoredFrameStats
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 
+
 @dataclasses.dataclass(frozen=True)
 class CutConfig:
     """Where windows start, which split a video goes to, and where a window sorts."""

@@ -36,8 +36,7 @@ import fsspec
 import numpy as np
 
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
-from beam_jobs.encoders.base import (  # noqa: F401 (the encoder's public names)
-    Encoder, EncoderError, EncoderSpec)
+from beam_jobs.encoders.base import Encoder, EncoderError, EncoderSpec  # noqa: F401 (the encoder's public names)
 
 LATENT_DTYPES = ("float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")

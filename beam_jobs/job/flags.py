@@ -10,9 +10,18 @@ import sys
 from typing import Any, Callable, Optional
 
 from beam_jobs.core import ids, paths
-from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP,
-                                    EncoderConfig, Inputs, IoConfig, JobConfig, LatentConfig,
-                                    PixelConfig, ShardsConfig, WindowConfig)
+from beam_jobs.core.configs import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_TIMESTAMP_GAP,
+    EncoderConfig,
+    Inputs,
+    IoConfig,
+    JobConfig,
+    LatentConfig,
+    PixelConfig,
+    ShardsConfig,
+    WindowConfig,
+)
 from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
 from beam_jobs.job import command_line

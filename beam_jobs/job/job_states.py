@@ -16,8 +16,11 @@ import threading
 import time
 from typing import Optional
 
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
-                                                  PortableOptions)
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+)
 from apache_beam.runners.runner import PipelineResult
 
 from beam_jobs.outdir.lease import Ask, CannotAsk, Job, JobState

@@ -9,8 +9,7 @@ import os
 import time
 from typing import Optional
 
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions,
-                                                  TestOptions)
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, TestOptions
 
 from beam_jobs.commit import append, videos_file
 from beam_jobs.commit.dataset import DatasetConfig

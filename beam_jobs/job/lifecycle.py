@@ -16,9 +16,8 @@ from typing import Iterator, Optional
 from beam_jobs import outdir
 from beam_jobs.core import paths
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.job.errors import (Failed, Refused, beam_error_to_debug, one_line,
-                                  os_error)
 from beam_jobs.job import job_states
+from beam_jobs.job.errors import Failed, Refused, beam_error_to_debug, one_line, os_error
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
 

@@ -14,19 +14,25 @@ from typing import Iterator, Optional
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineResult
 
+from beam_jobs import outdir
 from beam_jobs.commit import decide
-from beam_jobs.commit.finalize import (FAILED_VIDEOS, GOOD_VIDEOS, LONGEST_VIDEO,
-                                       IDS_TWICE, OUTCOME_COUNTERS, SKIPPED_EXISTING,
-                                       WINDOWS)
+from beam_jobs.commit.finalize import (
+    FAILED_VIDEOS,
+    GOOD_VIDEOS,
+    IDS_TWICE,
+    LONGEST_VIDEO,
+    OUTCOME_COUNTERS,
+    SKIPPED_EXISTING,
+    WINDOWS,
+)
 from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
 from beam_jobs.cut.duplicates import ALIASES_LOGGED, DUPLICATE_VIDEOS
 from beam_jobs.job import job_states, lifecycle
 from beam_jobs.job.errors import Failed, one_line, os_error
 from beam_jobs.job.launch import Launch
-from beam_jobs import outdir
 from beam_jobs.outdir import Claim
-from beam_jobs.outdir.lease import Ask, CannotAsk, Job, Lease, LeaseLost
+from beam_jobs.outdir.lease import Ask, CannotAsk, Job, LeaseLost
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")

@@ -5,8 +5,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from apache_beam.options.pipeline_options import (PipelineOptions, PortableOptions,
-                                                  SetupOptions, TestOptions, WorkerOptions)
+from apache_beam.options.pipeline_options import (
+    PipelineOptions,
+    PortableOptions,
+    SetupOptions,
+    TestOptions,
+    WorkerOptions,
+)
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.runner import create_runner
 

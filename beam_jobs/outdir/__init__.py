@@ -8,11 +8,20 @@ what it may delete. The parts that write into it use these names only.
 - `derived`: the files derived from the committed dataset.json (TFDS's), kept in step.
 - `lease`: one run at a time; `swap`: compare and swap on one small file, its primitive.
 """
-from beam_jobs.outdir.claim import (  # noqa: F401
-    Claim, ClaimRequest, claimed, local_temp_base, prepare, release)
+from beam_jobs.outdir.claim import Claim, ClaimRequest, claimed, local_temp_base, prepare, release  # noqa: F401
 from beam_jobs.outdir.cleanup import (  # noqa: F401
-    abandon, clean_up_after_commit, clear_folder, commit_fenced, committed, delete_run_folder,
-    delete_temp, fence_commit, holds_lease, leftover_paths, release_lease)
+    abandon,
+    clean_up_after_commit,
+    clear_folder,
+    commit_fenced,
+    committed,
+    delete_run_folder,
+    delete_temp,
+    fence_commit,
+    holds_lease,
+    leftover_paths,
+    release_lease,
+)
 from beam_jobs.outdir.derived import repair as repair_derived  # noqa: F401
 from beam_jobs.outdir.derived import write as write_derived  # noqa: F401
 from beam_jobs.outdir.inventory import OutputDirError  # noqa: F401

@@ -22,8 +22,13 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 from beam_jobs.core import paths, storage
 from beam_jobs.core.run_dir import RUN_JSON, RUNS, STATE_DIR, TEMP, RunDir
 from beam_jobs.outdir import lease
-from beam_jobs.outdir.cleanup import (TEMP_MARKER, abandon, clear_folder, delete_local_temp,
-                                      mark_lost)
+from beam_jobs.outdir.cleanup import (
+    TEMP_MARKER,
+    abandon,
+    clear_folder,
+    delete_local_temp,
+    mark_lost,
+)
 from beam_jobs.outdir.derived import repair as repair_derived
 from beam_jobs.outdir.inventory import OutputDirError, take_inventory
 from readers import format as data_format

@@ -10,8 +10,15 @@ import os
 from typing import Optional
 
 from beam_jobs.core import paths, storage
-from beam_jobs.core.run_dir import (CANCELLED, LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON,
-                                    STATE_DIR, RunDir)
+from beam_jobs.core.run_dir import (
+    CANCELLED,
+    LOST_LEASE,
+    RUN_JSON,
+    RUNS,
+    SHARDS_JSON,
+    STATE_DIR,
+    RunDir,
+)
 from beam_jobs.outdir import lease, swap
 from beam_jobs.outdir.inventory import committed_dataset, job_files, past_runs, read_json
 from readers import format as data_format

@@ -37,8 +37,15 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs.core import storage
-from readers.format.tfrecord import FRAME_OVERHEAD, HEADER_BYTES, Lost, footer, header
-from readers.format.tfrecord import read_exactly, read_frame
+from readers.format.tfrecord import (
+    FRAME_OVERHEAD,
+    HEADER_BYTES,
+    Lost,
+    footer,
+    header,
+    read_exactly,
+    read_frame,
+)
 
 MAGIC = b"VWSSRT04"
 _ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8"), ("video", "<u8"), ("valid", "<u4")])

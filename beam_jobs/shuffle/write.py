@@ -44,10 +44,22 @@ from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.records import KeyedExample, WrittenShard
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
-from beam_jobs.shuffle.plan import (BucketSpan, Segment, ShardTask, SortedFile, bucket_of,
-                                    plan_shards)
-from beam_jobs.shuffle.sorted_files import (Record, SortedSlice, Written, allow_open_files,
-                                            sort_bounded, write_sorted)
+from beam_jobs.shuffle.plan import (
+    BucketSpan,
+    Segment,
+    ShardTask,
+    SortedFile,
+    bucket_of,
+    plan_shards,
+)
+from beam_jobs.shuffle.sorted_files import (
+    Record,
+    SortedSlice,
+    Written,
+    allow_open_files,
+    sort_bounded,
+    write_sorted,
+)
 from readers import format as data_format
 from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
 

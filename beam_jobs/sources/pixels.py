@@ -11,14 +11,23 @@ import apache_beam as beam
 import numpy as np
 
 from beam_jobs.core import paths
-from beam_jobs.core.configs import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_TIMESTAMP_GAP,
-                                    EncoderConfig, JobConfig)
+from beam_jobs.core.configs import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_TIMESTAMP_GAP,
+    EncoderConfig,
+    JobConfig,
+)
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
 from beam_jobs.sources import media
 from beam_jobs.sources.base import JoinKnown, Source, SourceError
-from beam_jobs.sources.manifest import (ManifestError, VideoEntry, expand_frames, load_labels,
-                                        read_manifest)
+from beam_jobs.sources.manifest import (
+    ManifestError,
+    VideoEntry,
+    expand_frames,
+    load_labels,
+    read_manifest,
+)
 from readers import format as data_format
 
 

@@ -25,8 +25,15 @@ from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Union
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from readers.format.tfrecord import (FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES, Lost,
-                                     read_exactly, read_frame, read_length)
+from readers.format.tfrecord import (
+    FOOTER_BYTES,
+    FRAME_OVERHEAD,
+    HEADER_BYTES,
+    Lost,
+    read_exactly,
+    read_frame,
+    read_length,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 

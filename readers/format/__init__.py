@@ -26,17 +26,56 @@ lines of its own), and readers.numpy reads without either. A codec imports Tenso
 inside its tf.data methods only.
 """
 from readers.format import (  # noqa: F401 (submodules)
-    codecs, index, tensor_proto, tfds_info, tfrecord, videos_file, window_table, wire)
-from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
-from readers.format.names import (  # noqa: F401
-    BAD_FRAMES_JSONL, COMPRESSIONS, DATASET_INFO_JSON, DATASET_JSON, FAILURES_JSONL,
-    FEATURES_JSON, INDEX_SUFFIX, MAX_SHARDS, RUN_ID, SIDECAR_KINDS, SIDECARS, TABLE_SUFFIX,
-    TFDS_FILES, VIDEOS_JSONL, index_name, is_dataset_file, is_index_name, is_shard_name,
-    is_table_name, run_id_in, run_id_of, shard_name, sidecar_name, table_name,
-    tf_compression_type)
-from readers.format.spec import (  # noqa: F401
-    FORMAT_VERSION, MASK_MEANING, PER_FRAME, READABLE_VERSIONS, DatasetSpec, FeatureSpec, Shard,
-    SpecError, SplitInfo, load_spec, window_features)
-from readers.format.generations import Generation, generations_of  # noqa: F401
+    codecs,
+    index,
+    tensor_proto,
+    tfds_info,
+    tfrecord,
+    videos_file,
+    window_table,
+    wire,
+)
 from readers.format.channel_stats import ChannelStats  # noqa: F401
+from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
+from readers.format.generations import Generation, generations_of  # noqa: F401
+from readers.format.names import (  # noqa: F401
+    BAD_FRAMES_JSONL,
+    COMPRESSIONS,
+    DATASET_INFO_JSON,
+    DATASET_JSON,
+    FAILURES_JSONL,
+    FEATURES_JSON,
+    INDEX_SUFFIX,
+    MAX_SHARDS,
+    RUN_ID,
+    SIDECAR_KINDS,
+    SIDECARS,
+    TABLE_SUFFIX,
+    TFDS_FILES,
+    VIDEOS_JSONL,
+    index_name,
+    is_dataset_file,
+    is_index_name,
+    is_shard_name,
+    is_table_name,
+    run_id_in,
+    run_id_of,
+    shard_name,
+    sidecar_name,
+    table_name,
+    tf_compression_type,
+)
+from readers.format.spec import (  # noqa: F401
+    FORMAT_VERSION,
+    MASK_MEANING,
+    PER_FRAME,
+    READABLE_VERSIONS,
+    DatasetSpec,
+    FeatureSpec,
+    Shard,
+    SpecError,
+    SplitInfo,
+    load_spec,
+    window_features,
+)
 from readers.format.wire import Layout, encode_example, layout  # noqa: F401

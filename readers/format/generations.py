@@ -12,7 +12,6 @@ from readers.format.names import RUN_ID, run_id_of
 from readers.format.splits import SplitInfo
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Generation:
     """The windows one run added (the first run, or an `--append`): its shards are the

@@ -19,12 +19,36 @@ from typing import Any, Mapping, Optional, Union
 from readers.format.channel_stats import ChannelStats, parse_stats
 from readers.format.encodings import CODECS, Codec
 from readers.format.generations import (
-    Generation, check_generation_counts, check_generations, generations_of, parse_generation)
-from readers.format.json_checks import (Bad, DuplicateKey, at, count, get, no_duplicate_keys,
-                                       shown, typed)
+    Generation,
+    check_generation_counts,
+    check_generations,
+    generations_of,
+    parse_generation,
+)
+from readers.format.json_checks import (
+    Bad,
+    DuplicateKey,
+    at,
+    count,
+    get,
+    no_duplicate_keys,
+    shown,
+    typed,
+)
 from readers.format.names import (
-    COMPRESSIONS, DATASET_JSON, RUN_ID, SIDECAR_KINDS, index_name, is_dataset_file,
-    is_shard_name, run_id_of, shard_suffix, sidecar_name, table_name, tf_compression_type)
+    COMPRESSIONS,
+    DATASET_JSON,
+    RUN_ID,
+    SIDECAR_KINDS,
+    index_name,
+    is_dataset_file,
+    is_shard_name,
+    run_id_of,
+    shard_suffix,
+    sidecar_name,
+    table_name,
+    tf_compression_type,
+)
 from readers.format.splits import Shard, SplitInfo
 from readers.format.tfrecord import FRAME_OVERHEAD
 

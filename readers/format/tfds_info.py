@@ -27,8 +27,7 @@ import json
 import pathlib
 from typing import Callable, Optional
 
-from readers.format.names import (
-    DATASET_INFO_JSON, FEATURES_JSON, run_id_of, shard_name)
+from readers.format.names import DATASET_INFO_JSON, FEATURES_JSON, run_id_of, shard_name
 from readers.format.spec import DatasetSpec, FeatureSpec
 
 NAME = "video_window_shards"      # the builder's name TFDS shows

@@ -21,7 +21,6 @@ import numpy as np
 
 from readers.format.feature import Feature
 
-
 _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))   # most tags and lengths: no loop
 
 

@@ -16,8 +16,8 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from readers import format as data_format
-from readers.format import tfrecord, wire
 from readers.files import DatasetFiles
+from readers.format import tfrecord, wire
 
 HEAD_RECORDS = 64   # of a gzip shard, the records the sample is drawn from
 HEAD_SHARDS = 16    # gzip shards a split the sample is drawn from, evenly over its list

@@ -5,9 +5,9 @@ import re
 
 import numpy as np
 import pytest
+from helpers import assert_clips_of
 from PIL import Image
 
-from helpers import assert_clips_of
 from readers.clips import Clip
 from readers.numpy import EpochBatches, WindowSource, batches
 

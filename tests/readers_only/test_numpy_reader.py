@@ -11,12 +11,18 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import (
+    assert_same_windows,
+    assert_verified,
+    index_offsets,
+    read_dataset_json,
+    windows_by_key,
+    write_index,
+)
 
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import WindowSource, batches, epoch_order
-from helpers import (assert_same_windows, assert_verified, index_offsets, read_dataset_json,
-                     windows_by_key, write_index)
 
 
 def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):

@@ -9,10 +9,10 @@ import os
 import tempfile
 
 import numpy as np
+from format_datasets import Video, write_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from format_datasets import Video, write_dataset
 from readers.clips import CLIP_OFFSET, Clip
 from readers.format import PER_FRAME, tfrecord, wire
 from readers.scatter import Decoder

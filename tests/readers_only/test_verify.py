@@ -4,10 +4,10 @@ import json
 import shutil
 
 import pytest
-
-import readers
 from format_datasets import KIND_FLAGS
 from helpers import inspect_run
+
+import readers
 from readers.verify import verify
 
 
