@@ -7,6 +7,7 @@ only (the light install); `verify` is what tests and the report call.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 from typing import Optional
@@ -186,7 +187,7 @@ def _a_whole_earlier_view(files: "DatasetFiles", name: str, found: bytes) -> boo
         if not (files.exists(shard) and files.exists(index)):
             return False
         try:
-            lines = data_format.videos_file.lines(lambda: files.open(index))
+            lines = data_format.videos_file.lines(functools.partial(files.open, index))
             if sum(1 for _ in lines) != records:
                 return False
         except ValueError:   # not a regular file, or a line longer than any index's

@@ -36,7 +36,11 @@ import fsspec
 import numpy as np
 
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
-from beam_jobs.encoders.base import Encoder, EncoderError, EncoderSpec  # noqa: F401 (the encoder's public names)
+from beam_jobs.encoders.base import (  # noqa: F401 (re-exported: the encoders' public names)
+    Encoder,
+    EncoderError,
+    EncoderSpec,
+)
 
 LATENT_DTYPES = ("float32", "float16")
 DEVICES = ("auto", "cpu", "cuda")

@@ -64,7 +64,8 @@ def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.replace("x", ",").split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected dims like 200 or 16,16,4, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected dims like 200 or 16,16,4, got {text!r}") from None
     if not dims or min(dims) <= 0 or max(dims) > 1_000_000:
         raise argparse.ArgumentTypeError(f"dims must be in [1, 1000000], got {text!r}")
     return dims
@@ -82,7 +83,7 @@ def _splits(text: str) -> dict[str, float]:
     try:
         return keys.parse_splits(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 _splits.__name__ = "splits"

@@ -110,7 +110,8 @@ class LatentFormat:
             try:
                 frames = tensor_proto.parse_tensor(features.record, *spans[0])
             except ValueError as e:
-                raise BadRecord(f"sequence feature {name!r} is not a serialized tensor: {e}") from None
+                raise BadRecord(
+                    f"sequence feature {name!r} is not a serialized tensor: {e}") from None
         elif kind == "float":
             if self.sequence_shape is None:
                 raise BadRecord(f"sequence feature {name!r} is a FloatList; pass "

@@ -46,10 +46,11 @@ def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, s
     features = [f.name for f in spec.features if f.name != "metadata"]
     sheets = []
     for split, run, number in windows.across_groups(ranges, samples, seed):
-        sheets.append(_guarded(
-            errors, f"the contact sheet of {split} window {number}",
-            lambda: pictures.sheet(next(reader.read(split, [number], features)),
-                                   (split, run, number), pixels, stats.scale), None))
+        def sheet(split: str = split, run: str = run, number: int = number) -> pictures.Sheet:
+            return pictures.sheet(next(reader.read(split, [number], features)),
+                                  (split, run, number), pixels, stats.scale)
+        sheets.append(_guarded(errors, f"the contact sheet of {split} window {number}",
+                               sheet, None))
     order = _guarded(errors, "the shuffle check",
                      lambda: sampled.shuffle_order(path, spec), {})
     return page.render(page.Inputs(
