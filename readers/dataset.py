@@ -115,44 +115,99 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             ("shuffle", shuffle), ("repeat", repeat), ("drop_remainder", drop_remainder),
             ("float_pixels", float_pixels), ("keep_float16", keep_float16)))
     clip = clips.checked(clip)
+    selection = Selection.load(path, split, _features_to_parse(features, structure, clip))
+    window = selection.spec.window["length"]
+    if clip is not None:
+        clip.room(window)    # a clip longer than the windows: ValueError now, not in a map
+    selection, records, kept = _kept_shards(path, split, selection, select)
+    if input_context is not None:
+        selection = selection.for_pipeline(input_context.input_pipeline_id,
+                                           input_context.num_input_pipelines)
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    _check_a_batch(selection, records, batch_size, drop_remainder=drop_remainder,
+                   repeat=repeat)
+
+    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
+    deterministic = not shuffle or seed is not None
+    ds, read = _shards(path, selection, records)
+    if shuffle:
+        ds = _shuffled_records(ds, read, selection, batch_size=batch_size, seed=seed,
+                               deterministic=deterministic, shuffle_buffer=shuffle_buffer,
+                               cycle_length=cycle_length)
+    else:
+        ds = ds.flat_map(read)
+    if repeat:  # after the shuffles: clean epochs, each in a new order
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    if clip is not None:   # a random number beside each batch: the seed of its clips
+        ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(
+            clip.seed, rerandomize_each_iteration=True))
+    parse = _parser(selection.features, window, clip, structure, float_pixels=float_pixels,
+                    keep_float16=keep_float16)
+    # A checkpoint of its iterator names the dataset and the reading, and is refused on
+    # another's: restored, it would give the batches of the reading it was saved on.
+    identity = _identity(path, selection, clip, batch_size=batch_size, shuffle=shuffle,
+                         seed=seed, repeat=repeat, drop_remainder=drop_remainder,
+                         float_pixels=float_pixels, keep_float16=keep_float16,
+                         input_context=input_context, kept=kept)
+    return checkpoints.identified(
+        _parsed(ds, parse, selection.features, deterministic=deterministic), identity)
+
+
+def _features_to_parse(features: Optional[Sequence[str]], structure: Any,
+                       clip: Optional[Clip]) -> Optional[Sequence[str]]:
+    """`features`, or by default the ones `structure` names (clip_offset aside: no record
+    holds it); ValueError for a structure naming clip_offset without a clip."""
     named = [] if structure is None else tf.nest.flatten(structure)
     if CLIP_OFFSET in named and clip is None:
         raise ValueError(f"structure names {CLIP_OFFSET}, which only a clip gives: pass "
                          "clip=readers.clips.Clip(...), or leave it out of the structure")
     if features is None and structure is not None:
         features = [name for name in named if name != CLIP_OFFSET]
-    selection = Selection.load(path, split, features)
-    window = selection.spec.window["length"]
-    if clip is not None:
-        clip.room(window)    # a clip longer than the windows: ValueError now, not in a map
+    return features
+
+
+def _kept_shards(path: str, split: str, selection: Selection, select: Optional[Select]
+                 ) -> tuple[Selection, Optional[dict[str, np.ndarray]], Optional[Subset]]:
+    """(selection, records, kept): with a `select` that keeps windows, the selection of
+    only the shards it keeps windows of, shard file -> the record numbers it keeps there,
+    and the resolved subset; (selection, None, None) for every window. ValueError for a
+    split without shards, or a `select` that keeps no window of it."""
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
     kept = subset.resolve(select, selection)    # None: every window
-    records = None     # with a selection: shard file -> the record numbers it keeps
-    if kept is not None:
-        records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards)))
-        selection = dataclasses.replace(selection, shards=tuple(
-            s for s in selection.shards if len(records[s.file])))
-        if not selection.shards:
-            raise ValueError(f"{kept.said()} keeps no window of split {split!r} of {path}")
-    if input_context is not None:
-        selection = selection.for_pipeline(input_context.input_pipeline_id,
-                                           input_context.num_input_pipelines)
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if kept is None:
+        return selection, None, None
+    records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards)))
+    selection = dataclasses.replace(selection, shards=tuple(
+        s for s in selection.shards if len(records[s.file])))
+    if not selection.shards:
+        raise ValueError(f"{kept.said()} keeps no window of split {split!r} of {path}")
+    return selection, records, kept
+
+
+def _check_a_batch(selection: Selection, records: Optional[dict[str, np.ndarray]],
+                   batch_size: int, *, drop_remainder: bool, repeat: bool) -> None:
+    """ValueError when the windows read (`records`' with a selection) are fewer than a
+    batch that must be whole: with drop_remainder, or repeated, when a batch would take
+    windows of several epochs (10**9: forever)."""
     windows = (selection.windows if records is None else
                sum(len(records[s.file]) for s in selection.shards))
     if windows < batch_size and (drop_remainder or repeat):
-        # repeated, a batch would take windows of several epochs (10**9: forever)
         raise selection.no_batch(
             windows, batch_size, options="with drop_remainder=True "
             if drop_remainder else "whole (repeat=True would mix epochs in one): ",
             remedy="; lower batch_size" + ("" if repeat else ", or pass drop_remainder=False"))
-    spec, selected = selection.spec, selection.features
+
+
+def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndarray]]
+            ) -> tuple[tf.data.Dataset, Any]:
+    """(shards, read): a dataset of each shard's (file, count, the stand-in for its lost
+    records), and the function that gives a shard's records (see `shard_records`); with
+    `records`, only the ones a selection keeps."""
+    spec = selection.spec
     files = [os.path.join(path, shard.file) for shard in selection.shards]
     counts = [shard.examples for shard in selection.shards]
-
-    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
-    deterministic = not shuffle or seed is not None
     local = "://" not in path or path.startswith("file://")
     compression = data_format.tf_compression_type(spec.compression)
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
@@ -165,25 +220,35 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     read = functools.partial(shard_records, compression=compression, local=local, gone=gone)
     if records is not None:
         ds, read = _kept_records(ds, read, [records[s.file] for s in selection.shards], counts)
-    if shuffle:
-        example_bytes = _example_bytes(spec.features)
-        group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-        ds = tf_internals.interleave(
-            ds, lambda *shard: read(*shard).batch(group),
-            cycle_length or min(MAX_CYCLE_LENGTH, len(files)), deterministic,
-            PREFETCH_SHARDS).unbatch()
-        buffer = shuffle_buffer or max(batch_size, min(
-            MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
-        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    else:
-        ds = ds.flat_map(read)
-    if repeat:  # after the shuffles: clean epochs, each in a new order
-        ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if clip is not None:   # a random number beside each batch: the seed of its clips
-        ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(
-            clip.seed, rerandomize_each_iteration=True))
+    return ds, read
+
+
+def _shuffled_records(shards: tf.data.Dataset, read, selection: Selection, *,
+                      batch_size: int, seed: Optional[int], deterministic: bool,
+                      shuffle_buffer: Optional[int], cycle_length: Optional[int]
+                      ) -> tf.data.Dataset:
+    """The records of `shards` (each read by `read`) in a new order each epoch: the shard
+    list shuffled, `cycle_length` shards read at once, in groups of about GROUP_BYTES,
+    and the records shuffled in a buffer of `shuffle_buffer` (default: about
+    SHUFFLE_BUFFER_BYTES of them, at least a batch)."""
+    example_bytes = _example_bytes(selection.spec.features)
+    group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
+    files = len(selection.shards)
+    ds = shards.shuffle(files, seed=seed, reshuffle_each_iteration=True)
+    ds = tf_internals.interleave(
+        ds, lambda *shard: read(*shard).batch(group),
+        cycle_length or min(MAX_CYCLE_LENGTH, files), deterministic,
+        PREFETCH_SHARDS).unbatch()
+    buffer = shuffle_buffer or max(batch_size, min(
+        MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
+    return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+
+def _parser(selected: Sequence[data_format.FeatureSpec], window: int, clip: Optional[Clip],
+            structure: Any, *, float_pixels: bool, keep_float16: bool):
+    """The function that parses a batch of serialized records (and with a clip, the
+    batch's random number) into the batch of `selected`'s values: cut to the clip,
+    and nested as `structure` asks."""
     parse_spec = {f.name: f.codec.parse_feature() for f in selected}
 
     def parse(serialized: tf.Tensor, random: Optional[tf.Tensor] = None):
@@ -202,26 +267,25 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         if structure is None:
             return values
         return tf.nest.map_structure(lambda name: values[name], structure)
+    return parse
 
-    # Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
-    # JPEG frames is work worth spreading.
-    # A checkpoint of its iterator names the dataset and the reading, and is refused on
-    # another's: restored, it would give the batches of the reading it was saved on.
-    identity = _identity(path, selection, clip, batch_size=batch_size, shuffle=shuffle,
-                         seed=seed, repeat=repeat, drop_remainder=drop_remainder,
-                         float_pixels=float_pixels, keep_float16=keep_float16,
-                         input_context=input_context, kept=kept)
+
+def _parsed(batches: tf.data.Dataset, parse, selected: Sequence[data_format.FeatureSpec], *,
+            deterministic: bool) -> tf.data.Dataset:
+    """`batches` parsed by `parse`, prefetched.
+
+    Parsing latents is a copy: a thread of its own only adds handoffs. Decoding PNG or
+    JPEG frames is work worth spreading, in parallel maps. Without them, nothing is left
+    to tune but the prefetch depth, which grows as it is drained without tf.data's
+    autotuning too. With autotuning, whole epochs of latent windows ran at half speed
+    from time to time (benchmarks/bench_reader.py)."""
     if any(f.codec.decodes_images for f in selected):
-        return checkpoints.identified(ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                                             deterministic=deterministic
-                                             ).prefetch(tf.data.AUTOTUNE), identity)
-    # Nothing here is left to tune but the prefetch depth, which grows as it is drained
-    # without tf.data's autotuning too. With autotuning, whole epochs of latent windows
-    # ran at half speed from time to time (benchmarks/bench_reader.py).
+        return batches.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.autotune.enabled = False
-    return checkpoints.identified(tf_internals.map_in_caller(ds, parse).prefetch(
-        tf.data.AUTOTUNE).with_options(options), identity)
+    return tf_internals.map_in_caller(batches, parse).prefetch(
+        tf.data.AUTOTUNE).with_options(options)
 
 
 def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_size: int,
