@@ -10,9 +10,14 @@ import numpy as np
 
 
 class FeatureCodec(Protocol):
-    """What the wire format asks of a feature's codec."""
-    list_kind: str                    # "bytes", "float" or "int64"
-    stored_dtype: Optional[np.dtype]  # of values stored as one plain array, else None
+    """What the wire format asks of a feature's codec (read only: a codec's class may
+    set them)."""
+
+    @property
+    def list_kind(self) -> str: ...    # "bytes", "float" or "int64"
+
+    @property
+    def stored_dtype(self) -> Optional[np.dtype]: ...  # of values stored as one plain array
 
     def encode_parts(self, value: Any) -> list: ...
 

@@ -21,6 +21,10 @@ import numpy as np
 
 from readers.format.feature import Feature
 
+# What the readers here take: a record's bytes, or a view of them (memoryview: a shard
+# read whole, a record handed on without a copy).
+Buffer = Union[bytes, bytearray, memoryview]
+
 _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))   # most tags and lengths: no loop
 
 
@@ -70,7 +74,7 @@ def encode_example(features: Sequence[Feature], values: Mapping[str, Any]) -> by
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
 
 
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     byte = buf[pos]
     if byte < 0x80:    # the common case: one byte
         return byte, pos + 1
@@ -89,7 +93,7 @@ def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _skip(buf: bytes, pos: int, wire: int, what: str = "a tf.train.Example") -> int:
+def _skip(buf: Buffer, pos: int, wire: int, what: str = "a tf.train.Example") -> int:
     """The position after a field's value of this wire type; `what` the message is, for
     the error."""
     if wire == 0:
@@ -105,7 +109,7 @@ def _skip(buf: bytes, pos: int, wire: int, what: str = "a tf.train.Example") -> 
 _MAX_FIELD_NUMBER = 2**29 - 1   # protobuf's largest
 
 
-def message_fields(buf: bytes, pos: int, end: int, what: str = "a tf.train.Example"):
+def message_fields(buf: Buffer, pos: int, end: int, what: str = "a tf.train.Example"):
     """(field number, wire type, start, end) of each field of a message in buf[pos:end];
     for a length-delimited field, [start, end) is its payload. ValueError (naming `what`)
     for a field number protobuf refuses (0, or past 2**29 - 1), a wire type it does not
@@ -172,12 +176,12 @@ class Layout:
     def rest_size(self) -> int:
         return self.size - sum(span.last - span.first for span in self.direct)
 
-    def fits(self, rest: Union[bytes, bytearray], start: int = 0) -> bool:
+    def fits(self, rest: Buffer, start: int = 0) -> bool:
         """Whether the rest at rest[start:] is that of an example of this layout."""
         return all(rest[start + span.first:start + span.last] == span.data
                    for span in self.fixed)
 
-    def values(self, features: Sequence[Feature], rest: Union[bytes, bytearray],
+    def values(self, features: Sequence[Feature], rest: Buffer,
                start: int = 0) -> dict[str, Any]:
         """The values of `features` (none of them direct) from a rest that `fits`, as
         stored (`Codec.from_wire`)."""
@@ -188,7 +192,7 @@ class Layout:
         return out
 
 
-def layout(features: Sequence[Feature], record: Union[bytes, bytearray], start: int = 0,
+def layout(features: Sequence[Feature], record: Buffer, start: int = 0,
            end: Optional[int] = None) -> Layout:
     """The layout of the example record[start:end]: `features` that are stored as plain
     arrays in one packed field are direct. It reads any valid encoding of such an Example
@@ -212,7 +216,7 @@ def layout(features: Sequence[Feature], record: Union[bytes, bytearray], start: 
     return Layout(end - start, tuple(direct), lists, fixed)
 
 
-def _direct_span(feature: Feature, entry: ListSpan, record: Union[bytes, bytearray],
+def _direct_span(feature: Feature, entry: ListSpan, record: Buffer,
                  start: int) -> Optional[DirectSpan]:
     """Where `feature`'s values lie as one plain array in the record (relative to
     `start`), when they do: its codec stores them so, and its list is one packed field
@@ -231,7 +235,7 @@ def _direct_span(feature: Feature, entry: ListSpan, record: Union[bytes, bytearr
 def _gaps(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """The non-empty ranges of [0, size) between sorted, disjoint `spans`."""
     edges = [0, *(x for span in spans for x in span), size]
-    return [(a, b) for a, b in zip(edges[0::2], edges[1::2]) if b > a]
+    return [(a, b) for a, b in zip(edges[0::2], edges[1::2], strict=True) if b > a]
 
 
 def _in_rest(position: int, direct: list[DirectSpan]) -> int:
@@ -239,7 +243,7 @@ def _in_rest(position: int, direct: list[DirectSpan]) -> int:
     return position - sum(span.last - span.first for span in direct if span.last <= position)
 
 
-def example_values(features: Sequence[Feature], record: Union[bytes, bytearray]
+def example_values(features: Sequence[Feature], record: Buffer
                    ) -> dict[str, Any]:
     """The values of `features` in one example record, as stored (`Codec.from_wire`):
     how `readers.inspect --verify` parses a record without TensorFlow. ValueError when a
@@ -254,7 +258,7 @@ def example_values(features: Sequence[Feature], record: Union[bytes, bytearray]
     return values
 
 
-def feature_lists(record: Union[bytes, bytearray], start: int = 0, end: Optional[int] = None
+def feature_lists(record: Buffer, start: int = 0, end: Optional[int] = None
                   ) -> dict[str, ListSpan]:
     """name -> where the list of each feature of the example record[start:end] lies: its
     list message is record[start + first:start + last] (`list_values` reads it).
@@ -267,7 +271,7 @@ def feature_lists(record: Union[bytes, bytearray], start: int = 0, end: Optional
     return {key.decode("utf-8", "replace"): ListSpan(*entry) for key, entry in walked.items()}
 
 
-def _walk(record: Union[bytes, bytearray], start: int,
+def _walk(record: Buffer, start: int,
           end: int) -> dict[bytes, tuple[str, int, int]]:
     """One flat loop over the map entries of an Example, reading tags and lengths only."""
     read = read_varint
@@ -312,7 +316,7 @@ def _walk(record: Union[bytes, bytearray], start: int,
     return entries
 
 
-def list_values(kind: str, record: bytes, start: int, end: int) -> list:
+def list_values(kind: str, record: Buffer, start: int, end: int) -> list:
     """The values of a BytesList, FloatList or Int64List message, packed or not."""
     values: list = []
     for number, wire, v_start, v_end in message_fields(record, start, end):
