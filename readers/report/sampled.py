@@ -42,54 +42,92 @@ def sample(reader: picks.Windows, spec: data_format.DatasetSpec,
            chosen: list[tuple[str, str, int]], seed: int) -> Sampled:
     """The statistics of the windows `chosen` ((split, run, number), picks.spread)."""
     length = spec.window["length"]
-    label_feature = picks.optional(spec, "labels")
     latent = not picks.is_pixels(spec)
-    features = ["mask", "video_id"] + [f.name for f in spec.features
-                                       if f.name in ("labels", "metadata")]
-    features += ["window"] if latent else []
-    out = Sampled(masked=np.zeros(length + 1, np.int64))
-    if label_feature is not None:
-        dims = int(np.prod(label_feature.shape[1:]))
-        names = (spec.labels or {}).get("names") or [f"label {i}" for i in range(dims)]
-        out.label_names = [str(n) for n in names][:dims]
+    features = _features_read(spec, latent)
+    out = Sampled(masked=np.zeros(length + 1, np.int64), label_names=_label_names(spec))
     label_values: list[list[np.ndarray]] = [[] for _ in out.label_names]
     moments = None
-    by_split: dict[str, list[int]] = {}
-    for split, _, number in chosen:
-        by_split.setdefault(split, []).append(number)
-    for split, numbers in by_split.items():
+    for split, numbers in _numbers_by_split(chosen).items():
         for batch in reader.read(split, numbers, features):
             mask = batch["mask"] > 0
-            out.windows += len(mask)
-            out.masked += np.bincount(length - mask.sum(1), minlength=length + 1)
-            if "labels" in batch:
-                values = batch["labels"].reshape(*mask.shape, -1)[mask]
-                for d, kept in enumerate(label_values):
-                    column = values[:, d]
-                    out.nonfinite += int((~np.isfinite(column)).sum())
-                    kept.append(column[np.isfinite(column)])
-            if "metadata" in batch:
-                for video, row in zip(batch["video_id"], batch["metadata"]):
-                    out.metadata.setdefault(bytes(video), row)
+            _count_batch(out, label_values, batch, mask, length)
             if latent:
                 moments = _add_channels(moments, batch["window"], mask)
                 out.channels = batch["window"].shape[-1] if batch["window"].ndim > 2 else 1
+    out.labels = _label_samples(label_values, seed)
+    if moments is not None and moments[0].max() > 0:
+        out.channel_mean, out.channel_std, out.scale = _channel_statistics(moments)
+    return out
+
+
+def _features_read(spec: data_format.DatasetSpec, latent: bool) -> list[str]:
+    """The features the statistics need: mask and video id, labels and metadata where
+    there are, and the latent windows (pixel windows are not decoded)."""
+    features = ["mask", "video_id"] + [f.name for f in spec.features
+                                       if f.name in ("labels", "metadata")]
+    return features + (["window"] if latent else [])
+
+
+def _label_names(spec: data_format.DatasetSpec) -> list[str]:
+    """A name per label dimension: dataset.json's, or "label i"; none without labels."""
+    label_feature = picks.optional(spec, "labels")
+    if label_feature is None:
+        return []
+    dims = int(np.prod(label_feature.shape[1:]))
+    names = (spec.labels or {}).get("names") or [f"label {i}" for i in range(dims)]
+    return [str(n) for n in names][:dims]
+
+
+def _numbers_by_split(chosen: list[tuple[str, str, int]]) -> dict[str, list[int]]:
+    """The window numbers of `chosen` per split, in their order."""
+    by_split: dict[str, list[int]] = {}
+    for split, _, number in chosen:
+        by_split.setdefault(split, []).append(number)
+    return by_split
+
+
+def _count_batch(out: Sampled, label_values: list[list[np.ndarray]],
+                 batch: dict[str, np.ndarray], mask: np.ndarray, length: int) -> None:
+    """Adds a batch of windows to `out` (windows, masked frames, NaN or Inf labels left
+    out, each video's first metadata) and, per label dimension, its finite values on
+    real frames to `label_values`."""
+    out.windows += len(mask)
+    out.masked += np.bincount(length - mask.sum(1), minlength=length + 1)
+    if "labels" in batch:
+        values = batch["labels"].reshape(*mask.shape, -1)[mask]
+        for d, kept in enumerate(label_values):
+            column = values[:, d]
+            out.nonfinite += int((~np.isfinite(column)).sum())
+            kept.append(column[np.isfinite(column)])
+    if "metadata" in batch:
+        for video, row in zip(batch["video_id"], batch["metadata"]):
+            out.metadata.setdefault(bytes(video), row)
+
+
+def _label_samples(label_values: list[list[np.ndarray]], seed: int) -> list[np.ndarray]:
+    """Per label dimension, its values: at most MAX_VALUES of them, drawn from `seed`."""
     rng = np.random.default_rng([seed, 3])
+    samples = []
     for kept in label_values:
         values = np.concatenate(kept) if kept else np.zeros(0, np.float32)
         if len(values) > MAX_VALUES:
             values = rng.choice(values, MAX_VALUES, replace=False)
-        out.labels.append(values)
-    if moments is not None and moments[0].max() > 0:
-        count, total, squares = moments
-        mean = total / np.maximum(count, 1)
-        out.channel_mean = mean
-        out.channel_std = np.sqrt(np.maximum(squares / np.maximum(count, 1) - mean ** 2, 0))
-        pooled_mean = total.sum() / count.sum()
-        pooled_std = float(np.sqrt(max(squares.sum() / count.sum() - pooled_mean ** 2, 0)))
-        spread = 3 * pooled_std or 1.0
-        out.scale = (float(pooled_mean - spread), float(pooled_mean + spread))
-    return out
+        samples.append(values)
+    return samples
+
+
+def _channel_statistics(moments: tuple[np.ndarray, np.ndarray, np.ndarray]
+                        ) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+    """From the per-channel count, sum and sum of squares: each channel's mean and
+    standard deviation, and the contact sheets' colour scale, the pooled mean +- 3
+    pooled standard deviations (+- 1 when they are 0)."""
+    count, total, squares = moments
+    mean = total / np.maximum(count, 1)
+    std = np.sqrt(np.maximum(squares / np.maximum(count, 1) - mean ** 2, 0))
+    pooled_mean = total.sum() / count.sum()
+    pooled_std = float(np.sqrt(max(squares.sum() / count.sum() - pooled_mean ** 2, 0)))
+    spread = 3 * pooled_std or 1.0
+    return mean, std, (float(pooled_mean - spread), float(pooled_mean + spread))
 
 
 def _add_channels(moments: Optional[tuple], windows: np.ndarray, mask: np.ndarray
