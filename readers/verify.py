@@ -206,8 +206,11 @@ def _verify_videos_file(path: str, dataset: data_format.DatasetSpec) -> list[str
     not_a_file = files.not_a_file(name)
     if not_a_file:
         return [not_a_file]
-    problem = data_format.videos_file.problem(lambda: files.open(name), dataset)
-    return [f"{name}: {problem}"] if problem else []
+    try:
+        data_format.videos_file.check(lambda: files.open(name), dataset)
+    except data_format.videos_file.VideosFileError as e:
+        return [f"{name}: {e}"]
+    return []
 
 
 def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] = None) -> list[str]:

@@ -1,10 +1,12 @@
 """--append: new videos join a committed dataset as a new generation of shards; the videos
 it has are skipped unread; earlier shards never change; every reader reads the union,
 which holds what a full build of the same inputs holds."""
+import dataclasses
 import json
 import os
 import shutil
 import signal
+import types
 
 import numpy as np
 import pytest
@@ -27,9 +29,11 @@ from helpers import (
 
 import readers
 from beam_jobs import make_shards
+from beam_jobs.commit import append
+from beam_jobs.commit import videos_file as committed_videos_file
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.sources.tfrecords import PagedRecord
-from readers.format import SpecError, tfds_info
+from readers.format import SpecError, load_spec, tfds_info, videos_file
 from readers.numpy import WindowSource
 
 FLAGS = ["--window", "8", "--stride", "4", "--splits", "train=0.75,val=0.25",
@@ -298,6 +302,31 @@ def test_an_append_refuses_a_videos_file_that_is_not_the_datasets(grown, tmp_pat
                         "--append")
         assert f"{path}: {expected[case]}" in line and "the dataset is damaged" in line, case
         assert dataset_bytes(copy) == before, case
+
+
+def test_the_append_checks_raise_append_error_a_caller_catches(grown, tmp_path):
+    """commit.append.check and commit.videos_file.check raise AppendError (a ValueError,
+    which the job tells as Refused); readers.format's check of the videos file raises
+    VideosFileError, without the file's name, which the commit's names."""
+    root, _ = grown
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "out", copy)
+    spec = load_spec(str(copy))
+    committed_videos_file.check(str(copy), spec)     # the file it was committed with
+    path = sidecar(copy, "videos")
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[1:]))
+    with pytest.raises(videos_file.VideosFileError, match="^split 'train' has "):
+        videos_file.check(lambda: path.open("rb"), spec)
+    with pytest.raises(append.AppendError, match=f"^--append: {path}: split 'train' has .*"
+                                                 "the dataset is damaged"):
+        committed_videos_file.check(str(copy), spec)
+    path.unlink()
+    with pytest.raises(append.AppendError, match=f"^--append: {path}: it is missing"):
+        committed_videos_file.check(str(copy), spec)
+    run = types.SimpleNamespace(flags={}, input_kind=None, encoder=None, labels=None,
+                                features=())
+    with pytest.raises(append.AppendError, match="has format version 2, written by an older"):
+        append.check(dataclasses.replace(spec, format_version=2), str(copy), run, {})
 
 
 def test_dataset_json_of_generations_is_checked(grown):

@@ -11,7 +11,8 @@ seeks past the known ones, sources/latents.py).
 
 Readers cannot tell generations apart, so they must be one dataset: the flags that
 decide what a window holds (all but `FREE_FLAGS`), the input's kind and the features
-the inputs give must be the dataset's, or the run is refused before any work (`problem`).
+the inputs give must be the dataset's, or the run is refused before any work (`check`,
+which raises `AppendError`).
 A video's split is the hash of (seed, id), as in a full build, so an appended video lands
 in the split a rebuild would give it. What a rebuild does differently: one shuffle over
 every window, and one generation.
@@ -38,6 +39,13 @@ FREE_FLAGS = frozenset({
 # (a dataset without --frame_size resizes nothing, whatever its --resize).
 MOOT_WITHOUT = {"resize": "frame_size"}
 APPENDABLE_SINCE = 3   # before 3 an index is binary, after it text: one dataset has one
+
+
+class AppendError(ValueError):
+    """This run may not add to the committed dataset: a flag, the inputs or the dataset
+    itself (its version, its videos file) differ from what an append needs. The message
+    is one line that names what is at fault."""
+
 class Known(NamedTuple):
     """What an append knows of the committed dataset it adds to."""
     spec: data_format.DatasetSpec
@@ -75,42 +83,41 @@ def _shown(value: Any) -> str:
     return json.dumps(value)
 
 
-def problem(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
-            defaults: dict) -> Optional[str]:
-    """Why this run may not add to `spec`'s dataset, in one line naming the flag at
-    fault, or None. `run`: what this run's dataset.json would say (its flags, and what
+def check(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
+          defaults: dict) -> None:
+    """AppendError when this run may not add to `spec`'s dataset, in one line naming the
+    flag at fault. `run`: what this run's dataset.json would say (its flags, and what
     its inputs give: the input's kind, features, encoder and labels); `defaults`: every
     flag's default, what a dataset written before a flag existed was made with."""
     where = f"the dataset in {output_dir}"
     flags, input_kind, encoder, labels = run.flags, run.input_kind, run.encoder, run.labels
     if spec.format_version < APPENDABLE_SINCE:
-        return (f"--append: {where} has format version {spec.format_version}, written by "
-                "an older job; rebuild it with --overwrite")
+        raise AppendError(f"--append: {where} has format version {spec.format_version}, "
+                          "written by an older job; rebuild it with --overwrite")
     if spec.input_kind and input_kind != spec.input_kind:
-        return (f"--append: --input holds {input_kind} here, {where} was made from "
-                f"{spec.input_kind}")
+        raise AppendError(f"--append: --input holds {input_kind} here, {where} was made "
+                          f"from {spec.input_kind}")
     for name in sorted(set(flags) | set(spec.flags)):
         if name in FREE_FLAGS or _moot(name, flags, spec.flags):
             continue
         mine, theirs = flags.get(name), spec.flags.get(name, defaults.get(name))
         if mine != theirs:
-            return (f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in {where}; "
-                    "an append must make the windows its first run made (or rebuild "
-                    "with --overwrite)")
+            raise AppendError(f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in "
+                              f"{where}; an append must make the windows its first run "
+                              "made (or rebuild with --overwrite)")
     mine = [f.to_json() for f in run.features]
     theirs = [f.to_json() for f in spec.features]
     if mine != theirs:
         mine_by, theirs_by = {f["name"]: f for f in mine}, {f["name"]: f for f in theirs}
         name = next(n for n in [*mine_by, *theirs_by] if mine_by.get(n) != theirs_by.get(n))
-        return (f"--append: the inputs' {name!r} is {_feature(mine_by.get(name))}, "
-                f"{where}'s is {_feature(theirs_by.get(name))}")
+        raise AppendError(f"--append: the inputs' {name!r} is {_feature(mine_by.get(name))}, "
+                          f"{where}'s is {_feature(theirs_by.get(name))}")
     if (labels or None) != (spec.labels or None):
-        return (f"--append: the inputs' labels are {_shown(labels)}, {where}'s "
-                f"{_shown(spec.labels)}")
+        raise AppendError(f"--append: the inputs' labels are {_shown(labels)}, {where}'s "
+                          f"{_shown(spec.labels)}")
     if _model(encoder) != _model(spec.encoder):
-        return (f"--append: the --encoder model is not the one that made {where} (its "
-                "checksum or shapes differ)")
-    return None
+        raise AppendError(f"--append: the --encoder model is not the one that made {where} "
+                          "(its checksum or shapes differ)")
 
 
 def _moot(name: str, mine: dict, theirs: dict) -> bool:

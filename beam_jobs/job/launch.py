@@ -73,8 +73,9 @@ class Launch:
         runner)."""
         if self.local:
             return None
-        return job_states.job_of(self.runner, self.job_name,
-                                 PipelineOptions(list(self.pipeline_args)))
+        name = self.job_name
+        assert name is not None   # settle gives a distributed run a --job_name
+        return job_states.job_of(self.runner, name, PipelineOptions(list(self.pipeline_args)))
 
     def ask(self) -> Ask:
         """How this run asks a runner about a job that holds a lease."""
@@ -150,10 +151,11 @@ class Launch:
             input_kind=self.config.inputs.kind, frame=source.frame, labels=source.labels)
 
     def check_append(self, base: data_format.DatasetSpec) -> None:
-        """`Refused` when this run may not add to `base` (commit/append.problem), or
+        """`Refused` when this run may not add to `base` (commit/append.check), or
         its videos file is not the one it was committed with (commit/videos_file)."""
         out = self.config.io.output_dir
-        why = (append.problem(base, out, self.dataset_config, flag_defaults())
-               or videos_file.problem(out, base))
-        if why:
-            raise Refused(why)
+        try:
+            append.check(base, out, self.dataset_config, flag_defaults())
+            videos_file.check(out, base)
+        except append.AppendError as e:
+            raise Refused(str(e)) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -21,14 +21,15 @@ MAX_LINE = 1 << 20   # a row the job writes is a few hundred bytes
 _FIELDS = {"video_id": str, "split": str, "windows": int, "frames": int}
 
 
-class _Bad(ValueError):
-    """What is wrong with one line."""
+class VideosFileError(ValueError):
+    """What is wrong with a videos file (a line, an id listed twice, the counts), in one
+    line without the file's name."""
 
 
 def lines(open_file: Callable[[], BinaryIO]) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, line) of the file, each at most MAX_LINE bytes; read in
     blocks (any binary file: local, Beam's, fsspec's), so that a file without newlines
-    is never held whole (ValueError naming the line past MAX_LINE). Every JSON-lines
+    is never held whole (VideosFileError naming the line past MAX_LINE). Every JSON-lines
     side file is read through this: the videos file here, failures and bad frames in
     readers.files."""
     with open_file() as f:
@@ -40,10 +41,10 @@ def lines(open_file: Callable[[], BinaryIO]) -> Iterator[tuple[int, bytes]]:
             for line in parts:
                 number += 1
                 if len(line) > MAX_LINE:
-                    raise _Bad(f"line {number} is longer than {MAX_LINE:,} bytes")
+                    raise VideosFileError(f"line {number} is longer than {MAX_LINE:,} bytes")
                 yield number, line
             if len(pending) > MAX_LINE:
-                raise _Bad(f"line {number + 1} is longer than {MAX_LINE:,} bytes")
+                raise VideosFileError(f"line {number + 1} is longer than {MAX_LINE:,} bytes")
             if not block:
                 break
         if pending:
@@ -54,23 +55,24 @@ def _row(line: bytes, number: int, splits) -> dict:
     try:
         row = json.loads(line)
     except ValueError as e:   # not UTF-8 (UnicodeDecodeError) or not JSON
-        raise _Bad(f"line {number} is not a JSON row ({str(e).splitlines()[0][:80]})") from None
+        raise VideosFileError(f"line {number} is not a JSON row "
+                              f"({str(e).splitlines()[0][:80]})") from None
     if not isinstance(row, dict):
-        raise _Bad(f"line {number} is not a JSON object")
+        raise VideosFileError(f"line {number} is not a JSON object")
     for field, kind in _FIELDS.items():
         value = row.get(field)
         if type(value) is not kind or (kind is int and value < 0):
-            raise _Bad(f"line {number} has no {field!r} "
-                       f"({'a count' if kind is int else 'a string'})")
+            raise VideosFileError(f"line {number} has no {field!r} "
+                                  f"({'a count' if kind is int else 'a string'})")
     if row["split"] not in splits:
-        raise _Bad(f"line {number}: split {row['split']!r} is not one of dataset.json's "
-                   f"{sorted(splits)}")
+        raise VideosFileError(f"line {number}: split {row['split']!r} is not one of "
+                              f"dataset.json's {sorted(splits)}")
     return row
 
 
 def rows(open_file: Callable[[], BinaryIO], splits) -> Iterator[dict]:
     """The file's rows in order, each checked (an id, a split of `splits`, counts >= 0);
-    ValueError naming the line of the first that is not."""
+    VideosFileError naming the line of the first that is not."""
     for number, line in lines(open_file):
         yield _row(line, number, splits)
 
@@ -80,43 +82,39 @@ def _id_hash(video_id: str) -> int:
                                           digest_size=8).digest(), "little")
 
 
-def _twice(open_file: Callable[[], BinaryIO], hashes: np.ndarray) -> Optional[str]:
-    """The two lines of an id listed twice, if any."""
+def _check_once(open_file: Callable[[], BinaryIO], hashes: np.ndarray) -> None:
+    """VideosFileError naming the two lines of an id listed twice, if any (ids whose
+    hashes only collide pass)."""
     hashes.sort()
     equal = hashes[1:][hashes[1:] == hashes[:-1]]
     if not equal.size:
-        return None
+        return
     suspects, first = set(equal.tolist()), {}
     for number, line in lines(open_file):
         video_id = json.loads(line)["video_id"]
         if _id_hash(video_id) in suspects:
             if video_id in first:
-                return f"lines {first[video_id]} and {number} both list video {video_id!r}"
+                raise VideosFileError(f"lines {first[video_id]} and {number} both list "
+                                      f"video {video_id!r}")
             first[video_id] = number
-    return None   # only hashes that collide
 
 
-def problem(open_file: Callable[[], BinaryIO], spec: DatasetSpec) -> Optional[str]:
-    """What is wrong with the videos file `open_file` opens (binary, with readline),
-    against `spec`, in one line without the file's name; None when nothing is.
+def check(open_file: Callable[[], BinaryIO], spec: DatasetSpec) -> None:
+    """VideosFileError saying what is wrong with the videos file `open_file` opens
+    (binary, with readline), against `spec`, in one line without the file's name.
     FileNotFoundError when it is missing."""
     listed = {split: (s.videos, s.skipped_short, s.windows) for split, s in spec.splits.items()}
     found = {split: [0, 0, 0] for split in spec.splits}
     hashes = []
-    try:
-        for row in rows(open_file, spec.splits):
-            counts = found[row["split"]]
-            counts[0 if row["windows"] else 1] += 1
-            counts[2] += row["windows"]
-            hashes.append(_id_hash(row["video_id"]))
-        twice = _twice(open_file, np.array(hashes, dtype=np.uint64))
-    except _Bad as e:
-        return str(e)
-    if twice:
-        return twice
+    for row in rows(open_file, spec.splits):
+        counts = found[row["split"]]
+        counts[0 if row["windows"] else 1] += 1
+        counts[2] += row["windows"]
+        hashes.append(_id_hash(row["video_id"]))
+    _check_once(open_file, np.array(hashes, dtype=np.uint64))
     for split, counts in found.items():
         if tuple(counts) != listed[split]:
-            return (f"split {split!r} has {counts[0]} videos with windows, {counts[1]} "
-                    f"without and {counts[2]} windows here, dataset.json says "
-                    f"{listed[split][0]}, {listed[split][1]} and {listed[split][2]}")
-    return None
+            raise VideosFileError(
+                f"split {split!r} has {counts[0]} videos with windows, {counts[1]} without "
+                f"and {counts[2]} windows here, dataset.json says {listed[split][0]}, "
+                f"{listed[split][1]} and {listed[split][2]}")
