@@ -35,6 +35,6 @@ def __getattr__(name: str):
         try:
             from readers import dataset, mixed_dataset
         except ModuleNotFoundError as e:
-            raise quiet.missing_tensorflow(e, f"readers.{name}") from None
+            raise quiet.missing_tensorflow_error(e, f"readers.{name}") from None
         return dataset.make_dataset if name == "make_dataset" else mixed_dataset.mix_datasets
     raise AttributeError(f"module 'readers' has no attribute {name!r}")

@@ -194,7 +194,7 @@ def _check_a_batch(selection: Selection, records: Optional[dict[str, np.ndarray]
     windows = (selection.windows if records is None else
                sum(len(records[s.file]) for s in selection.shards))
     if windows < batch_size and (drop_remainder or repeat):
-        raise selection.no_batch(
+        raise selection.no_batch_error(
             windows, batch_size, options="with drop_remainder=True "
             if drop_remainder else "whole (repeat=True would mix epochs in one): ",
             remedy="; lower batch_size" + ("" if repeat else ", or pass drop_remainder=False"))

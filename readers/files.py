@@ -88,14 +88,6 @@ class DatasetFiles:
         if is_local(self.fs):
             check_regular(self.root, name)
 
-    def not_a_file(self, name: str) -> Optional[str]:
-        """Why `name` cannot be opened as a file (check_regular's reason), or None."""
-        try:
-            self.check_regular(name)
-        except NotAFile as e:
-            return str(e)
-        return None
-
 
 def is_local(fs) -> bool:
     """Whether an fsspec filesystem is the local one (its files can be FIFOs and links)."""

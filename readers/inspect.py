@@ -100,36 +100,35 @@ def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int,
     return pictures.heatmaps(windows, masks, metadata, captions)
 
 
-def output_problem(dataset: str, out: str) -> Optional[str]:
-    """Why inspect will not write its page or picture to `out`, in a line; None when it
-    may. Nothing inside the dataset's directory, whatever the name (inspect reads a
+def check_output(dataset: str, out: str) -> None:
+    """ValueError saying in a line why inspect will not write its page or picture to
+    `out`. Nothing inside the dataset's directory, whatever the name (inspect reads a
     dataset and never writes into it): local paths are compared with their symbolic
     links and `..` resolved, a store's URLs normalised. Nor an empty path, a directory,
     or a local folder that is not there (inspect makes none)."""
     import fsspec
 
     if not out:
-        return "an empty path: name a file"
+        raise ValueError("an empty path: name a file")
     try:
         fs, where = _innermost(*fsspec.core.url_to_fs(out))
         dataset_fs, root = _innermost(*fsspec.core.url_to_fs(dataset))
     except (ValueError, ImportError) as e:   # no such scheme, or its library missing
-        return str(e).splitlines()[0]
+        raise ValueError(str(e).splitlines()[0]) from None
     if is_local(fs):
         folder, where = os.path.dirname(where) or ".", os.path.realpath(where)
         if os.path.isdir(where):
-            return f"{out} is a directory: name a file"
+            raise ValueError(f"{out} is a directory: name a file")
         if not os.path.isdir(os.path.dirname(where)):
-            return f"{folder} is not a folder (inspect makes none): create it first"
+            raise ValueError(f"{folder} is not a folder (inspect makes none): create it first")
     if type(fs) is not type(dataset_fs):
-        return None
+        return
     root = (os.path.realpath(root) if is_local(dataset_fs) else posixpath.normpath(root))
     if not is_local(fs):
         where = posixpath.normpath(where)
     if where == root or where.startswith(root.rstrip("/") + "/"):
-        return (f"{out} is inside the dataset directory {dataset}: inspect never writes "
-                "into a dataset; name a path outside it")
-    return None
+        raise ValueError(f"{out} is inside the dataset directory {dataset}: inspect never "
+                         "writes into a dataset; name a path outside it")
 
 
 def _innermost(fs, path: str):
@@ -213,8 +212,11 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
         parser.error("--report_samples: sizes the page of --report PATH; give --report too")
     preview_out = (args.out or "preview.png") if args.preview else None
     for flag, out in (("--report", args.report), ("--out", preview_out)):
-        if out is not None and (problem := output_problem(args.path, out)):
-            parser.error(f"{flag}: {problem}")
+        try:
+            if out is not None:
+                check_output(args.path, out)
+        except ValueError as e:
+            parser.error(f"{flag}: {e}")
     if args.preview and args.preview > MAX_PREVIEW:
         print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
               "picture shows", file=sys.stderr)

@@ -306,7 +306,7 @@ class EpochBatches:
         size = len(self._order)
         self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
         if self.steps == 0:
-            raise source._selection.no_batch(size, batch_size, holder="gives this host")
+            raise source._selection.no_batch_error(size, batch_size, holder="gives this host")
         self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
 
     def __len__(self) -> int:

@@ -40,7 +40,7 @@ class NoTensorFlow(ImportError):
                          f"pip install '{TF_EXTRA}'")
 
 
-def missing_tensorflow(error: ModuleNotFoundError, needed_by: str) -> ImportError:
+def missing_tensorflow_error(error: ModuleNotFoundError, needed_by: str) -> ImportError:
     """`NoTensorFlow` when `error` is TensorFlow's own absence, else `error` as it is."""
     return NoTensorFlow(needed_by) if error.name == "tensorflow" else error
 
@@ -55,5 +55,5 @@ def tensorflow(needed_by: str = "this command") -> ModuleType:
             with _stderr_to_devnull():
                 import tensorflow  # noqa: F401 (imported for its side effect: loaded)
         except ModuleNotFoundError as e:
-            raise missing_tensorflow(e, needed_by) from None
+            raise missing_tensorflow_error(e, needed_by) from None
     return sys.modules["tensorflow"]

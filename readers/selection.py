@@ -1,6 +1,6 @@
 """What a reader was asked to read, checked once: the split's shards and the selected
 features of a dataset, with the errors both readers give for a wrong request, and the
-error for a dataset that changed under an open reader (`gone`).
+error for a dataset that changed under an open reader (`gone_error`).
 
 `readers.make_dataset` (tf.data) and `readers.numpy` (WindowSource, batches) take the same
 path, split, features and batch size: they go through this module so that they refuse the
@@ -27,7 +27,7 @@ class DatasetChanged(FileNotFoundError):
     of their own) and never reads another run's files: it stops with this."""
 
 
-def gone(path: str, run_id: Optional[str], file: str) -> FileNotFoundError:
+def gone_error(path: str, run_id: Optional[str], file: str) -> FileNotFoundError:
     """The error for `file` of the dataset at `path`, which a reader opened at run
     `run_id`, not found: dataset.json, read again, tells a rewrite or a deletion
     (DatasetChanged) from a damaged dataset (a plain FileNotFoundError)."""
@@ -79,7 +79,7 @@ def _kind(mode: int) -> str:
 
 
 def file_size(path: str, run_id: Optional[str], file: str) -> int:
-    """The size of `file` of the dataset at `path` (local, or any fsspec scheme); `gone`'s
+    """The size of `file` of the dataset at `path` (local, or any fsspec scheme); `gone_error`'s
     error when it is not there."""
     full = os.path.join(path.removeprefix("file://"), file)
     try:
@@ -89,7 +89,7 @@ def file_size(path: str, run_id: Optional[str], file: str) -> int:
             return fs.size(inner)
         return os.stat(full).st_size
     except FileNotFoundError:
-        raise gone(path, run_id, file) from None
+        raise gone_error(path, run_id, file) from None
 
 
 def whole_number(name: str, value: Any, minimum: Optional[int] = None,
@@ -203,13 +203,15 @@ class Selection:
                     check_regular(path, shard.index)
         first = next((shard for shard in shards if shard.examples), None)
         if first is not None:
-            problem = spec.shard_problem(first, file_size(path, spec.run_id, first.file))
-            if problem:
-                raise SpecError(f"{os.path.join(path, DATASET_JSON)}: {problem}")
+            try:
+                spec.check_shard(first, file_size(path, spec.run_id, first.file))
+            except SpecError as e:
+                raise SpecError(f"{os.path.join(path, DATASET_JSON)}: {e}") from None
         return cls(path, split, spec, shards, _select(spec, features))
 
-    def gone(self, file: str) -> FileNotFoundError:
-        return gone(self.path, self.spec.run_id, file)
+    def gone_error(self, file: str) -> FileNotFoundError:
+        """`gone_error` for `file` of this selection's dataset."""
+        return gone_error(self.path, self.spec.run_id, file)
 
     @property
     def windows(self) -> int:
@@ -226,7 +228,7 @@ class Selection:
         return dataclasses.replace(self, shards=self.shards[pipeline::pipelines],
                                    in_pipeline=True)
 
-    def no_batch(self, windows: int, batch_size: int, *, holder: str = "has",
+    def no_batch_error(self, windows: int, batch_size: int, *, holder: str = "has",
                  options: str = "", remedy: str = "") -> ValueError:
         """The error for a request of which not one batch comes out: `windows`, what
         `holder` gets ("has", "gives this host"), are fewer than `batch_size`; `options`

@@ -58,7 +58,7 @@ class Shards:
     their shards (readers.format.index.decode) and kept; local shards are opened with
     their indexes and stay open, one descriptor each, that a pickled copy leaves behind
     (a DataLoader worker opens its own). A shard or index that is gone when it is opened
-    is `Selection.gone`'s error: a rewrite of the directory deletes the files of the
+    is `Selection.gone_error`'s error: a rewrite of the directory deletes the files of the
     run this reader reads, and an open shard is read on whole (Linux keeps an unlinked
     file while it is open); no other run's file is ever opened."""
 
@@ -117,7 +117,7 @@ class Shards:
         try:
             frames = read_files([self._paths[shard] for shard in shards], *zip(*spans))
         except FileNotFoundError as e:
-            raise self._gone(e, shards) from None
+            raise self._gone_error(e, shards) from None
         for (shard, local), (start, end), frame in zip(located, spans, frames):
             if len(frame) != end - start:
                 raise OSError(f"shard {self.name(shard)} ends before byte {end} (record "
@@ -147,7 +147,7 @@ class Shards:
         try:
             data = read_files([self._paths[shard]], [start], [end])[0]
         except FileNotFoundError as e:
-            raise self._gone(e, [shard]) from None
+            raise self._gone_error(e, [shard]) from None
         if len(data) != end - start:
             raise OSError(f"shard {self.name(shard)} ends before byte {end}; run "
                           f"python -m readers.inspect {self.path} --verify")
@@ -168,7 +168,7 @@ class Shards:
         try:
             indexes = read_files(paths)
         except FileNotFoundError as e:
-            raise self._gone(e, missing) from None
+            raise self._gone_error(e, missing) from None
         min_frame = self._selection.spec.min_frame_bytes
         for shard, data in zip(missing, indexes):
             entry = self._shards[shard]
@@ -184,16 +184,17 @@ class Shards:
             try:
                 fd = self._files[shard] = os.open(self._paths[shard], os.O_RDONLY)
             except FileNotFoundError as e:
-                raise self._gone(e, [shard]) from None
+                raise self._gone_error(e, [shard]) from None
         return fd
 
-    def _gone(self, error: FileNotFoundError, shards: Sequence[int]) -> FileNotFoundError:
-        """`Selection.gone` for the file of `shards` that `error` names (an index, or
+    def _gone_error(self, error: FileNotFoundError, shards: Sequence[int]
+                    ) -> FileNotFoundError:
+        """`Selection.gone_error` for the file of `shards` that `error` names (an index, or
         else a shard; the first one's when it names none)."""
         names = [self._shards[s].index for s in shards] + [self._shards[s].file for s in shards]
         said = f"{error.filename} {error}"
-        return self._selection.gone(next((n for n in names if n in said),
-                                         self._shards[shards[0]].file))
+        return self._selection.gone_error(next((n for n in names if n in said),
+                                               self._shards[shards[0]].file))
 
     def _span(self, shard: int, local: int) -> tuple[int, int]:
         offsets = self._offsets[shard]

@@ -149,24 +149,24 @@ def _ids_said(ids: Optional[tuple[str, ...]]) -> Optional[str]:
     return f"{len(ids):,} ids, sha256 {digest[:16]}"
 
 
-def no_tables(selection: Selection) -> Optional[str]:
-    """Why `selection`'s split cannot be selected from (shards without a window table),
-    or None."""
+def check_tables(selection: Selection) -> None:
+    """ValueError in one line when `selection`'s split cannot be selected from (shards
+    without a window table)."""
     spec, path = selection.spec, selection.path
     lacking = [shard for shard in selection.shards if shard.table is None]
     if not lacking:
-        return None
+        return
     cannot = ("so select= cannot choose its windows by video, valid frames or metadata "
               "(it reads whole without select=)")
     if spec.format_version < TABLES_SINCE:
-        return (f"{path} is a dataset of format {spec.format_version}, which has no window "
-                f"tables, {cannot}: rebuild it with --overwrite by this job (format "
-                f"{FORMAT_VERSION} writes them) to select")
+        raise ValueError(f"{path} is a dataset of format {spec.format_version}, which has no "
+                         f"window tables, {cannot}: rebuild it with --overwrite by this job "
+                         f"(format {FORMAT_VERSION} writes them) to select")
     runs = sorted({run_id_of(shard.file) or "without an id" for shard in lacking})
-    return (f"split {selection.split!r} of {path} has {len(lacking)} of its "
-            f"{len(selection.shards)} shards without a window table (written before "
-            f"format {TABLES_SINCE}, then grown by --append: run {', '.join(runs)}), {cannot}: "
-            "rebuild it with --overwrite to select")
+    raise ValueError(f"split {selection.split!r} of {path} has {len(lacking)} of its "
+                     f"{len(selection.shards)} shards without a window table (written before "
+                     f"format {TABLES_SINCE}, then grown by --append: run {', '.join(runs)}), "
+                     f"{cannot}: rebuild it with --overwrite to select")
 
 
 def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +178,7 @@ def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
         data = read_files([os.path.join(path.removeprefix("file://"), n) for n in names])
     except FileNotFoundError as e:
         said = f"{e.filename} {e}"
-        raise selection.gone(next((n for n in names if n in said), names[0])) from None
+        raise selection.gone_error(next((n for n in names if n in said), names[0])) from None
     window = spec.window["length"]
     decoded = [window_table.decode(table, name, shard.examples, window)
                for table, name, shard in zip(data, names, selection.shards)]
@@ -214,7 +214,7 @@ def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.n
                 mine.append(every[-1])
                 keep.append(_keeps(select, row, wanted, unwanted))
     except FileNotFoundError:
-        raise selection.gone(name) from None
+        raise selection.gone_error(name) from None
     except ValueError as e:
         raise ValueError(f"{os.path.join(path, name)}: {e}") from None
     for given in ("videos", "exclude_videos"):
@@ -264,9 +264,7 @@ def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
     select = checked(select)
     if select is None:
         return None
-    refusal = no_tables(selection)
-    if refusal:
-        raise ValueError(refusal)
+    check_tables(selection)
     # A selection of a run is a pure function of its files (a run's never change) and of
     # the Select (its `where` one of the row): kept, so that `batches`, which opens its
     # source each epoch, resolves it once a process.

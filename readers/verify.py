@@ -17,7 +17,7 @@ import numpy as np
 from readers import format as data_format
 from readers.files import MAX_WHOLE, DatasetFiles
 from readers.format import tfrecord, wire
-from readers.selection import DatasetChanged, gone
+from readers.selection import DatasetChanged, NotAFile, gone_error
 
 
 def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
@@ -29,8 +29,12 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     files = DatasetFiles(path)
     if not files.exists(shard.file):
         return [_missing(path, dataset, shard.file)], []
-    problem = files.not_a_file(shard.file) or (shard.index and files.not_a_file(shard.index))
-    problem = problem or dataset.shard_problem(shard, files.size(shard.file))
+    problem = _not_a_file(files, shard.file) or (shard.index and _not_a_file(files, shard.index))
+    if not problem:
+        try:
+            dataset.check_shard(shard, files.size(shard.file))
+        except data_format.SpecError as e:
+            problem = str(e)
     if problem:
         return [problem], []
     compression = None if dataset.compression == "none" else dataset.compression
@@ -78,10 +82,19 @@ def _parsed(features: list[data_format.FeatureSpec], record: bytes) -> dict:
     return values
 
 
+def _not_a_file(files: DatasetFiles, name: str) -> Optional[str]:
+    """The problem of a file that cannot be opened as one (check_regular's), or None."""
+    try:
+        files.check_regular(name)
+    except NotAFile as e:
+        return str(e)
+    return None
+
+
 def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
     """The problem of a file dataset.json lists that is not there; DatasetChanged when
     dataset.json now names another run (or is gone): then nothing else is worth saying."""
-    error = gone(path, dataset.run_id, file)
+    error = gone_error(path, dataset.run_id, file)
     if isinstance(error, DatasetChanged):
         raise error
     return f"{file}: missing"
@@ -102,8 +115,11 @@ def _verify_index(path: str, shard: data_format.Shard,
     except ValueError as e:
         return [str(e)]
     with files.open(shard.file) as f:
-        problem = data_format.index.verify(shard.index, offsets, f)
-    return [problem] if problem else []
+        try:
+            data_format.index.verify(shard.index, offsets, f)
+        except ValueError as e:
+            return [str(e)]
+    return []
 
 
 def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec,
@@ -113,7 +129,7 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
     files = DatasetFiles(path)
     if not files.exists(shard.table):
         return [_missing(path, dataset, shard.table)]
-    problem = files.not_a_file(shard.table)
+    problem = _not_a_file(files, shard.table)
     if problem:
         return [problem]
     with files.open(shard.table) as f:
@@ -203,7 +219,7 @@ def _verify_videos_file(path: str, dataset: data_format.DatasetSpec) -> list[str
         return []
     if not files.exists(name):
         return [_missing(path, dataset, name)]
-    not_a_file = files.not_a_file(name)
+    not_a_file = _not_a_file(files, name)
     if not_a_file:
         return [not_a_file]
     try:

@@ -76,14 +76,13 @@ class Codec:
         self.feature = feature
 
     @classmethod
-    def problem(cls, feature: Feature) -> Optional[str]:
-        """What makes `feature`'s dtype or shape one this encoding cannot hold, or None:
-        dataset.json is checked so before a reader trusts it (a `complex64` float list,
-        a bytes feature of shape [4])."""
+    def check(cls, feature: Feature) -> None:
+        """ValueError saying what makes `feature`'s dtype or shape one this encoding
+        cannot hold: dataset.json is checked so before a reader trusts it (a `complex64`
+        float list, a bytes feature of shape [4])."""
         if feature.dtype not in cls.dtypes:
-            return (f"dtype {feature.dtype!r} is not stored as {cls.encoding} (it holds "
-                    f"{', '.join(cls.dtypes)})")
-        return None
+            raise ValueError(f"dtype {feature.dtype!r} is not stored as {cls.encoding} (it "
+                             f"holds {', '.join(cls.dtypes)})")
 
     def min_bytes(self) -> int:
         """The fewest bytes a value of this feature takes in an Example: every record
@@ -258,10 +257,11 @@ class BytesCodec(Codec):
     column_dtype = np.dtype(object)
 
     @classmethod
-    def problem(cls, feature: Feature) -> Optional[str]:
+    def check(cls, feature: Feature) -> None:
         if feature.shape:
-            return f"a {cls.encoding} feature is one string, shape [], not {list(feature.shape)}"
-        return super().problem(feature)
+            raise ValueError(f"a {cls.encoding} feature is one string, shape [], not "
+                             f"{list(feature.shape)}")
+        super().check(feature)
 
     def size_estimate(self) -> int:
         return math.prod(self.feature.shape)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,12 +26,12 @@ class _ImageCodec(Codec):
     column_dtype = np.dtype(np.uint8)
 
     @classmethod
-    def problem(cls, feature: Feature) -> Optional[str]:
+    def check(cls, feature: Feature) -> None:
         shape = feature.shape
         if len(shape) != 4 or shape[-1] not in (1, 3):
-            return (f"a {cls.encoding} feature is frames [L, H, W, C] with C 1 or 3, not "
-                    f"{list(shape)}")
-        return super().problem(feature)
+            raise ValueError(f"a {cls.encoding} feature is frames [L, H, W, C] with C 1 or "
+                             f"3, not {list(shape)}")
+        super().check(feature)
 
     def min_bytes(self) -> int:
         return 2 * self.feature.shape[0]     # a tag and a length a frame, at least

@@ -136,13 +136,12 @@ def _shown(line: bytes) -> str:
     return repr(line[:40].decode("ascii", "replace")) + ("..." if len(line) > 40 else "")
 
 
-def verify(name: str, offsets: np.ndarray, shard: BinaryIO) -> Optional[str]:
-    """What is wrong with index `name` (`decode`d, against its shard's size) against its
-    shard (a seekable binary file), or None: each frame's length header must span from
-    its offset to the next."""
+def verify(name: str, offsets: np.ndarray, shard: BinaryIO) -> None:
+    """Index `name` (`decode`d, against its shard's size) against its shard (a seekable
+    binary file): each frame's length header must span from its offset to the next;
+    ValueError naming the index and the first record that does not."""
     for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
         shard.seek(start)
         head = shard.read(_LENGTH.size)
         if len(head) < _LENGTH.size or end - start != _LENGTH.unpack(head)[0] + FRAME_OVERHEAD:
-            return f"{name}: record {i} at byte {start} does not match the shard"
-    return None
+            raise ValueError(f"{name}: record {i} at byte {start} does not match the shard")

@@ -5,7 +5,7 @@ A reader trusts dataset.json only once `DatasetSpec.from_json` has checked it: i
 structure, every file name in it a plain name of its kind (so no reader leaves the
 dataset's directory), each feature's dtype and shape one its encoding holds, and an
 example no larger than a protobuf can be; `SpecError` says what is wrong otherwise.
-`DatasetSpec.shard_problem` checks a shard's size against its records, so that nothing is
+`DatasetSpec.check_shard` checks a shard's size against its records, so that nothing is
 allocated by a shape the files cannot hold.
 """
 from __future__ import annotations
@@ -78,9 +78,10 @@ class FeatureSpec:
     def __post_init__(self):
         if self.encoding not in CODECS:
             raise ValueError(f"feature {self.name!r}: unknown encoding {self.encoding!r}")
-        problem = CODECS[self.encoding].problem(self)
-        if problem:
-            raise ValueError(f"feature {self.name!r}: {problem}")
+        try:
+            CODECS[self.encoding].check(self)
+        except ValueError as e:
+            raise ValueError(f"feature {self.name!r}: {e}") from None
 
     @classmethod
     def for_array(cls, name: str, shape: tuple[int, ...], dtype: str) -> "FeatureSpec":
@@ -193,19 +194,20 @@ class DatasetSpec:
         (each codec's `min_bytes`)."""
         return FRAME_OVERHEAD + sum(f.codec.min_bytes() for f in self.features)
 
-    def shard_problem(self, shard: Shard, size: int) -> Optional[str]:
-        """What is wrong with `shard`, of `size` bytes on disk, against dataset.json, or
-        None: not the size dataset.json records (where it does); or, a record being no
-        larger than its shard, too small for its records at the features' shapes, which
-        means those shapes (or counts) are not its."""
+    def check_shard(self, shard: Shard, size: int) -> None:
+        """SpecError naming `shard`, of `size` bytes on disk, when it is not what
+        dataset.json says: not the size dataset.json records (where it does); or, a
+        record being no larger than its shard, too small for its records at the
+        features' shapes, which means those shapes (or counts) are not its."""
         if shard.bytes is not None and shard.bytes != size:
-            return (f"{shard.file}: {size:,} bytes, where dataset.json says {shard.bytes:,}: "
-                    f"it was {'cut short' if size < shard.bytes else 'added to'} or replaced")
+            raise SpecError(f"{shard.file}: {size:,} bytes, where dataset.json says "
+                            f"{shard.bytes:,}: it was "
+                            f"{'cut short' if size < shard.bytes else 'added to'} or replaced")
         if shard.examples * self.min_frame_bytes > size * _EXPANSION[self.compression]:
-            return (f"{shard.file}: {size:,} bytes cannot hold its {shard.examples:,} "
-                    f"records of at least {self.min_frame_bytes:,} bytes each: dataset.json's "
-                    "shapes or counts are not those of its shards")
-        return None
+            raise SpecError(f"{shard.file}: {size:,} bytes cannot hold its "
+                            f"{shard.examples:,} records of at least "
+                            f"{self.min_frame_bytes:,} bytes each: dataset.json's shapes or "
+                            "counts are not those of its shards")
 
     @classmethod
     def from_json(cls, text: Union[str, bytes], source: str = DATASET_JSON) -> "DatasetSpec":

@@ -177,15 +177,16 @@ def test_the_index_round_trips_and_names_its_file_when_wrong():
     assert data == f"0 21\n21 16\n37 {len(shard) - 37}\n".encode()   # what tfrecord2idx writes
     decoded = index.decode(data, "s.index", 3, index.TEXT_SINCE, len(shard))
     assert decoded.tolist() == offsets
-    assert index.verify("s.index", decoded, io.BytesIO(shard)) is None
+    index.verify("s.index", decoded, io.BytesIO(shard))
     with pytest.raises(ValueError, match="^s.index: 3 records indexed, dataset.json says 4$"):
         index.decode(data, "s.index", 4, index.TEXT_SINCE)
     with pytest.raises(ValueError, match=f"^s.index: ends at byte {len(shard)}, the shard "
                                          f"has {len(shard) + 1}$"):
         index.decode(data, "s.index", 3, index.TEXT_SINCE, len(shard) + 1)
     moved = np.array([0, 20, 37, len(shard)])
-    assert index.verify("s.index", moved, io.BytesIO(shard)) == (
-        "s.index: record 0 at byte 0 does not match the shard")
+    with pytest.raises(ValueError, match="^s.index: record 0 at byte 0 does not match the "
+                                         "shard$"):
+        index.verify("s.index", moved, io.BytesIO(shard))
     assert index.decode(b"", "s.index", 0, index.TEXT_SINCE, 0).tolist() == [0]
 
 
