@@ -91,7 +91,7 @@ def mixing(out: str) -> dict:
     steps = len(source) // BATCH
     numpy_ids = [b["video_id"] for b in
                  (batch for _, batch in zip(range(steps), batches(
-                     out, "train", BATCH, seed=0, features=["video_id"])))]
+                     out, "train", BATCH, seed=0, features=["video_id"]), strict=False))]
     tf_ids = [b["video_id"].numpy() for b in readers.make_dataset(
         out, "train", BATCH, seed=0, features=["video_id"]).take(steps)]
     result = {"new_share": share, "batch": BATCH, "steps": steps}

@@ -156,7 +156,8 @@ def main() -> None:
     runs: dict[str, list[float]] = {name: [] for name in commands}
     for round_ in range(args.repeats):
         for name, command in commands.items():
-            result = run_tree(command, os.path.join(work_dir, f"{name}-{round_}.log".replace(" ", "_")))
+            log = os.path.join(work_dir, f"{name}-{round_}.log".replace(" ", "_"))
+            result = run_tree(command, log)
             runs[name].append(frames / result["wall_s"])
             print(f"round {round_ + 1} {name:10s} {runs[name][-1]:8.1f} frames/s "
                   f"({result['wall_s']:.1f} s)", flush=True)

@@ -65,8 +65,9 @@ def _loader(path: str, batch_size: int, workers: int, seed: int):
         torch.utils.data.RandomSampler(source, replacement=True, num_samples=1 << 30,
                                        generator=generator), batch_size, drop_last=True)
     return torch.utils.data.DataLoader(
-        source, sampler=sampler, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available(),
-        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
+        source, sampler=sampler, batch_size=None, num_workers=workers,
+        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0,
+        prefetch_factor=4 if workers else None)
 
 
 def _steps_per_s(model, optimizer, batches, steps: int, warmup: int,

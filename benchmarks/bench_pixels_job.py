@@ -259,8 +259,9 @@ def run_contender(name: str, manifest: str, work_dir: str, tag: str) -> dict:
         run = run_tree([sys.executable, os.path.abspath(__file__), "--inner", name,
                         "--manifest", manifest, "--output",
                         os.path.join(out, "windows.tfrecord")], log)
-        line = [l for l in run.pop("output").splitlines() if l.startswith("INNER_RESULT ")][-1]
-        run.update(json.loads(line[len("INNER_RESULT "):]))
+        inner = [line for line in run.pop("output").splitlines()
+                 if line.startswith("INNER_RESULT ")]
+        run.update(json.loads(inner[-1][len("INNER_RESULT "):]))
         return run
     run = run_tree([sys.executable, "-m", "beam_jobs.make_shards", "--input", manifest,
                     "--output_dir", out, *JOB_FLAGS, *JOBS[name]], log)

@@ -4,17 +4,18 @@
         [--buckets_mb 32,128,256] [--work_dir DIR]
 
 1. Measured, both modes, at each of --sizes latent videos (832 x 200 float32
-   serialized-tensor records; windows of 100 every 50: 16 windows, 1.3 MB of output a video). The job
-   runs in this process on FnApiRunner, its input local, its output on a GCS emulator
-   served from this process (tests/gcs_emulator.py counts every request). The shuffle is
-   scaled down 32 times (buckets of 4 MB, spill buffers of 1 MB, shards of 6.25 MB, ranged
-   reads of 256 KB), so that these sizes have the bucket, spill, shard and read counts of
-   runs 32 times as large with the defaults (128 MB, 32 MB, 200 MB, 8 MB). Counted: temp files (the job's Beam
-   counters), requests by kind, temp bytes a shard task reads per shard byte it writes,
-   wall time, and the output's objects: shards and the offset index beside each
-   uncompressed shard (`<shard>.index`, a real GCS object with its own create and upload
-   requests), with their bytes. Spill mode keeps its temp data on local disk (a local
-   runner); group mode keeps it under the output directory, on GCS, as on Dataflow.
+   serialized-tensor records; windows of 100 every 50: 16 windows, 1.3 MB of output a
+   video). The job runs in this process on FnApiRunner, its input local, its output on a
+   GCS emulator served from this process (tests/gcs_emulator.py counts every request). The
+   shuffle is scaled down 32 times (buckets of 4 MB, spill buffers of 1 MB, shards of
+   6.25 MB, ranged reads of 256 KB), so that these sizes have the bucket, spill, shard and
+   read counts of runs 32 times as large with the defaults (128 MB, 32 MB, 200 MB, 8 MB).
+   Counted: temp files (the job's Beam counters), requests by kind, temp bytes a shard
+   task reads per shard byte it writes, wall time, and the output's objects: shards and
+   the offset index beside each uncompressed shard (`<shard>.index`, a real GCS object
+   with its own create and upload requests), with their bytes. Spill mode keeps its temp
+   data on local disk (a local runner); group mode keeps it under the output directory, on
+   GCS, as on Dataflow.
 2. Measured: one shard task in a fresh process writing a 200 MB shard from bucket files
    of --buckets_mb on the emulator, in group mode (one sorted file per bucket: streamed)
    and spill mode (each bucket in two runs: sorted in memory), its peak RSS above the

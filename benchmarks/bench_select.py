@@ -258,7 +258,7 @@ def measure_read(work_dir: str, videos: int, repeats: int) -> dict:
             compared[f"{a} / {other}"] = (
                 medians[a] / medians[b],
                 statistics.median(x["windows_per_s"] / y["windows_per_s"]
-                                  for x, y in zip(runs[a], runs[b])))
+                                  for x, y in zip(runs[a], runs[b], strict=True)))
     print("medians, windows/s: " + ", ".join(f"{n} {m:,.0f}" for n, m in medians.items()))
     for name, (ratio, paired) in compared.items():
         print(f"  {name}: {ratio:.2f}x (median of per-round ratios {paired:.2f}x)")

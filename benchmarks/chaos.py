@@ -177,7 +177,7 @@ def check_values(world: World, complete: bool) -> list[str]:
             continue
         batch = source.read_batch(slice(0, len(source)))
         for window, metadata, raw_id, start in zip(batch["window"], batch["metadata"],
-                                                   batch["video_id"], batch["start"]):
+                                                   batch["video_id"], batch["start"], strict=True):
             video_id, start = raw_id.decode(), int(start)
             splits[video_id].add(split)
             starts[video_id].append(start)

@@ -45,7 +45,8 @@ def compare(versions: list[str], jobs: dict[str, list[str]], work_dir: str,
         for version in versions:
             code = code_of(version, work_dir)
             for label, argv in jobs.items():
-                result = run_job(code, argv, os.path.join(work_dir, f"job-{version}-{label}-{r}.log"))
+                log = os.path.join(work_dir, f"job-{version}-{label}-{r}.log")
+                result = run_job(code, argv, log)
                 result.pop("output")
                 print(f"{version:8s} {label:>4s} run {r + 1}: peak {result['peak_mb']:7.0f} MB, "
                       f"wall {result['wall_s']:6.1f} s", flush=True)

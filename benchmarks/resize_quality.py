@@ -18,6 +18,7 @@ each swscale interpolation `--resize fast` could use, with the same measures.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import sys
@@ -128,7 +129,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|")
         for name, frames in rows.items():
             low, overall, worst = compare(list(frames(True)), list(frames(False)))
-            fast_ms, exact_ms = (best_ms(lambda: frames(fast), n, args.repeats)
+            fast_ms, exact_ms = (best_ms(functools.partial(frames, fast), n, args.repeats)
                                  for fast in (True, False))
             print(f"| {name} | {low:.1f} | {overall:.1f} | {worst} | {fast_ms:.1f} "
                   f"| {exact_ms:.1f} |")
@@ -141,7 +142,7 @@ def main() -> None:
             decoded = list(container.decode(video=0))
         for name, interpolation in CANDIDATES.items():
             low, _, worst = compare(list(scaled(decoded, interpolation)), exact)
-            ms = best_ms(lambda: scaled(decoded, interpolation), n, args.repeats)
+            ms = best_ms(functools.partial(scaled, decoded, interpolation), n, args.repeats)
             print(f"| {name} | {low:.1f} | {worst} | {ms:.1f} |")
         lanczos = best_ms(lambda: (frame.to_image().resize(SIZE[::-1], Image.Resampling.LANCZOS)
                                    for frame in decoded), n, args.repeats)

@@ -269,7 +269,7 @@ def index_offsets(path) -> list[int]:
 def write_index(path, offsets: Sequence[int]) -> None:
     """A text index of frames at `offsets`, the last one the shard's end."""
     with open(path, "w") as f:
-        f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:])))
+        f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:], strict=False)))
 
 
 def docs_code(page: str, heading: str, index: int = 0) -> str:
@@ -303,7 +303,7 @@ def windows_by_key(batch_dicts) -> dict:
     arrays or tf.Tensors)."""
     out = {}
     for batch in batch_dicts:
-        for i, (vid, start) in enumerate(zip(batch["video_id"], batch["start"])):
+        for i, (vid, start) in enumerate(zip(batch["video_id"], batch["start"], strict=True)):
             vid = vid.numpy() if hasattr(vid, "numpy") else vid
             out[(bytes(vid), int(start))] = {
                 k: (v[i].numpy() if hasattr(v, "numpy") else v[i]) for k, v in batch.items()}
@@ -329,7 +329,7 @@ def assert_clips_of(whole: dict, clipped: dict, clip, window: int) -> None:
     assert ((0 <= offsets) & (offsets <= window - clip.span)).all()
     for name, values in whole.items():
         if name in PER_FRAME:
-            expected = np.stack([v[clip.frames(o)] for v, o in zip(values, offsets)])
+            expected = np.stack([v[clip.frames(o)] for v, o in zip(values, offsets, strict=True)])
             assert clipped[name].shape == (len(values), clip.length, *values.shape[2:])
             np.testing.assert_array_equal(clipped[name], expected, err_msg=name)
         else:

@@ -175,4 +175,4 @@ def sheets_of(page: str) -> list[tuple[dict, Image.Image]]:
     images = [Image.open(io.BytesIO(base64.b64decode(
         img["src"].split(",", 1)[1]))) for img in found.images]
     assert all(img["src"].startswith("data:image/png;base64,") for img in found.images)
-    return list(zip(found.sheets, images))
+    return list(zip(found.sheets, images, strict=False))

@@ -114,7 +114,8 @@ def test_every_reader_reads_every_generation(grown):
     source = WindowSource(out, "train")
     assert len(source) == len(expected)
     batch = source.read_batch(range(len(source)))
-    assert {(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"])} == expected
+    assert {(v.decode(), int(s))
+            for v, s in zip(batch["video_id"], batch["start"], strict=True)} == expected
     ds = readers.make_dataset(out, "train", batch_size=1, shuffle=False, repeat=False,
                               drop_remainder=False)
     assert {(b["video_id"].numpy()[0].decode(), int(b["start"].numpy()[0]))
@@ -123,7 +124,7 @@ def test_every_reader_reads_every_generation(grown):
     torch = pytest.importorskip("torch")
     loader = torch.utils.data.DataLoader(source, batch_size=4, shuffle=True)
     assert {(bytes(v).decode(), int(s)) for b in loader
-            for v, s in zip(b["video_id"], b["start"])} == expected
+            for v, s in zip(b["video_id"], b["start"], strict=True)} == expected
     grain = pytest.importorskip("grain.python")
     loader = grain.DataLoader(data_source=source, sampler=grain.IndexSampler(
         len(source), grain.NoSharding(), shuffle=True, seed=0, num_epochs=1), worker_count=0)

@@ -168,15 +168,20 @@ def parse_spec(meta: dict) -> dict:
     return spec
 
 
+def _decode_image(data, channels: int, jpeg: bool):
+    if jpeg:
+        return tf.io.decode_jpeg(data, channels, dct_method="INTEGER_ACCURATE")
+    return tf.io.decode_png(data, channels)
+
+
 def decode(meta: dict, parsed: dict) -> dict:
     out = {}
     for f in meta["features"]:
         stored, value = f["stored_as"], parsed[f["name"]]
         if "image_format" in stored:
-            channels = stored["decoded_shape"][-1]
-            decode = (lambda data: tf.io.decode_jpeg(data, channels, dct_method="INTEGER_ACCURATE")
-                      if "jpeg_dct" in stored else tf.io.decode_png(data, channels))
-            frames = [[decode(image).numpy() for image in window] for window in value.numpy()]
+            channels, jpeg = stored["decoded_shape"][-1], "jpeg_dct" in stored
+            frames = [[_decode_image(image, channels, jpeg).numpy() for image in window]
+                      for window in value.numpy()]
             out[f["name"]] = np.array(frames)
         elif stored["list"] == "bytes_list" and "value_dtype" in stored:
             dtype = tf.dtypes.as_dtype(stored["value_dtype"])
@@ -196,12 +201,13 @@ def test_dataset_json_alone_parses_every_kind(kinds, kind):
     ours = {}
     for batch in records.batch(64):
         parsed = decode(meta, tf.io.parse_example(batch, parse_spec(meta)))
-        for i, (vid, start) in enumerate(zip(parsed["video_id"], parsed["start"])):
+        for i, (vid, start) in enumerate(zip(parsed["video_id"], parsed["start"], strict=True)):
             ours[(vid, int(start))] = {k: v[i] for k, v in parsed.items()}
     theirs = {}
     for batch in readers.make_dataset(path, batch_size=4, shuffle=False, drop_remainder=False,
                                       keep_float16=True):
-        for i, (vid, start) in enumerate(zip(batch["video_id"].numpy(), batch["start"].numpy())):
+        for i, (vid, start) in enumerate(zip(batch["video_id"].numpy(), batch["start"].numpy(),
+                                             strict=True)):
             theirs[(vid, int(start))] = {k: v[i].numpy() for k, v in batch.items()}
     assert ours.keys() == theirs.keys() and ours
     for key, values in ours.items():

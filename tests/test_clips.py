@@ -64,14 +64,15 @@ def test_every_other_frame_of_a_long_window(tmp_path):
 def test_tf_data_clips_are_the_stored_windows_with_static_shapes(kinds, kind):
     path = kinds[kind]
     whole = WindowSource(path, "train").read_batch(slice(None))
-    by_key = {(v, s): row for row, (v, s) in enumerate(zip(whole["video_id"], whole["start"]))}
+    by_key = {(v, s): row
+              for row, (v, s) in enumerate(zip(whole["video_id"], whole["start"], strict=True))}
     clip = Clip(2, step=2)
     ds = readers.make_dataset(path, "train", batch_size=2, clip=clip, seed=1)
     assert ds.element_spec["window"].shape[:2] == (2, 2)
     assert ds.element_spec["mask"].shape == (2, 2)
     offsets = []
     for batch in ds.as_numpy_iterator():
-        rows = [by_key[(v, s)] for v, s in zip(batch["video_id"], batch["start"])]
+        rows = [by_key[(v, s)] for v, s in zip(batch["video_id"], batch["start"], strict=True)]
         assert_clips_of({name: values[rows] for name, values in whole.items()}, batch,
                          clip, 4)
         offsets += list(batch["clip_offset"])
@@ -81,7 +82,7 @@ def test_tf_data_clips_are_the_stored_windows_with_static_shapes(kinds, kind):
     np.testing.assert_array_equal(np.concatenate(again), offsets)
     for batch in readers.make_dataset(path, "train", batch_size=2, clip=Clip(4)
                                       ).as_numpy_iterator():      # the whole window
-        rows = [by_key[(v, s)] for v, s in zip(batch["video_id"], batch["start"])]
+        rows = [by_key[(v, s)] for v, s in zip(batch["video_id"], batch["start"], strict=True)]
         assert_clips_of({name: values[rows] for name, values in whole.items()}, batch,
                          Clip(4), 4)
 

@@ -128,7 +128,7 @@ def test_a_failed_cleanup_after_the_commit_leaves_the_new_dataset_whole(old):
     code, stderr = process.wait(), process.stderr.read()
     assert code == 0, stderr[-2000:]
     assert "Traceback" not in stderr
-    (warning,) = [l for l in stderr.splitlines() if "cleaning up after it failed" in l]
+    (warning,) = [line for line in stderr.splitlines() if "cleaning up after it failed" in line]
     assert "WARNING" in warning and "is committed" in warning
     meta = read_dataset_json(out)
     committed = {n: b for n, b in dataset_bytes(out).items() if n in meta["files"]}

@@ -20,7 +20,8 @@ def test_two_runs_and_bucket_sizes_give_identical_bytes(tmp_path, latents):
             "--spill_buffer_mb", "0.003")
     same_dataset_files(tmp_path / "a", tmp_path / "b")
     run_job(latents, tmp_path / "c", *FLAGS[:-1], "8")
-    assert read_dataset_json(tmp_path / "c")["splits"] != read_dataset_json(tmp_path / "a")["splits"]
+    splits = read_dataset_json(tmp_path / "c")["splits"]
+    assert splits != read_dataset_json(tmp_path / "a")["splits"]
 
 
 @pytest.mark.slow

@@ -118,8 +118,9 @@ def _program(block: Block) -> str:
                              f"block of {current.page} nor a trainer's loop ({sorted(GIVEN)}) "
                              "defines: import or define it in the block")
             binder = binders[-1]
-            assert name not in binder.imports, (f"{current.where} uses {name!r}, which only "
-                                                f"{binder.where} imports: import it in this block too")
+            assert name not in binder.imports, (
+                f"{current.where} uses {name!r}, which only {binder.where} imports: "
+                "import it in this block too")
             assert binder.marker is None, (f"{current.where} uses {name!r} from "
                                            f"{binder.where}, which is not run here")
             if binder.line not in needed:

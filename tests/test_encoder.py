@@ -90,7 +90,7 @@ def test_float16_latents_halve_the_storage_and_read_as_float32(tmp_path, encoder
     assert batch["window"].dtype == tf.float32 and batch["window"].shape == (2, 4, 5)
     expected = encoders["model"](frames["a"].astype(np.float32) / 255).numpy()
     for window, vid, start in zip(batch["window"].numpy(), batch["video_id"].numpy(),
-                                  batch["start"].numpy()):
+                                  batch["start"].numpy(), strict=True):
         if vid == b"a":
             np.testing.assert_allclose(window, expected[start:start + 4], atol=2e-3, rtol=2e-3)
 

@@ -48,7 +48,7 @@ def test_the_sample_has_structure_in_time_that_its_recipe_drives(tmp_path):
     assert len(lag1) == 24 and min(lag1) > 0.9, lag1
     assert np.corrcoef(_ranks(tempo), _ranks(lag10))[0, 1] < -0.9, (tempo, lag10)
     again = write_latent_sample(str(tmp_path / "b"))
-    assert all(filecmp.cmp(a, b, shallow=False) for a, b in zip(paths, again))
+    assert all(filecmp.cmp(a, b, shallow=False) for a, b in zip(paths, again, strict=True))
 
 
 # --- the examples, run as a user runs them, on small data they make -------------------

@@ -121,7 +121,8 @@ def test_sidecar_rows_come_out_sorted_across_many_videos_and_splits(tmp_path, rn
         assert info["videos"] + info["skipped_short"] == len(mine)
     failures = _jsonl(sidecar(out, "failures"))
     assert [(r["source"], r["record_index"]) for r in failures] == sorted(
-        (str(tmp_path / "in" / f"part-{i % 3}.tfrecord"), i // 3) for i in range(600) if i % 50 == 7)
+        (str(tmp_path / "in" / f"part-{i % 3}.tfrecord"), i // 3)
+        for i in range(600) if i % 50 == 7)
     assert meta["failures"] == 12
 
 

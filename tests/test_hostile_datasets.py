@@ -313,7 +313,7 @@ def test_window_source_reads_its_own_run_then_says_it_was_rewritten(rewritten):
             got.append(source[i])
     # shard 0, opened before the rewrite, read on whole
     assert len(got) == r["shard0"]
-    assert all(_same(w, e) for w, e in zip(got, r["before"]))
+    assert all(_same(w, e) for w, e in zip(got, r["before"], strict=False))
 
 
 def test_batches_read_their_own_run_then_say_it_was_rewritten(rewritten):
@@ -324,7 +324,7 @@ def test_batches_read_their_own_run_then_say_it_was_rewritten(rewritten):
         for batch in r["batches"]:
             got.append(batch)
     windows = [{k: v[row] for k, v in batch.items()} for batch in got for row in range(4)]
-    assert windows and all(_same(w, e) for w, e in zip(windows, r["before"]))
+    assert windows and all(_same(w, e) for w, e in zip(windows, r["before"], strict=False))
 
 
 def test_a_worker_process_says_the_dataset_was_rewritten(rewritten):
@@ -347,7 +347,8 @@ def test_tf_data_reads_its_own_run_then_says_it_was_rewritten(rewritten):
         for batch in r["tf"]:
             got.append(batch)
     assert 1 <= len(got) < len(r["before"])
-    assert all(_same({k: v.numpy() for k, v in w.items()}, e) for w, e in zip(got, r["before"]))
+    assert all(_same({k: v.numpy() for k, v in w.items()}, e)
+               for w, e in zip(got, r["before"], strict=False))
 
 
 def test_inspect_says_the_dataset_was_rewritten(rewritten):

@@ -113,7 +113,8 @@ def test_bad_labels_are_failure_rows(tmp_path, frames_dir):
             {"video_id": "bom", "frames": frames_dir, "labels": "bom.csv"},
             {"video_id": "strings", "frames": frames_dir, "labels": ["a", "b", "c", "d", "e", "f"]},
             {"video_id": "missing", "frames": frames_dir, "labels": "nowhere.csv"},
-            {"video_id": "ragged", "frames": frames_dir, "labels": [[1, 2], [3], [4], [5], [6], [7]]},
+            {"video_id": "ragged", "frames": frames_dir,
+             "labels": [[1, 2], [3], [4], [5], [6], [7]]},
             {"video_id": "headers", "frames": frames_dir, "labels": "two_headers.csv"},
             {"video_id": "nan", "frames": frames_dir, "labels": [0, 1, 2, None, 4, 5]}]
     write_manifest(tmp_path / "m.jsonl", rows)
@@ -180,7 +181,7 @@ def test_frame_paths_that_are_not_frames_are_masked_with_a_reason(tmp_path):
     assert "not a regular file" in failures_by_video(tmp_path / "out")["clip"]["reason"]
     (e,) = read_examples(tmp_path / "out")
     assert e["mask"].tolist() == [1, 0, 0, 0, 1]
-    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "bad_frames"))]
+    rows = [json.loads(line) for line in open(sidecar(tmp_path / "out", "bad_frames"))]
     reasons = {r["frame"]: r["reason"] for r in rows}
     assert "not a regular file" in reasons[1] and "not a regular file" in reasons[2]
     assert "over --max_frame_bytes" in reasons[3]
@@ -292,7 +293,7 @@ def test_nonfinite_values_fail_unless_allowed_and_stats_count_them(tmp_path, cap
     run_job(str(tmp_path / "in" / "*"), tmp_path / "kept", "--window", "4",
             "--allow_nonfinite")
     code, out, err = inspect_run(capsys, tmp_path / "kept", "--stats", "--all")
-    window_row = [l for l in out.splitlines() if l.split()[:1] == ["window"]][-1]
+    window_row = [line for line in out.splitlines() if line.split()[:1] == ["window"]][-1]
     # two windows of 4 frames cover the bad frames (starts 0, 4, 8): one NaN, one Inf
     assert code == 0 and window_row.split()[-2:] == ["1", "1"], out + err
 
@@ -353,13 +354,14 @@ def test_duplicate_ids_fail_every_copy_and_merge_nothing(tmp_path, frames_dir):
                                      for i in reversed(range(6))]}])
     run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "3",
             "--splits", "train=0.5,test=0.5", "--max_failure_fraction", "0.5")
-    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "failures"))]
+    rows = [json.loads(line) for line in open(sidecar(tmp_path / "out", "failures"))]
     assert [(r["video_id"], r["record_index"]) for r in rows] == [("twice", 1), ("twice", 2)]
     assert all("appears 2 times" in r["reason"] for r in rows)
     meta = read_dataset_json(tmp_path / "out")
     assert meta["failures"] == 2
     assert sum(s["videos"] for s in meta["splits"].values()) == 2
-    seen = {e["video_id"] for split in ("train", "test") for e in read_examples(tmp_path / "out", split)}
+    seen = {e["video_id"] for split in ("train", "test")
+            for e in read_examples(tmp_path / "out", split)}
     assert seen == {"a", "b"}
 
     write_records(str(tmp_path / "lat" / "a.tfrecord"),
@@ -368,4 +370,5 @@ def test_duplicate_ids_fail_every_copy_and_merge_nothing(tmp_path, frames_dir):
     run_job(str(tmp_path / "lat" / "*"), tmp_path / "lat_out", "--window", "4", "--stride", "2",
             "--id_feature", "vid", "--max_failure_fraction", "0.5", "--num_shards", "2")
     assert {e["video_id"] for e in read_examples(tmp_path / "lat_out")} == {"y", "z", "w"}
-    assert [r["record_index"] for r in map(json.loads, open(sidecar(tmp_path / "lat_out", "failures")))] == [0, 2]
+    failures = map(json.loads, open(sidecar(tmp_path / "lat_out", "failures")))
+    assert [r["record_index"] for r in failures] == [0, 2]

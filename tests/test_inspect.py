@@ -159,7 +159,7 @@ def test_stats_show_the_job_s_statistics_first(pixel_dataset, capsys):
     rows = {line.split()[0]: line.split()[1:] for line in recorded.splitlines()
             if line.startswith("    ") and "mean" not in line}
     assert list(rows) == ["R", "G", "B", "0"] and sampled.startswith(" 6 train windows")
-    for name, row in zip(rows, [*[("window", c) for c in range(3)], ("labels", 0)]):
+    for name, row in zip(rows, [*[("window", c) for c in range(3)], ("labels", 0)], strict=True):
         entry = stats[row[0]]
         assert rows[name] == [f"{entry[f][row[1]]:.6g}" for f in ("mean", "std", "min", "max")]
     assert f"window: {stats['window']['frames']} frames" in recorded   # 29: one is missing
@@ -173,7 +173,8 @@ def test_a_directory_without_dataset_json_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path, capsys):
-    write_records(str(tmp_path / "in" / "a.tfrecord"), [latent_example(np.full((12, 2), 0, np.float32), [0, 0])])
+    write_records(str(tmp_path / "in" / "a.tfrecord"),
+                  [latent_example(np.full((12, 2), 0, np.float32), [0, 0])])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4",
             "--splits", "train=0.999,empty=0.001")
 

@@ -129,7 +129,7 @@ def test_a_failed_video_is_remembered_and_never_blocks_an_append(tmp_path):
     run_job(str(tmp_path / "R" / "day1" / "*"), tmp_path / "out", *FLAGS)
     assert read_dataset_json(tmp_path / "out")["failures"] == 1
     write_videos(str(tmp_path / "R" / "day2"), random_videos(rng, 2), files=1)
-    for day in (2, 3):   # the bad record is read again each day, and never counts again
+    for _day in (2, 3):   # the bad record is read again each day, and never counts again
         run_job(str(tmp_path / "R" / "day*" / "*"), tmp_path / "out", *FLAGS, "--append")
         meta = read_dataset_json(tmp_path / "out")
         assert meta["failures"] == 1 and [g["failures"] for g in meta["generations"]] == [1, 0]
@@ -145,9 +145,11 @@ def test_failed_ids_are_skipped_until_retried(tmp_path):
     videos = random_videos(rng, 6)
     bad = videos[2][0].copy()
     bad[3, 0] = np.nan
-    write = lambda frames: write_records(str(tmp_path / "in" / "part.tfrecord"), [
-        latent_example(f if i != 2 else frames, r, video_id=f"v{i}")
-        for i, (f, r) in enumerate(videos)])
+
+    def write(frames):
+        write_records(str(tmp_path / "in" / "part.tfrecord"), [
+            latent_example(f if i != 2 else frames, r, video_id=f"v{i}")
+            for i, (f, r) in enumerate(videos)])
     write(bad)
     argv = [*FLAGS, "--id_feature", "vid", "--max_failure_fraction", "0.2"]
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", *argv)

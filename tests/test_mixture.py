@@ -24,7 +24,7 @@ def _keys(batch) -> list[tuple]:
     """(source, video_id, start) of each window of a batch: what names a window in a
     mixture (two datasets cut from the same inputs share ids)."""
     values = [np.asarray(batch[k]) for k in ("source", "video_id", "start")]
-    return [(int(s), bytes(v), int(t)) for s, v, t in zip(*values)]
+    return [(int(s), bytes(v), int(t)) for s, v, t in zip(*values, strict=True)]
 
 
 def _mixture(kinds, seed=1, **options):
@@ -64,7 +64,7 @@ def test_an_epoch_holds_the_weights_shares_and_is_a_function_of_seed_and_epoch(k
     batch = mixture.read_batch(indices)
     which, numbers = mixture.locate(indices)
     assert batch["source"].tolist() == which.tolist() and set(which) == {0, 1}
-    for row, (source, number) in enumerate(zip(which, numbers)):
+    for row, (source, number) in enumerate(zip(which, numbers, strict=True)):
         np.testing.assert_array_equal(
             batch["window"][row], mixture.sources[source].read_batch([number])["window"][0])
     assert mixture[indices[0]]["source"] == which[0]
@@ -214,7 +214,7 @@ def test_tf_and_numpy_mixtures_draw_the_same_windows_with_the_same_shares(kinds)
     assert tf_epoch != numpy_epoch                      # in orders of their own
     # 70/30 over three epochs: the same counts a source each epoch, out of its windows
     mixture = _mixture(kinds)
-    every = [{(bytes(v), int(t)) for v, t in zip(batch["video_id"], batch["start"])}
+    every = [{(bytes(v), int(t)) for v, t in zip(batch["video_id"], batch["start"], strict=True)}
              for batch in (s.read_batch(range(len(s))) for s in mixture.sources)]
     ds = readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)], "train",
                               9, seed=1, repeat=True)

@@ -101,7 +101,7 @@ def test_resize_grayscale_and_jpeg_within_tolerance(tmp_path, rng):
     batch = next(iter(readers.make_dataset(str(tmp_path / "jpeg"), batch_size=2,
                                            shuffle=False)))
     assert batch["window"].shape == (2, 3, 48, 64, 3) and batch["window"].dtype == tf.uint8
-    for window, start in zip(batch["window"].numpy(), batch["start"].numpy()):
+    for window, start in zip(batch["window"].numpy(), batch["start"].numpy(), strict=True):
         for i in range(3):
             diff = np.abs(window[i].astype(int) - frames[start + i].astype(int))
             assert diff.mean() < 4, diff.mean()  # JPEG at quality 95: stated tolerance
@@ -133,7 +133,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     assert _level(e["window"][5]) == 4
     meta = read_dataset_json(tmp_path / "out")
     assert meta["splits"]["train"]["bad_frames"] == 2
-    rows = [json.loads(l) for l in open(sidecar(tmp_path / "out", "bad_frames"))]
+    rows = [json.loads(line) for line in open(sidecar(tmp_path / "out", "bad_frames"))]
     assert [(r["video_id"], r["frame"], os.path.basename(r["where"])) for r in rows] == [
         ("v", 2, "frame_2.png"), ("v", 4, "gone.png")]
     assert rows[0]["reason"] == "not an image file Pillow can decode"
@@ -143,7 +143,7 @@ def test_missing_and_corrupt_frames_are_masked_or_fail_the_video(tmp_path):
     with pytest.raises(Failed):
         run_job(str(tmp_path / "m.jsonl"), tmp_path / "fail", "--window", "7",
                 "--on_bad_frame", "fail")
-    (row,) = [json.loads(l) for l in open(failed_run_file(tmp_path / "fail"))]
+    (row,) = [json.loads(line) for line in open(failed_run_file(tmp_path / "fail"))]
     assert row["video_id"] == "v" and "frame" in row["reason"] and "frame_2.png" in row["reason"]
 
 
@@ -361,7 +361,7 @@ def test_reader_gives_keras_tuples_and_float_pixels(tmp_path):
     assert mask.shape == (3, 4) and labels.shape == (3, 4)
     (frames, mask), labels = next(iter(ds))
     assert 0 <= frames.numpy().min() and frames.numpy().max() <= 1
-    for window, label in zip(frames.numpy(), labels.numpy()):
+    for window, label in zip(frames.numpy(), labels.numpy(), strict=True):
         np.testing.assert_allclose([f.mean() * 255 / 8 for f in window], label, atol=1e-3)
 
 

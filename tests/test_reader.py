@@ -50,14 +50,15 @@ def test_batches_have_static_shapes_and_cover_the_split(dataset):
     assert len(batches) == spec.splits["train"].windows // 5
     everything = list(readers.make_dataset(dataset, "train", batch_size=5, drop_remainder=False))
     keys = {(v.decode(), int(s)) for b in everything
-            for v, s in zip(b["video_id"].numpy(), b["start"].numpy())}
+            for v, s in zip(b["video_id"].numpy(), b["start"].numpy(), strict=True)}
     assert len(keys) == spec.splits["train"].windows
 
 
 def test_values_match_the_shards(dataset):
     expected = {(e["video_id"], int(e["start"])): e for e in read_examples(dataset, "validation")}
     for batch in readers.make_dataset(dataset, "validation", batch_size=4, drop_remainder=False):
-        for i, (vid, start) in enumerate(zip(batch["video_id"].numpy(), batch["start"].numpy())):
+        for i, (vid, start) in enumerate(zip(batch["video_id"].numpy(), batch["start"].numpy(),
+                                             strict=True)):
             e = expected[(vid.decode(), int(start))]
             np.testing.assert_array_equal(batch["window"][i].numpy(), e["window"])
             np.testing.assert_array_equal(batch["mask"][i].numpy(), e["mask"])
@@ -65,7 +66,8 @@ def test_values_match_the_shards(dataset):
 
 
 def _order(ds):
-    return [(v, int(s)) for b in ds for v, s in zip(b["video_id"].numpy(), b["start"].numpy())]
+    return [(v, int(s)) for b in ds
+            for v, s in zip(b["video_id"].numpy(), b["start"].numpy(), strict=True)]
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -80,7 +82,7 @@ def test_the_public_api_gives_what_the_internals_give(dataset, monkeypatch, shuf
     monkeypatch.setattr(tf_internals, "_INTERNALS", None)
     public = [b for b in readers.make_dataset(dataset, batch_size=4, shuffle=shuffle, seed=3)]
     assert len(fast) == len(public) and fast
-    for ours, theirs in zip(fast, public):
+    for ours, theirs in zip(fast, public, strict=True):
         for name, values in ours.items():
             np.testing.assert_array_equal(values.numpy(), theirs[name].numpy(), err_msg=name)
 
@@ -190,7 +192,7 @@ def test_float16_and_gzip_datasets_read_back(tmp_path, rng):
     assert batch["window"].dtype == tf.float16 and batch["window"].shape == (8, 8, 3)
     by_id = {f"lat-0.tfrecord:{i}": f for i, (f, _) in enumerate(videos)}
     for vid, start, window in zip(batch["video_id"].numpy(), batch["start"].numpy(),
-                                  batch["window"].numpy()):
+                                  batch["window"].numpy(), strict=True):
         np.testing.assert_array_equal(window, by_id[vid.decode()][start:start + 8])
 
 

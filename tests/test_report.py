@@ -92,7 +92,7 @@ def _windows_of(path: str) -> dict[tuple[str, bytes, int], np.ndarray]:
         if info.windows:
             batch = WindowSource(path, split, ["mask", "video_id", "start"])[:]
             out.update({(split, v, int(s)): m for v, s, m in
-                        zip(batch["video_id"], batch["start"], batch["mask"])})
+                        zip(batch["video_id"], batch["start"], batch["mask"], strict=True)})
     return out
 
 
@@ -212,7 +212,8 @@ def test_shuffle_quality_is_what_the_shards_hold(reports):
     order = sampled.shuffle_order(path, spec)
     for split, info in spec.splits.items():
         assert len(order[split]) == len([s for s in info.shards if s.examples])
-        for shard_order, shard in zip(order[split], [s for s in info.shards if s.examples]):
+        for shard_order, shard in zip(order[split], [s for s in info.shards if s.examples],
+                                      strict=True):
             ids = WindowSource(path, split, ["video_id"])
             first = sum(s.examples for s in info.shards[:info.shards.index(shard)])
             read = min(shard.examples, sampled.SHUFFLE_RECORDS)
@@ -424,7 +425,7 @@ def test_an_id_that_overrides_the_direction_is_isolated_on_the_page(tmp_path):
     videos = random_videos(np.random.default_rng(3), 2, lengths=(10, 12), dim=2)
     write_records(str(tmp_path / "in" / "a.tfrecord"),
                   [latent_example(frames, recipe, video_id=video_id)
-                   for video_id, (frames, recipe) in zip((rtl, "plain"), videos)])
+                   for video_id, (frames, recipe) in zip((rtl, "plain"), videos, strict=True)])
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "8", "--stride", "4",
             "--id_feature", "vid")
     _, page = report_of(tmp_path / "out")

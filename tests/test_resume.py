@@ -29,7 +29,8 @@ def test_the_tf_reader_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
     steps = 2 * windows // 3 + 3            # past the first epoch's end
 
     def keys(iterator, n):
-        return [[(v, int(s)) for v, s in zip(b["video_id"].numpy(), b["start"].numpy())]
+        return [[(v, int(s))
+                 for v, s in zip(b["video_id"].numpy(), b["start"].numpy(), strict=True)]
                 for b in (next(iterator) for _ in range(n))]
 
     straight = keys(iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True)), steps)

@@ -147,11 +147,12 @@ def test_progress_lines_on_stderr_and_the_summary_in_the_log(tmp_path, latents, 
                                                             caplog):
     caplog.set_level("INFO")
     run_job(latents, tmp_path / "out", *FLAGS, "--progress_interval", "0")
-    progress = [l for l in capsys.readouterr().err.splitlines() if "beam_jobs.progress" in l]
+    progress = [line for line in capsys.readouterr().err.splitlines()
+                if "beam_jobs.progress" in line]
     # --progress_interval 0: a line after every video (latents: no total known)
-    done = [int(l.split(": ", 2)[2].split(" video")[0]) for l in progress]
+    done = [int(line.split(": ", 2)[2].split(" video")[0]) for line in progress]
     assert done == list(range(1, 11)), progress
-    assert all("windows" in l and "frames/s" in l for l in progress)
+    assert all("windows" in line and "frames/s" in line for line in progress)
     table = caplog.text[caplog.text.index("split  videos"):]
     assert all(word in table for word in ("train", "val", "frames/s"))
 

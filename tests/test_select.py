@@ -48,7 +48,7 @@ def fire(tmp_path_factory) -> str:
 
 
 def _keys(batch) -> list:
-    return [(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+    return [(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
 
 
 def _whole(path: str, split: str = "train") -> dict:
@@ -253,8 +253,9 @@ def test_tf_data_never_opens_a_shard_the_selection_leaves_out(fire, tmp_path):
 def test_tf_data_selects_from_gzip_shards_too(kinds):
     """Gzip shards have window tables too (readers.numpy reads no gzip shard)."""
     def keys(ds, videos=None):
-        return sorted((v, int(s)) for b in ds for v, s in zip(
-            b["video_id"].numpy(), b["start"].numpy()) if videos is None or v in videos)
+        return sorted((v, int(s)) for b in ds
+                      for v, s in zip(b["video_id"].numpy(), b["start"].numpy(), strict=True)
+                      if videos is None or v in videos)
     whole = readers.make_dataset(kinds["gzip"], "train", 3, shuffle=False,
                                  drop_remainder=False)
     videos = sorted({v for b in whole for v in b["video_id"].numpy()})[::2]

@@ -77,7 +77,7 @@ def test_a_layout_tells_apart_records_of_one_size_and_other_layouts():
     assert len(set(map(len, records))) == 1 and len(set(records)) == len(records)
     layouts = [data_format.layout(features, bytearray(b"xx" + record), 2) for record in records]
     assert {name for name, _, _ in layouts[0].direct} == {"window", "mask"}
-    for i, (row, record, layout) in enumerate(zip(rows, records, layouts)):
+    for i, (row, record, layout) in enumerate(zip(rows, records, layouts, strict=True)):
         others = [f for f in features if f.name in layout.lists]
         for j, other in enumerate(layouts):
             rest = _rest(record, other)
@@ -94,5 +94,6 @@ def test_a_layout_tells_apart_records_of_one_size_and_other_layouts():
 def _rest(record: bytes, layout: data_format.Layout) -> bytes:
     """The record without its direct features' values."""
     cuts = [(first, last) for _, first, last in layout.direct]
-    return b"".join(record[a:b] for a, b in zip([0] + [last for _, last in cuts],
-                                                [first for first, _ in cuts] + [len(record)]))
+    starts = [0] + [last for _, last in cuts]
+    ends = [first for first, _ in cuts] + [len(record)]
+    return b"".join(record[a:b] for a, b in zip(starts, ends, strict=True))

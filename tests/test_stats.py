@@ -238,7 +238,7 @@ def test_normalize_on_numpy_in_a_tf_data_map_and_on_torch(kinds):
                               drop_remainder=False)
     mapped = ds.map(lambda b: {**b, "window": window.normalize(b["window"]),
                                "labels": labels.normalize(b["labels"])})
-    for raw, done in zip(ds, mapped):
+    for raw, done in zip(ds, mapped, strict=True):
         pixels, label_values = raw["window"].numpy(), raw["labels"].numpy()
         expected = (pixels.astype(np.float32) - window.mean.astype(np.float32)) / \
             window.std.astype(np.float32)

@@ -9,7 +9,7 @@ from readers.numpy import EpochBatches, WindowSource, batches
 
 
 def _keys(batch_list) -> list:
-    return [(v, int(s)) for b in batch_list for v, s in zip(b["video_id"], b["start"])]
+    return [(v, int(s)) for b in batch_list for v, s in zip(b["video_id"], b["start"], strict=True)]
 
 
 def test_an_epoch_gives_every_window_once_in_an_order_of_seed_and_epoch(kinds):
@@ -85,7 +85,7 @@ def test_on_gcs_a_chunk_is_one_request_and_the_batches_are_the_local_ones(kinds)
     assert _keys(resumed) == _keys(remote[2:])
     ours = list(batches(local, "train", 4, order="stream", seed=1, buffer_bytes=1))
     assert len(remote) == len(ours) > 2
-    for theirs, mine in zip(remote, ours):
+    for theirs, mine in zip(remote, ours, strict=True):
         for name in mine:
             np.testing.assert_array_equal(theirs[name], mine[name], err_msg=name)
     shards = len(WindowSource(local, "train")._shards._paths)

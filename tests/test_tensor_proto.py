@@ -24,7 +24,8 @@ def _random(rng, shape, dtype):
 
 
 @settings(max_examples=150, deadline=None)
-@given(dtype=st.sampled_from(TF_DTYPES), shape=st.sampled_from(SHAPES), seed=st.integers(0, 2**32 - 1))
+@given(dtype=st.sampled_from(TF_DTYPES), shape=st.sampled_from(SHAPES),
+       seed=st.integers(0, 2**32 - 1))
 def test_serialize_tensor_reads_back_as_tensorflow_gives_it(dtype, shape, seed):
     tensor = _random(np.random.default_rng(seed), shape, dtype)
     _same(parse_tensor(tf.io.serialize_tensor(tensor).numpy()), tensor.numpy())
@@ -114,7 +115,8 @@ def test_damaged_bytes_give_tensorflows_array_or_one_clear_error(dtype, shape, c
     (b"\x0a\x01\x00", "field dtype has wire type 2"),
     (b"\x08\x01\x12\x08\x12\x06\x08\x80\x80\x80\x80\x04\x2d\x00\x00\x80\x3f",
      "would expand to 4,294,967,296 bytes"),
-    (b"\x08\x01\x12\x04\x12\x02\x08\x01\x2a\x08" + b"\0" * 8, "it holds 2 values, but float32 [1] has 1"),
+    (b"\x08\x01\x12\x04\x12\x02\x08\x01\x2a\x08" + b"\0" * 8,
+     "it holds 2 values, but float32 [1] has 1"),
     (b"\x08\x04\x12\x00\x3a\x02\xac\x02", "a value does not fit uint8"),
 ])
 def test_hostile_bytes_are_refused_with_one_line(data, reason):

@@ -57,7 +57,7 @@ def test_batches_with_clips_resume_at_a_step_and_match_a_sampler(datasets):
     straight = list(batches(path, "train", 2, seed=4, epoch=2, clip=clip))
     resumed = list(batches(path, "train", 2, seed=4, epoch=2, clip=clip, start_step=1))
     assert len(straight) > 1
-    for ours, theirs in zip(straight[1:], resumed):
+    for ours, theirs in zip(straight[1:], resumed, strict=True):
         for name in ours:
             np.testing.assert_array_equal(ours[name], theirs[name])
     source = WindowSource(path, "train", clip=clip)
@@ -68,7 +68,7 @@ def test_batches_with_clips_resume_at_a_step_and_match_a_sampler(datasets):
         np.testing.assert_array_equal(read["window"], batch["window"])
     # a plan resumed from its state, on a new source, reads the epoch's clips too
     again = EpochBatches.resume(WindowSource(path, "train", clip=clip), plan.state(1))
-    for ours, step in zip(straight[1:], again):
+    for ours, step in zip(straight[1:], again, strict=True):
         read = again.source.read_batch(step)
         for name in ("window", "clip_offset"):
             np.testing.assert_array_equal(read[name], ours[name])

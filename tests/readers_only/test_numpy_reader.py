@@ -96,7 +96,7 @@ def test_a_shard_whose_records_order_their_features_otherwise_reads_right(datase
     shard = read_dataset_json(copy)["splits"]["train"]["shards"][0]
     offsets = index_offsets(copy / shard["index"])
     data = (copy / shard["file"]).read_bytes()
-    records = [data[a + 12:b - 4] for a, b in zip(offsets, offsets[1:])]
+    records = [data[a + 12:b - 4] for a, b in zip(offsets, offsets[1:], strict=False)]
     with open(copy / shard["file"], "wb") as f:
         for i, record in enumerate(records):
             f.write(frame(_entries_reversed(record) if i % 2 else record))
@@ -214,7 +214,7 @@ def test_numpy_integers_are_taken_as_the_numbers_they_hold(datasets):
     theirs = list(batches(datasets["latent"], "train", 3, seed=4, epoch=1, num_shards=2,
                           shard_index=1, start_step=1))
     assert len(ours) == len(theirs) > 1
-    for mine, other in zip(ours, theirs):
+    for mine, other in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine["window"], other["window"])
 
 
@@ -260,7 +260,8 @@ def test_fsspec_cached_urls_read_the_index_and_the_shards(datasets, cache):
     for name, column in plain.read_batch(rows).items():
         np.testing.assert_array_equal(cached.read_batch(rows)[name], column)
     first = next(batches(url, "train", 2, seed=3))
-    np.testing.assert_array_equal(first["window"], next(batches(path, "train", 2, seed=3))["window"])
+    np.testing.assert_array_equal(first["window"],
+                                  next(batches(path, "train", 2, seed=3))["window"])
 
 
 def test_getitems_gives_the_rows_of_read_batch(datasets):
@@ -275,6 +276,31 @@ def test_getitems_gives_the_rows_of_read_batch(datasets):
             assert np.shape(window[name]) == column.shape[1:], name
             np.testing.assert_array_equal(window[name], column[row], err_msg=name)
     assert source.__getitems__([]) == []
+
+
+def test_a_plan_reads_a_source_through_its_public_surface(datasets):
+    """What EpochBatches and batches() read a WindowSource by (docs/readers.md, PyTorch):
+    the split's numbers of its selected windows, a read by those numbers (the transform
+    applied), its shards, and the error for a plan of no batch."""
+    whole = WindowSource(datasets["latent"], "train")
+    assert whole.selected is None and whole.shards.size == len(whole)
+    assert whole.in_split(np.array([2, 0])).tolist() == [2, 0]
+    first = whole.read_batch([0])["video_id"][0].decode()
+    source = WindowSource(datasets["latent"], "train", select=Select(exclude_videos=[first]),
+                          transform=lambda batch: {**batch, "rows": len(batch["video_id"])})
+    selected = source.selected
+    assert len(selected) == len(source) < len(whole) and 0 not in selected.tolist()
+    indices = np.array([len(source) - 1, 0])
+    assert source.in_split(indices).tolist() == selected[indices].tolist()
+    batch = source.read_split_windows(source.in_split(indices))
+    expected = whole.read_batch(selected[indices])
+    assert batch["rows"] == 2 and batch.keys() - {"rows"} == expected.keys()
+    for name, column in expected.items():
+        np.testing.assert_array_equal(batch[name], column, err_msg=name)
+    error = source.no_batch_error(3, 4, holder="gives this host")
+    assert isinstance(error, ValueError) and str(error).startswith(
+        f"split 'train' of {datasets['latent']} gives this host 3 windows, fewer than "
+        "batch_size 4")
 
 
 def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
@@ -303,7 +329,7 @@ def test_pytorch_dataloader_workers_read_every_window_once(datasets):
     for batch in loader:
         assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
         assert batch["video_id"].dtype.kind == "S"
-        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
     assert len(seen) == len(set(seen)) == len(source)
 
 
@@ -318,7 +344,7 @@ def test_pytorch_default_collate_reads_a_batch_with_getitems(datasets):
     seen = []
     for batch in loader:
         assert batch["window"].dtype == torch.float32 and batch["window"].shape[1:] == (4, 3)
-        seen += [(bytes(v), int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+        seen += [(bytes(v), int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
     assert len(seen) == len(set(seen)) == len(source)
 
 
@@ -334,7 +360,7 @@ def test_grain_reads_a_window_source(datasets):
     seen = []
     for batch in loader:
         assert batch["video_id"].dtype.kind == "S" and batch["window"].dtype == np.float32
-        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])]
+        seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
     assert len(seen) == len(set(seen)) == len(source)
 
 

@@ -34,7 +34,8 @@ def test_batches_resume_exactly_at_any_step(datasets):
     hosts = [list(batches(path, "train", 2, seed=4, shard_index=k, num_shards=2))
              for k in range(2)]
     assert len(hosts[0]) == len(hosts[1])
-    keys = [{(v, int(s)) for b in h for v, s in zip(b["video_id"], b["start"])} for h in hosts]
+    keys = [{(v, int(s)) for b in h for v, s in zip(b["video_id"], b["start"], strict=True)}
+            for h in hosts]
     assert not keys[0] & keys[1]
 
 
@@ -53,7 +54,8 @@ def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(datasets):
                                              multiprocessing_context="forkserver")
         got = []
         for batch in loader:
-            got.append([(v, int(s)) for v, s in zip(batch["video_id"], batch["start"])])
+            got.append([(v, int(s))
+                        for v, s in zip(batch["video_id"], batch["start"], strict=True)])
             if steps is not None and len(got) == steps:
                 break
         return got
@@ -65,7 +67,7 @@ def test_a_dataloader_with_two_workers_resumes_exactly_mid_epoch(datasets):
     assert keys(plan, 2) == straight[:2]
     state = json.loads(json.dumps(plan.state(2)))          # beside the model's checkpoint
     assert keys(EpochBatches.resume(source, state)) == straight[2:]
-    assert straight[2:] == [[(v, int(s)) for v, s in zip(b["video_id"], b["start"])]
+    assert straight[2:] == [[(v, int(s)) for v, s in zip(b["video_id"], b["start"], strict=True)]
                             for b in batches(datasets["latent"], "train", 3, seed=7, epoch=2,
                                              start_step=2)]
 

@@ -90,7 +90,7 @@ def _expected(rows: list[dict], indices: list[int], clip, window: int, epoch: in
     for name in rows[0]:
         values = [rows[i][name] for i in indices]
         if offsets is not None and name in PER_FRAME:
-            values = [v[clip.frames(o)] for v, o in zip(values, offsets)]
+            values = [v[clip.frames(o)] for v, o in zip(values, offsets, strict=True)]
         columns[name] = np.stack(values)
     if offsets is not None:
         columns[CLIP_OFFSET] = offsets

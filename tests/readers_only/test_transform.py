@@ -69,7 +69,7 @@ def test_batches_run_the_transform_in_their_threads(datasets):
     main = threading.get_ident()
     assert {int(t) for b in read for t in b["thread"]}.isdisjoint({main})
     assert {int(p) for b in read for p in b["pid"]} == {os.getpid()}
-    for ours, theirs in zip(read, plain):
+    for ours, theirs in zip(read, plain, strict=True):
         _equal(ours, where_read(theirs))
 
 
@@ -78,7 +78,7 @@ def test_the_transform_sees_the_clipped_batch_with_its_offsets(datasets):
     plain = list(batches(path, "train", 4, seed=1, epoch=2, clip=clip))
     shifted = list(batches(path, "train", 4, seed=1, epoch=2, clip=clip, transform=shift))
     assert len(shifted) == len(plain)
-    for ours, theirs in zip(shifted, plain):
+    for ours, theirs in zip(shifted, plain, strict=True):
         assert ours["inputs"].shape == (4, 2, 3) and ours["targets"].shape == (4, 2, 3)
         _equal(ours, shift(theirs))
     assert len({int(o) for b in shifted for o in b["clip_offset"]}) == 2   # random: 0, 1
@@ -135,7 +135,7 @@ def test_dataloader_workers_run_the_transform_and_a_resume_gives_the_same_batche
                                   state)
     again = list(loader(resumed))
     assert len(again) == len(straight) - 2
-    for ours, theirs in zip(again, straight[2:]):
+    for ours, theirs in zip(again, straight[2:], strict=True):
         _equal(ours, theirs)
 
 
