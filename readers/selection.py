@@ -18,7 +18,15 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from readers.format import DATASET_JSON, DatasetSpec, FeatureSpec, Shard, SpecError, load_spec
+from readers.format import (
+    DATASET_JSON,
+    DatasetSpec,
+    FeatureSpec,
+    Shard,
+    SpecError,
+    is_remote,
+    load_spec,
+)
 
 
 class DatasetChanged(FileNotFoundError):
@@ -83,7 +91,7 @@ def file_size(path: str, run_id: Optional[str], file: str) -> int:
     error when it is not there."""
     full = os.path.join(path.removeprefix("file://"), file)
     try:
-        if "://" in full:
+        if is_remote(full):
             import fsspec
             fs, inner = fsspec.core.url_to_fs(full)   # `simplecache::gs://...` too
             return fs.size(inner)
@@ -196,7 +204,7 @@ class Selection:
         if split not in spec.splits:
             raise ValueError(f"split {split!r} is not in {path}; it has {sorted(spec.splits)}")
         shards = tuple(spec.splits[split].shards)
-        if "://" not in path or path.startswith("file://"):
+        if not is_remote(path):
             for shard in shards:
                 check_regular(path, shard.file)
                 if shard.index:

@@ -14,12 +14,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from readers.format import index, tfrecord
+from readers.format import index, is_remote, tfrecord
 from readers.selection import Selection
-
-
-def _is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -38,7 +34,7 @@ def read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
     so a batch of windows on gs:// waits about one request's latency, not one per window."""
     starts = list(starts) if starts is not None else [None] * len(paths)
     ends = list(ends) if ends is not None else [None] * len(paths)
-    if paths and _is_remote(paths[0]):
+    if paths and is_remote(paths[0]):
         import fsspec
         fs, _ = fsspec.core.url_to_fs(paths[0])
         return fs.cat_ranges([_on_filesystem(p) for p in paths], starts, ends,
@@ -79,7 +75,7 @@ class Shards:
         self._ends = list(itertools.accumulate(s.examples for s in self._shards))
         self._starts = [end - s.examples for end, s in zip(self._ends, self._shards)]
         self.size = self._ends[-1] if self._ends else 0
-        self.remote = _is_remote(path)
+        self.remote = is_remote(path)
         self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
         self._offsets: dict[int, np.ndarray] = {}
         self._files: dict[int, int] = {}

@@ -12,14 +12,9 @@ import re
 from typing import Sequence
 
 from beam_jobs.core import ids
+from readers.format import is_remote  # noqa: F401 (the one test, the readers' too)
 
 GLOB_CHARS = re.compile(r"[*?\[]")
-
-
-def is_remote(path: str) -> bool:
-    """Whether `path` names a store (gs://, ...) rather than this machine's files (a
-    plain path, or a file:// URL)."""
-    return "://" in path and not path.startswith("file://")
 
 
 def normalize(path: str) -> str:

@@ -35,6 +35,7 @@ from typing import Callable, Iterator, Optional
 import fsspec
 import numpy as np
 
+from beam_jobs.core import paths
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders.base import (  # noqa: F401 (re-exported: the encoders' public names)
     Encoder,
@@ -88,7 +89,7 @@ def _installed(module: str) -> bool:
 def local_copy(path: str) -> Iterator[str]:
     """The model at `path` as a local path; gs://, memory:// and other schemes are
     copied to a temp directory, removed again once the model is loaded."""
-    if "://" not in path or path.startswith("file://"):
+    if not paths.is_remote(path):
         yield path.removeprefix("file://")
         return
     fs, remote = fsspec.core.url_to_fs(path)

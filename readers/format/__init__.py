@@ -1,6 +1,7 @@
 """The shard format, in one place, numpy only: the job writes it, both readers read it.
 
 - `names`: the names of a dataset's files (dataset.json, sidecars, shards, indexes).
+- `locations`: whether a path is on this machine or on a store (`is_remote`).
 - `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
   before a reader trusts it (`SpecError`).
 - `channel_stats`: the dataset's statistics per split, feature and channel
@@ -38,6 +39,7 @@ from readers.format import (  # noqa: F401 (submodules)
 from readers.format.channel_stats import ChannelStats  # noqa: F401
 from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
 from readers.format.generations import Generation, generations_of  # noqa: F401
+from readers.format.locations import is_remote  # noqa: F401
 from readers.format.names import (  # noqa: F401
     BAD_FRAMES_JSONL,
     COMPRESSIONS,

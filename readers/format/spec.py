@@ -35,6 +35,7 @@ from readers.format.json_checks import (
     shown,
     typed,
 )
+from readers.format.locations import is_remote
 from readers.format.names import (
     COMPRESSIONS,
     DATASET_JSON,
@@ -408,7 +409,7 @@ def load_spec(path: str) -> DatasetSpec:
     """
     json_path = os.path.join(path, DATASET_JSON)
     try:
-        if "://" in path and not path.startswith("file://"):
+        if is_remote(path):
             import fsspec
             fs, inner = fsspec.core.url_to_fs(json_path)   # chained URLs too
             text = fs.cat_file(inner)     # one request
