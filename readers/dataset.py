@@ -208,7 +208,7 @@ def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndar
     spec = selection.spec
     files = [os.path.join(path, shard.file) for shard in selection.shards]
     counts = [shard.examples for shard in selection.shards]
-    local = "://" not in path or path.startswith("file://")
+    local = not data_format.is_remote(path)
     compression = data_format.tf_compression_type(spec.compression)
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
             f"than the {n} dataset.json lists, or gone ({path} rewritten or deleted while "
