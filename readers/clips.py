@@ -70,28 +70,32 @@ class Clip:
         """The frames of the window from a clip's first frame to its last."""
         return (self.length - 1) * self.step + 1
 
-    def room(self, window: int) -> int:
-        """How many offsets a window of `window` frames has for this clip; ValueError
-        when the clip does not fit."""
+    def check_fits(self, window: int) -> None:
+        """ValueError when the clip does not fit in a window of `window` frames."""
         if self.span > window:
             raise ValueError(f"a clip of {self.length} frames every {self.step} spans "
                              f"{self.span} frames, more than the dataset's windows hold "
                              f"({window})")
+
+    def offset_count(self, window: int) -> int:
+        """How many offsets a window of `window` frames has for this clip (`check_fits`
+        first: ValueError when it has none)."""
+        self.check_fits(window)
         return window - self.span + 1
 
     def fixed_offset(self, window: int) -> int:
         """A "start" or "center" clip's offset in a window of `window` frames."""
-        return 0 if self.offset == "start" else (self.room(window) - 1) // 2
+        return 0 if self.offset == "start" else (self.offset_count(window) - 1) // 2
 
     def offsets(self, window: int, windows: np.ndarray, epoch: int) -> np.ndarray:
         """The first frame of each clip of `windows` (window numbers in the split) in
         `epoch`, as int64: a pure function of (seed, epoch, window)."""
-        room = self.room(window)
+        count = self.offset_count(window)
         windows = np.asarray(windows, np.int64)
         if self.offset != "random":
             return np.full(len(windows), self.fixed_offset(window), np.int64)
         key = _mix(_mix(np.int64(self.seed) & _MASK) ^ (epoch & _MASK))
-        return _mix(key ^ (windows & _MASK)) % room
+        return _mix(key ^ (windows & _MASK)) % count
 
     def frames(self, offset: int) -> slice:
         """The frames of the window that a clip from `offset` keeps."""

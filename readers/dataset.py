@@ -118,7 +118,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     selection = Selection.load(path, split, _features_to_parse(features, structure, clip))
     window = selection.spec.window["length"]
     if clip is not None:
-        clip.room(window)    # a clip longer than the windows: ValueError now, not in a map
+        clip.check_fits(window)    # a clip longer than the windows: ValueError now, not in a map
     selection, records, kept = _kept_shards(path, split, selection, select)
     if input_context is not None:
         selection = selection.for_pipeline(input_context.input_pipeline_id,
@@ -341,7 +341,7 @@ def _clip_offsets(clip: Clip, window: int, serialized: tf.Tensor, random: tf.Ten
     size = tf.shape(serialized, out_type=tf.int64)
     if clip.offset == "random":
         return tf.random.stateless_uniform(size, tf.stack([random, clip.seed]),
-                                           maxval=clip.room(window),
+                                           maxval=clip.offset_count(window),
                                            dtype=tf.int64)
     return tf.fill(size, tf.constant(clip.fixed_offset(window), tf.int64))
 

@@ -32,7 +32,7 @@ class Decoder:
         self.float_pixels, self.keep_float16 = float_pixels, keep_float16
         self.clip, self.window = clip, window
         if clip is not None:
-            clip.room(window)
+            clip.check_fits(window)
         self._columns = {f.name: (clipped_shape(f.name, f.shape, clip), f.codec.column_dtype)
                          for f in self.features}
         self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
@@ -62,24 +62,25 @@ class Decoder:
         located = [shards.locate(int(i)) for i in indices]
         spans = shards.spans(located)
         fetched = records if records is not None else shards.fetch(located, spans)
-        for row, ((shard, local), (start, end), data, offset) in enumerate(
+        for row, ((shard, in_shard), (start, end), data, offset) in enumerate(
                 zip(located, spans, fetched, offsets)):
             plan = self._plans.first(end - start)
             if plan is not None:
                 rest = batch.rest(plan)
                 pieces, crc_data = batch.pieces(plan, row, rest, offset)
                 shards.read(shard, pieces, start, end, data)
-                shards.check(shard, local, start, rest.buffer, crc_data, plan.header)
+                shards.check(shard, in_shard, start, rest.buffer, crc_data, plan.header)
                 layout = plan.layout_of(rest.buffer)
                 if layout is not None:
                     batch.store(plan, layout, row, rest, offset)
                     continue
-            frame, size = shards.frame(shard, local, data)
+            frame, size = shards.frame(shard, in_shard, data)
             try:
                 layout = data_format.layout(self.features, frame, HEADER_BYTES,
                                             size - FOOTER_BYTES)
             except ValueError as e:
-                raise ValueError(f"shard {shards.name(shard)}, record {local}: {e}") from None
+                raise ValueError(f"shard {shards.name(shard)}, record {in_shard}: "
+                                 f"{e}") from None
             plan = self._plans.learn(size, layout)
             rest = batch.rest(plan)
             done = 0

@@ -90,7 +90,8 @@ class Shards:
         return self._shards[shard].file
 
     def locate(self, i: int) -> tuple[int, int]:
-        """(shard, record in that shard) of window i; a negative i counts back."""
+        """(shard, in_shard) of window i: its shard, and its record's number in that
+        shard; a negative i counts back."""
         if not -self.size <= i < self.size:
             raise IndexError(f"window {i} of a split of {self.size}")
         i %= self.size
@@ -98,10 +99,11 @@ class Shards:
         return shard, i - self._starts[shard]
 
     def spans(self, located: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The byte span [start, end) of each (shard, record)'s frame in its shard; the
-        indexes of their shards not yet in memory are read first, together."""
+        """The byte span [start, end) in its shard of each record `locate` gave (shard,
+        in_shard); the indexes of their shards not yet in memory are read first,
+        together."""
         self._load_indexes(shard for shard, _ in located)
-        return [self._span(shard, local) for shard, local in located]
+        return [self._span(shard, in_shard) for shard, in_shard in located]
 
     def fetch(self, located: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
               ) -> list[Optional[bytes]]:
@@ -114,10 +116,10 @@ class Shards:
             frames = read_files([self._paths[shard] for shard in shards], *zip(*spans))
         except FileNotFoundError as e:
             raise self._gone_error(e, shards) from None
-        for (shard, local), (start, end), frame in zip(located, spans, frames):
+        for (shard, in_shard), (start, end), frame in zip(located, spans, frames):
             if len(frame) != end - start:
                 raise OSError(f"shard {self.name(shard)} ends before byte {end} (record "
-                              f"{local}); run python -m readers.inspect {self.path} --verify")
+                              f"{in_shard}); run python -m readers.inspect {self.path} --verify")
         return frames
 
     def first_window(self, shard: int) -> int:
@@ -192,27 +194,28 @@ class Shards:
         return self._selection.gone_error(next((n for n in names if n in said),
                                                self._shards[shards[0]].file))
 
-    def _span(self, shard: int, local: int) -> tuple[int, int]:
+    def _span(self, shard: int, in_shard: int) -> tuple[int, int]:
         offsets = self._offsets[shard]
-        return int(offsets[local]), int(offsets[local + 1])
+        return int(offsets[in_shard]), int(offsets[in_shard + 1])
 
-    def frame(self, shard: int, local: int, fetched: Optional[bytes]) -> tuple[bytearray, int]:
+    def frame(self, shard: int, in_shard: int, fetched: Optional[bytes]
+              ) -> tuple[bytearray, int]:
         """A record's TFRecord frame in memory of its own, its CRCs checked, and its size."""
-        start, end = self._span(shard, local)
+        start, end = self._span(shard, in_shard)
         frame = bytearray(end - start)
         self.read(shard, [frame], start, end, fetched)
         view = np.frombuffer(frame, np.uint8)   # the CRC function takes arrays
-        self.check(shard, local, start, frame,
+        self.check(shard, in_shard, start, frame,
                    [view[tfrecord.HEADER_BYTES:-tfrecord.FOOTER_BYTES]],
                    tfrecord.header(end - start - tfrecord.FRAME_OVERHEAD))
         return frame, end - start
 
-    def check(self, shard: int, local: int, start: int, frame: bytearray,
+    def check(self, shard: int, in_shard: int, start: int, frame: bytearray,
               data: list[np.ndarray], header: bytes) -> None:
         """A frame's length and CRCs (tfrecord.frame_is_sound): `frame` starts with
         `header` and ends with the CRC of its example, which `data` holds in pieces."""
         if not tfrecord.frame_is_sound(frame, data, header):
-            raise OSError(f"shard {self.name(shard)} is corrupt at record {local} "
+            raise OSError(f"shard {self.name(shard)} is corrupt at record {in_shard} "
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
 
     def read(self, shard: int, pieces: list, start: int, end: int,
