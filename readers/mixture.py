@@ -372,30 +372,54 @@ class MixtureBatches:
             raise TypeError(f"state must be a dict, as MixtureBatches.state gives it, not "
                             f"{type(state).__name__}")
         now = json.loads(json.dumps(mixture.reading))
-        missing = [key for key in (*now, *ARGUMENTS) if key not in state]
-        if missing:
-            raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
-                             "MixtureBatches.state gave; start the epoch at step 0")
-        saved = state["sources"]
-        if not (isinstance(saved, list) and all(isinstance(s, dict) for s in saved)):
-            raise TypeError(f"this state's sources must be a list of dicts, not {saved!r}")
-        differ = []
-        if len(saved) != len(now["sources"]):
-            differ.append(("sources", len(saved), len(now["sources"])))
-        else:
-            for i, (was, is_) in enumerate(zip(saved, now["sources"])):
-                differ += [(f"source {i}'s {key}", was.get(key), is_[key])
-                           for key in is_ if key != "dataset" and was.get(key) != is_[key]]
-        differ += [(key, state[key], now[key]) for key in ("seed", "epoch_windows")
-                   if state[key] != now[key]]
+        saved = _saved_sources(state, now)
+        differ = _differences(saved, state, now)
         if differ:
-            changes = ", ".join(f"{key} ({was!r} saved, {is_!r} now)" for key, was, is_ in differ)
-            paths = [s.get("dataset") for s in saved]
-            raise ValueError(f"this state, saved on a mixture of {paths}, cannot resume on "
-                             f"{[s['dataset'] for s in now['sources']]}: they differ in "
-                             f"{changes}; the same step would not give the same batch: resume "
-                             "it on what it was saved on, or start the epoch at step 0")
+            raise _mismatch_error(saved, now, differ)
         try:
             return cls(mixture, **{key: state[key] for key in ARGUMENTS})
         except (TypeError, ValueError) as e:
             raise type(e)(f"this state's {e}") from None
+
+
+def _saved_sources(state: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sources a state was saved on; ValueError when it lacks a field of a mixture's
+    reading (`now`) or of MixtureBatches' arguments, TypeError when its sources are not
+    a list of dicts."""
+    missing = [key for key in (*now, *ARGUMENTS) if key not in state]
+    if missing:
+        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                         "MixtureBatches.state gave; start the epoch at step 0")
+    saved = state["sources"]
+    if not (isinstance(saved, list) and all(isinstance(s, dict) for s in saved)):
+        raise TypeError(f"this state's sources must be a list of dicts, not {saved!r}")
+    return saved
+
+
+def _differences(saved: list[dict[str, Any]], state: dict[str, Any], now: dict[str, Any]
+                 ) -> list[tuple[str, Any, Any]]:
+    """(what, saved, now) of each way the mixture a state was saved on differs from the
+    one now (`now`, its reading): the number of sources, or each source's fields but its
+    path (a copy of a run is the same run); the seed and the epoch's windows."""
+    differ = []
+    if len(saved) != len(now["sources"]):
+        differ.append(("sources", len(saved), len(now["sources"])))
+    else:
+        for i, (was, is_) in enumerate(zip(saved, now["sources"])):
+            differ += [(f"source {i}'s {key}", was.get(key), is_[key])
+                       for key in is_ if key != "dataset" and was.get(key) != is_[key]]
+    differ += [(key, state[key], now[key]) for key in ("seed", "epoch_windows")
+               if state[key] != now[key]]
+    return differ
+
+
+def _mismatch_error(saved: list[dict[str, Any]], now: dict[str, Any],
+                    differ: list[tuple[str, Any, Any]]) -> ValueError:
+    """The error for a state resumed on a mixture that `differ`s from its own: both
+    mixtures' paths, and each difference."""
+    changes = ", ".join(f"{key} ({was!r} saved, {is_!r} now)" for key, was, is_ in differ)
+    paths = [s.get("dataset") for s in saved]
+    return ValueError(f"this state, saved on a mixture of {paths}, cannot resume on "
+                      f"{[s['dataset'] for s in now['sources']]}: they differ in "
+                      f"{changes}; the same step would not give the same batch: resume "
+                      "it on what it was saved on, or start the epoch at step 0")
