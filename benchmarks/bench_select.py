@@ -106,8 +106,8 @@ print(json.dumps({{"seconds": seconds, "added_mb": (peak - before) / 2**20,
                   "traced_peak_mb": traced / 2**20,
                   "split": source.spec.splits["train"].windows,
                   "read_mb": read / 2**20, "windows": len(source),
-                  "shards_opened": len(source._shards._files),
-                  "indexes_read": len(source._shards._offsets)}}))
+                  "shards_opened": len(source.shards._files),
+                  "indexes_read": len(source.shards._offsets)}}))
 """
 
 

@@ -172,17 +172,34 @@ class WindowSource:
     def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
         (`S`) array (how: readers.scatter.Decoder.read_batch)."""
-        return self._read(self._in_split(self.indices(indices)))
+        return self.read_split_windows(self.in_split(self.indices(indices)))
 
-    def _in_split(self, indices: np.ndarray) -> np.ndarray:
+    # What a plan of this source's batches (EpochBatches, batches) reads it by: the
+    # split's shards, the split's numbers of its windows, a read by those numbers.
+
+    @property
+    def shards(self) -> Shards:
+        """The split's shards as this source reads them (readers.shards): their windows
+        and sizes, whether they are remote; what readers.streaming cuts into chunks."""
+        return self._shards
+
+    @property
+    def selected(self) -> Optional[np.ndarray]:
+        """The split's window numbers of this source's windows, in order, where it has a
+        selection (`select=`); None where it reads every window of the split."""
+        return None if self._subset is None else self._subset.windows
+
+    def in_split(self, indices: np.ndarray) -> np.ndarray:
         """The split's window numbers of windows `indices` of this source (with a
         selection, the selected windows'; else the same)."""
         return indices if self._subset is None else self._subset.windows[indices]
 
-    def _read(self, windows: np.ndarray, records: Optional[Sequence[bytes]] = None
-              ) -> dict[str, Any]:
-        """Every read ends here, in the thread or process that reads: the transform
-        runs here. `windows` are the split's window numbers (`_in_split`)."""
+    def read_split_windows(self, windows: np.ndarray,
+                           records: Optional[Sequence[bytes]] = None) -> dict[str, Any]:
+        """The windows numbered `windows` in the split (`in_split`) stacked, as
+        `read_batch` gives them; `records`: their frames, already fetched (the streaming
+        order's). Every read ends here, in the thread or process that reads: the
+        transform runs here."""
         batch = self._decoder.read_batch(self._shards, windows, self.epoch, records)
         if self.transform is None:
             return batch
@@ -191,6 +208,13 @@ class WindowSource:
             raise TypeError(f"transform {callable_name(self.transform)} returned "
                             f"{type(transformed).__name__}, not a dict of the batch's values")
         return transformed
+
+    def no_batch_error(self, windows: int, batch_size: int, *, holder: str = "has"
+                       ) -> ValueError:
+        """The error for a plan of which not one batch comes out: the `windows` that
+        `holder` gets ("gives this host") are fewer than `batch_size`
+        (readers.selection's words, as make_dataset's)."""
+        return self._selection.no_batch_error(windows, batch_size, holder=holder)
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
         """The window numbers a selector names, as numpy reads it: integers (negative
@@ -292,8 +316,8 @@ class EpochBatches:
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
         # the streaming order's chunks (readers.streaming), None in the random-access one
-        selected = None if source._subset is None else source._subset.windows
-        self.chunks = (streaming.chunks_of(source._shards, windows=selected)
+        selected = source.selected
+        self.chunks = (streaming.chunks_of(source.shards, windows=selected)
                        if order == "stream" else None)
         if self.chunks is not None and shuffle:
             self._order = _host_slice(streaming.stream_order(
@@ -306,7 +330,7 @@ class EpochBatches:
         size = len(self._order)
         self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
         if self.steps == 0:
-            raise source._selection.no_batch_error(size, batch_size, holder="gives this host")
+            raise source.no_batch_error(size, batch_size, holder="gives this host")
         self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
 
     def __len__(self) -> int:
@@ -463,13 +487,14 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
 def _read_ahead(plan: EpochBatches, threads: int, prefetch: int) -> Iterator[dict[str, Any]]:
     """The batches of `plan`, read by `threads` threads, `prefetch` ahead."""
     source = plan.source     # the epoch's clips
-    chunks = (streaming.Chunks(source._shards, plan.chunks, source._in_split(plan.windows()),
+    chunks = (streaming.Chunks(source.shards, plan.chunks, source.in_split(plan.windows()),
                                plan.batch_size, 2 * plan.buffer_bytes)
-              if plan.chunks is not None and source._shards.remote else None)
+              if plan.chunks is not None and source.shards.remote else None)
 
     def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
-        windows = source._in_split(np.asarray(windows, np.int64))
-        return source._read(windows, None if reads is None else chunks.records(reads, windows))
+        in_split = source.in_split(np.asarray(windows, np.int64))
+        return source.read_split_windows(
+            in_split, None if reads is None else chunks.records(reads, in_split))
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         try:

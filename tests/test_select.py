@@ -140,8 +140,8 @@ def test_an_epoch_is_every_selected_window_once_per_rank_in_both_orders(fire):
 
 def test_the_streaming_order_reads_only_chunks_that_hold_a_selected_window(fire):
     source = WindowSource(fire, "train", select=Select(videos=["exp1/run3"]))
-    selected = source._subset.windows
-    chunks = streaming.chunks_of(source._shards, chunk_bytes=8000, windows=selected)
+    selected = source.selected
+    chunks = streaming.chunks_of(source.shards, chunk_bytes=8000, windows=selected)
     holding = [c for c in chunks
                if ((selected >= c.first) & (selected < c.first + c.count)).any()]
     order = streaming.stream_order(chunks, seed=1, epoch=0, buffer_bytes=3000,
@@ -149,7 +149,7 @@ def test_the_streaming_order_reads_only_chunks_that_hold_a_selected_window(fire)
     assert sorted(order.tolist()) == list(range(len(source)))
     chunk_of = np.searchsorted([c.first for c in chunks], selected[order], "right") - 1
     assert {chunks[c] for c in chunk_of} == set(holding)
-    assert len(holding) < len(streaming.chunks_of(source._shards, chunk_bytes=8000))
+    assert len(holding) < len(streaming.chunks_of(source.shards, chunk_bytes=8000))
 
 
 @pytest.mark.parametrize("order", ["random", "stream"])

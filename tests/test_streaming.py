@@ -27,8 +27,8 @@ def test_an_epoch_gives_every_window_once_in_an_order_of_seed_and_epoch(kinds):
 
 def test_a_group_holds_whole_chunks_and_a_batch_draws_from_one_group(kinds):
     source = WindowSource(kinds["long"], "train")
-    chunks = streaming.chunks_of(source._shards, chunk_bytes=2000)
-    assert len(chunks) > source._shards.count      # shards cut into several chunks
+    chunks = streaming.chunks_of(source.shards, chunk_bytes=2000)
+    assert len(chunks) > source.shards.count      # shards cut into several chunks
     covered = np.concatenate([np.arange(c.first, c.first + c.count) for c in chunks])
     np.testing.assert_array_equal(covered, np.arange(len(source)))
     assert all(c.end - c.start <= 2000 or c.count == 1 for c in chunks)
@@ -88,6 +88,6 @@ def test_on_gcs_a_chunk_is_one_request_and_the_batches_are_the_local_ones(kinds)
     for theirs, mine in zip(remote, ours, strict=True):
         for name in mine:
             np.testing.assert_array_equal(theirs[name], mine[name], err_msg=name)
-    shards = len(WindowSource(local, "train")._shards._paths)
+    shards = WindowSource(local, "train").shards.count
     # dataset.json, each shard's index, then one read a chunk: here a chunk a shard
     assert reads == 1 + shards + shards

@@ -22,7 +22,7 @@ from helpers import (
 
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
-from readers.numpy import WindowSource, batches, epoch_order
+from readers.numpy import Select, WindowSource, batches, epoch_order
 
 
 def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):
@@ -276,6 +276,31 @@ def test_getitems_gives_the_rows_of_read_batch(datasets):
             assert np.shape(window[name]) == column.shape[1:], name
             np.testing.assert_array_equal(window[name], column[row], err_msg=name)
     assert source.__getitems__([]) == []
+
+
+def test_a_plan_reads_a_source_through_its_public_surface(datasets):
+    """What EpochBatches and batches() read a WindowSource by (docs/readers.md, PyTorch):
+    the split's numbers of its selected windows, a read by those numbers (the transform
+    applied), its shards, and the error for a plan of no batch."""
+    whole = WindowSource(datasets["latent"], "train")
+    assert whole.selected is None and whole.shards.size == len(whole)
+    assert whole.in_split(np.array([2, 0])).tolist() == [2, 0]
+    first = whole.read_batch([0])["video_id"][0].decode()
+    source = WindowSource(datasets["latent"], "train", select=Select(exclude_videos=[first]),
+                          transform=lambda batch: {**batch, "rows": len(batch["video_id"])})
+    selected = source.selected
+    assert len(selected) == len(source) < len(whole) and 0 not in selected.tolist()
+    indices = np.array([len(source) - 1, 0])
+    assert source.in_split(indices).tolist() == selected[indices].tolist()
+    batch = source.read_split_windows(source.in_split(indices))
+    expected = whole.read_batch(selected[indices])
+    assert batch["rows"] == 2 and batch.keys() - {"rows"} == expected.keys()
+    for name, column in expected.items():
+        np.testing.assert_array_equal(batch[name], column, err_msg=name)
+    error = source.no_batch_error(3, 4, holder="gives this host")
+    assert isinstance(error, ValueError) and str(error).startswith(
+        f"split 'train' of {datasets['latent']} gives this host 3 windows, fewer than "
+        "batch_size 4")
 
 
 def test_video_id_is_a_numpy_bytes_array_in_every_numpy_path(datasets):
