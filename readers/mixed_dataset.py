@@ -84,7 +84,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
                          f"batch_size {batch_size}: not one batch comes out; lower "
                          "batch_size, or pass epoch_windows")
     streams = []
-    for i, ((path, split, _), selection) in enumerate(zip(entries, selections)):
+    for i, ((path, split, _), selection) in enumerate(zip(entries, selections, strict=True)):
         stream = make_dataset(path, split, min(batch_size, selection.windows), shuffle=False,
                               repeat=True, features=features, float_pixels=float_pixels,
                               keep_float16=keep_float16, clip=clip)
@@ -144,7 +144,7 @@ def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_si
     sources = "; ".join(
         f"{path if '://' in path else os.path.abspath(path)} (run "
         f"{selection.spec.run_id or 'without an id'}) split {split!r}"
-        for (path, split, _), selection in zip(entries, selections))
+        for (path, split, _), selection in zip(entries, selections, strict=True))
     values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
                                                 (keep_float16, ", float16 kept")) if wanted)
     return {"dataset": f"a mixture of {sources}",

@@ -55,7 +55,7 @@ def _label_curve(draw: ImageDraw.ImageDraw, labels: np.ndarray, mask: np.ndarray
                y1 - (y1 - y0) * (v - low) / span) for i, v in enumerate(values)]
     draw.rectangle(box, outline=(200, 200, 200))
     draw.line(points, fill=(30, 90, 200), width=2)
-    for (x, y), real in zip(points, mask):
+    for (x, y), real in zip(points, mask, strict=True):
         if not real:
             draw.ellipse([x - 2, y - 2, x + 2, y + 2], fill=(220, 40, 40))
 
@@ -74,7 +74,7 @@ def contact_sheet(windows: np.ndarray, masks: np.ndarray, labels: Optional[np.nd
         top = MARGIN + r * row_height
         draw.text((MARGIN, top), captions[r], fill=(0, 0, 0), font=_font())
         x = MARGIN
-        for i, thumb in zip(columns, row):
+        for i, thumb in zip(columns, row, strict=True):
             y = top + TEXT_HEIGHT
             if not masks[r][i]:
                 thumb = Image.blend(thumb, Image.new("RGB", thumb.size, "black"), 0.6)
@@ -141,7 +141,7 @@ def heatmaps(windows: np.ndarray, masks: np.ndarray, metadata: Optional[np.ndarr
     and a red tick under each masked frame. More than MAX_DIMS dims: the first MAX_DIMS
     are shown, and a note says so."""
     ranges = [value_range(w) for w in windows]
-    maps = [heatmap(w, low, high) for w, (low, high) in zip(windows, ranges)]
+    maps = [heatmap(w, low, high) for w, (low, high) in zip(windows, ranges, strict=True)]
     dims = int(np.prod(windows.shape[2:]))
     shown = min(dims, MAX_DIMS)
     width = max(m.width for m in maps) + AXIS_WIDTH + 2 * MARGIN + SCALE_WIDTH + 120
@@ -149,7 +149,7 @@ def heatmaps(windows: np.ndarray, masks: np.ndarray, metadata: Optional[np.ndarr
     sheet = Image.new("RGB", (width, sum(heights) + MARGIN), "white")
     draw = ImageDraw.Draw(sheet)
     top = MARGIN
-    for r, (image, (low, high), height) in enumerate(zip(maps, ranges, heights)):
+    for r, (image, (low, high), height) in enumerate(zip(maps, ranges, heights, strict=True)):
         text = captions[r]
         if metadata is not None:
             text += "   metadata " + " ".join(f"{v:.3g}" for v in metadata[r])

@@ -136,7 +136,7 @@ def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optio
     if labels and sum(map(len, labels)):
         counts, edges = np.histogram(np.concatenate(labels), bins=10)
         lines.append("label histogram:")
-        for count, low, high in zip(counts, edges, edges[1:]):
+        for count, low, high in zip(counts, edges, edges[1:], strict=False):
             bar = "#" * round(40 * count / max(1, counts.max()))
             lines.append(f"  [{low:10.4g}, {high:10.4g})  {count:8d}  {bar}")
     return "\n".join(lines)

@@ -113,7 +113,7 @@ class Chunks:
         needed, first = np.unique(self._of, return_index=True)
         last = len(self._of) - 1 - np.unique(self._of[::-1], return_index=True)[1]
         self._queue = collections.deque(needed[np.argsort(first)].tolist())  # by first need
-        self._last_step = dict(zip(needed.tolist(), (last // batch_size).tolist()))
+        self._last_step = dict(zip(needed.tolist(), (last // batch_size).tolist(), strict=True))
         self._ahead = ahead_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(threads)
         self._held: dict[int, concurrent.futures.Future] = {}
@@ -147,7 +147,7 @@ class Chunks:
         located = [self._shards.locate(int(i)) for i in windows]
         out = []
         for c, (start, end) in zip(self.chunk_of(windows).tolist(),
-                                   self._shards.spans(located)):
+                                   self._shards.spans(located), strict=True):
             first = self._chunks[c].start
             out.append(memoryview(reads[c].result())[start - first:end - first])
         return out

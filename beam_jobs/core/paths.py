@@ -102,7 +102,7 @@ def common_root(patterns: Sequence[str]) -> str:
         return ""
     split = [p.split("/") for p in prefixes]
     common = []
-    for parts in zip(*split):
+    for parts in zip(*split, strict=False):
         if len(set(parts)) != 1:
             break
         common.append(parts[0])

@@ -92,7 +92,8 @@ def _gcs_delete(paths_: list[str]) -> int:
                     for path in chunk:
                         gcs_blob(path).delete()
                 # one (status) per deferred delete, in order; `finish` keeps them here
-                failed += [(path, r.status_code) for path, r in zip(chunk, batch._responses)
+                failed += [(path, r.status_code)
+                           for path, r in zip(chunk, batch._responses, strict=False)
                            if not (200 <= r.status_code < 300 or r.status_code == 404)]
             except Exception as e:  # the batch request itself failed: all of it again
                 failed += [(path, str(e)) for path in chunk]

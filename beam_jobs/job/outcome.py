@@ -212,7 +212,7 @@ def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
         total_windows += split.windows
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w)
-                       for i, (v, w) in enumerate(zip(row, widths))) for row in rows]
+                       for i, (v, w) in enumerate(zip(row, widths, strict=True))) for row in rows]
     if duplicates:
         lines.append(f"skipped as duplicates: {duplicates} input video(s) whose frames, "
                      "labels and metadata another video has, stored once under one id (the "

@@ -254,7 +254,7 @@ def _distributions(page: Inputs) -> str:
         parts.append(_figure(svg.histogram(stats.masked[:seen], edges, x_label="masked frames "
                                            "(padding or bad) per window", y_label="windows",
                                            integer=True), "mask = 0 frames per window"))
-    for name, values in list(zip(stats.label_names, stats.labels))[:MAX_DIMENSIONS]:
+    for name, values in list(zip(stats.label_names, stats.labels, strict=True))[:MAX_DIMENSIONS]:
         parts.append(_figure(svg.values_histogram(values, x_label=f"labels: {name}",
                                                   y_label="frames"),
                              f"per-frame label {name} over the sample's real frames "

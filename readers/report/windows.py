@@ -48,7 +48,7 @@ class Ranges:
                     rows.append((name, data_format.run_id_of(shard.file) or spec.run_id,
                                  first, length))
                 first += shard.examples
-        columns = list(zip(*rows)) or [(), (), (), ()]
+        columns = list(zip(*rows, strict=True)) or [(), (), (), ()]
         return cls(np.array(columns[0], object), np.array(columns[1], object),
                    np.array(columns[2], np.int64), np.array(columns[3], np.int64))
 
@@ -61,7 +61,7 @@ class Ranges:
 
     def groups(self) -> list[tuple[str, str]]:
         """(split, run id) of every group of spans, in dataset.json's order."""
-        return list(dict.fromkeys(zip(self.split.tolist(), self.run.tolist())))
+        return list(dict.fromkeys(zip(self.split.tolist(), self.run.tolist(), strict=True)))
 
     def of_group(self, split: str, run: str) -> "Ranges":
         return self.where((self.split == split) & (self.run == run))
@@ -73,7 +73,7 @@ class Ranges:
         which = np.searchsorted(ends, positions, side="right")
         offsets = positions - (ends[which] - self.length[which])
         return [(self.split[w], self.run[w], int(self.start[w] + o))
-                for w, o in zip(which, offsets)]
+                for w, o in zip(which, offsets, strict=True)]
 
 
 def spread(ranges: Ranges, count: int, seed: int) -> list[tuple[str, str, int]]:
@@ -90,13 +90,13 @@ def across_groups(ranges: Ranges, count: int, seed: int) -> list[tuple[str, str,
     sheets."""
     groups = [ranges.of_group(*group) for group in ranges.groups()]
     shares, left = [0] * len(groups), count
-    while left and any(share < group.size for share, group in zip(shares, groups)):
+    while left and any(share < group.size for share, group in zip(shares, groups, strict=True)):
         for i, group in enumerate(groups):
             if left and shares[i] < group.size:
                 shares[i] += 1
                 left -= 1
     picked = []
-    for i, (group, share) in enumerate(zip(groups, shares)):
+    for i, (group, share) in enumerate(zip(groups, shares, strict=True)):
         rng = np.random.default_rng([seed, 2, i])
         picked += group.take(np.sort(rng.choice(group.size, share, replace=False)))
     return picked
