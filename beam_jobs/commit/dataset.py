@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 from beam_jobs import __version__
 from beam_jobs.commit.tally import Tally, empty_counts
 from beam_jobs.core.configs import WindowConfig
+from beam_jobs.core.records import WrittenShard
 from readers import format as data_format
 from readers.format import tfds_info
 from readers.format.channel_stats import empty_stats, merge_stats
@@ -40,11 +41,7 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
     when the shards do not hold the windows cut."""
     shards = tally.shards
     counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
-    for split in config.splits:
-        in_shards = sum(s.examples for s in shards if s.split == split)
-        if in_shards != counts[split]["windows"]:
-            raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
-                               f"{counts[split]['windows']} windows cut")
+    _check_windows_in_shards(counts, shards)
     dataset = data_format.DatasetSpec(
         window=config.windows.to_json(), features=tuple(config.features),
         compression=config.compression, failures=tally.failed + tally.remembered,
@@ -52,23 +49,51 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
         run_id=run_id, generations=(data_format.Generation(
             run_id, tally.total("videos"), tally.total("windows"),
             tally.total("skipped_short"), tally.failed, tally.skipped, __version__),),
-        files=tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
-                           + [s.table for s in shards if s.table]
-                           + list(sidecars) + list(tfds_info.file_names(config.compression)))),
+        files=_files(shards, sidecars, config.compression),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
             **config.encoder, "devices_used": tally.devices},
-        sidecars={kind: name for kind in data_format.SIDECAR_KINDS for name in sidecars
-                  if name == data_format.sidecar_name(kind, run_id)},
-        splits={split: data_format.SplitInfo(
-                    **counts[split],
-                    shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes,
-                                                   s.table)
-                                 for s in shards if s.split == split))
-                for split in config.splits},
+        sidecars=_sidecars_by_kind(sidecars, run_id),
+        splits=_splits(counts, shards),
         stats={split: {**empty_stats(config.features), **(stats or {}).get(split, {})}
                for split in config.splits})
     return dataset if base is None else extend(base, dataset)
+
+
+def _check_windows_in_shards(counts: Mapping[str, Mapping[str, int]], shards: Sequence[WrittenShard]
+                             ) -> None:
+    """RuntimeError when a split's shards do not hold as many examples as windows were
+    cut for it (`counts`, per split in order)."""
+    for split in counts:
+        in_shards = sum(s.examples for s in shards if s.split == split)
+        if in_shards != counts[split]["windows"]:
+            raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
+                               f"{counts[split]['windows']} windows cut")
+
+
+def _files(shards: Sequence[WrittenShard], sidecars: Sequence[str], compression: str
+           ) -> tuple[str, ...]:
+    """Every file of a run, sorted: its shards, their indexes and window tables, its
+    side files and the TFDS files."""
+    return tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
+                        + [s.table for s in shards if s.table]
+                        + list(sidecars) + list(tfds_info.file_names(compression))))
+
+
+def _sidecars_by_kind(sidecars: Sequence[str], run_id: str) -> dict[str, str]:
+    """Kind -> file of the side files of `sidecars` that are run `run_id`'s."""
+    return {kind: name for kind in data_format.SIDECAR_KINDS for name in sidecars
+            if name == data_format.sidecar_name(kind, run_id)}
+
+
+def _splits(counts: Mapping[str, Mapping[str, int]], shards: Sequence[WrittenShard]
+            ) -> dict[str, data_format.SplitInfo]:
+    """Per split (`counts`' keys, in order), its counts and its shards."""
+    return {split: data_format.SplitInfo(
+                **counts[split],
+                shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes, s.table)
+                             for s in shards if s.split == split))
+            for split in counts}
 
 
 def extend(base: data_format.DatasetSpec, new: data_format.DatasetSpec
