@@ -183,6 +183,27 @@ def parse_row(row: dict, source: str, index: int, base: str,
     """The entry of one row, or BadRecord naming the field at fault. An id is used as
     given but for its Unicode normal form (`ids.video_id`): one with spaces around it is
     refused, never stripped, so that no id changes without a word."""
+    video_id = _video_id(row)
+    frames, video = _frames_or_video(row, base, video_id)
+    try:
+        frames = _frame_paths(frames, base)
+        labels = _list_or_path(row.get("labels"), "labels", base)
+        metadata = _metadata(row, base)
+    except (BadRecord, TypeError, ValueError) as e:
+        raise BadRecord(str(e) if isinstance(e, BadRecord) else
+                        f"metadata must be a list of numbers: {e}", video_id) from None
+    split = row.get("split") or None
+    if split is not None and split not in splits:
+        raise BadRecord(f"split {split!r} is not one of --splits {sorted(splits)}", video_id)
+    return VideoEntry(video_id, source, index, frames,
+                      None if video is None else resolve(base, video), labels, metadata,
+                      split)
+
+
+def _video_id(row: dict) -> str:
+    """The row's id in its Unicode normal form. BadRecord for a field name or value that
+    is not valid Unicode text (with the id when it is text), no id, or one with spaces
+    around it."""
     video_id = row.get("video_id")
     video_id = "" if video_id is None else str(video_id)
     for name, value in row.items():
@@ -196,32 +217,39 @@ def parse_row(row: dict, source: str, index: int, base: str,
     if video_id != video_id.strip():
         raise BadRecord(f"video_id {video_id!r} has spaces around it; ids are used as "
                         "given, never stripped (remove them in the manifest)", video_id)
-    video_id = ids.video_id(video_id)
+    return ids.video_id(video_id)
+
+
+def _frames_or_video(row: dict, base: str, video_id: str
+                     ) -> tuple[Union[tuple, str, None], Optional[str]]:
+    """The row's frames (a list, or a path resolved against `base`) and video (a path as
+    given): BadRecord unless it has exactly one of them, and a video is a string."""
     frames = _list_or_path(row.get("frames"), "frames", base)
     video = row.get("video") or None
     if (frames is None) == (video is None):
         raise BadRecord("give exactly one of frames and video", video_id)
     if not (video is None or isinstance(video, str)):
         raise BadRecord(f"video must be a path, got {type(video).__name__}", video_id)
-    try:
-        if isinstance(frames, tuple):
-            if not all(isinstance(p, str) for p in frames):
-                raise BadRecord("frames must be a list of paths")
-            frames = tuple(resolve(base, p) for p in frames)
-        labels = _list_or_path(row.get("labels"), "labels", base)
-        metadata = _list_or_path(row.get("metadata"), "metadata", base)
-        if isinstance(metadata, str):
-            raise BadRecord("metadata must be a list of numbers")
-        metadata = None if metadata is None else tuple(float(v) for v in metadata)
-    except (BadRecord, TypeError, ValueError) as e:
-        raise BadRecord(str(e) if isinstance(e, BadRecord) else
-                        f"metadata must be a list of numbers: {e}", video_id) from None
-    split = row.get("split") or None
-    if split is not None and split not in splits:
-        raise BadRecord(f"split {split!r} is not one of --splits {sorted(splits)}", video_id)
-    return VideoEntry(video_id, source, index, frames,
-                      None if video is None else resolve(base, video), labels, metadata,
-                      split)
+    return frames, video
+
+
+def _frame_paths(frames: Union[tuple, str, None], base: str) -> Union[tuple, str, None]:
+    """`frames` with a list's paths resolved against `base`; BadRecord for a list of
+    anything but paths."""
+    if not isinstance(frames, tuple):
+        return frames
+    if not all(isinstance(p, str) for p in frames):
+        raise BadRecord("frames must be a list of paths")
+    return tuple(resolve(base, p) for p in frames)
+
+
+def _metadata(row: dict, base: str) -> Optional[tuple[float, ...]]:
+    """The row's metadata as floats; BadRecord for a path, TypeError or ValueError for a
+    value that is no number."""
+    metadata = _list_or_path(row.get("metadata"), "metadata", base)
+    if isinstance(metadata, str):
+        raise BadRecord("metadata must be a list of numbers")
+    return None if metadata is None else tuple(float(v) for v in metadata)
 
 
 _REQUIRED = "video_id, and frames or video"
