@@ -10,7 +10,7 @@ import concurrent.futures
 import functools
 import json
 import os
-from typing import Optional
+from typing import BinaryIO, Optional, Union
 
 import numpy as np
 
@@ -27,24 +27,51 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     at dataset.json's shapes is not parsed by them. Each record is read in turn (its
     CRCs checked) and parsed to the spec as readers.numpy does, images decoded."""
     files = DatasetFiles(path)
-    if not files.exists(shard.file):
-        return [_missing(path, dataset, shard.file)], []
-    problem = _not_a_file(files, shard.file) or (shard.index and _not_a_file(files, shard.index))
-    if not problem:
-        try:
-            dataset.check_shard(shard, files.size(shard.file))
-        except data_format.SpecError as e:
-            problem = str(e)
+    problem = _unreadable(path, files, shard, dataset)
     if problem:
         return [problem], []
+    problems, keys, valid = _read_records(files, shard, dataset)
+    if len(keys) != shard.examples and not problems:
+        problems.append(f"{shard.file}: {len(keys)} records, dataset.json says "
+                        f"{shard.examples}")
+    if shard.index and not problems:
+        problems += _verify_index(path, shard, dataset)
+    if shard.table and not problems:
+        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid)
+    return problems, keys
+
+
+def _unreadable(path: str, files: DatasetFiles, shard: data_format.Shard,
+                dataset: data_format.DatasetSpec) -> Optional[str]:
+    """The problem that keeps a shard from being read, or None (or ""): missing
+    (DatasetChanged when the dataset was rewritten), it or its index no regular file, or
+    too small for its records at dataset.json's shapes."""
+    if not files.exists(shard.file):
+        return _missing(path, dataset, shard.file)
+    problem = _not_a_file(files, shard.file) or (shard.index and _not_a_file(files, shard.index))
+    if problem:
+        return problem
+    try:
+        dataset.check_shard(shard, files.size(shard.file))
+    except data_format.SpecError as e:
+        return str(e)
+    return None
+
+
+def _read_records(files: DatasetFiles, shard: data_format.Shard,
+                  dataset: data_format.DatasetSpec
+                  ) -> tuple[list[str], list[tuple[bytes, int]], list[int]]:
+    """The problems of a shard's records, read in turn up to the first that is lost or
+    does not parse, and of those read, the (video_id, start) and the count of valid
+    frames."""
     compression = None if dataset.compression == "none" else dataset.compression
-    problems, keys, valid, count = [], [], [], 0
+    problems: list[str] = []
+    keys: list[tuple[bytes, int]] = []
+    valid: list[int] = []
     with files.open(shard.file, compression=compression) as f:
         while True:
-            try:
-                record = tfrecord.read_frame(f)
-            except (OSError, EOFError) as e:     # a gzip stream that is cut or damaged
-                record = tfrecord.Lost(str(e), 1, 0, True)
+            count = len(keys)
+            record = _next_record(f)
             if record is None:
                 break
             if isinstance(record, tfrecord.Lost):
@@ -56,20 +83,30 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
                 problems.append(f"{shard.file}: record #{count} does not parse to the "
                                 f"spec: {str(e).splitlines()[0][:200]}")
                 break
-            if not np.isin(values["mask"], (0, 1)).all():
-                problems.append(f"{shard.file}: masks other than 0 or 1 in record #{count}")
-            if values["start"] < 0:
-                problems.append(f"{shard.file}: a negative start in record #{count}")
+            problems += _value_problems(shard.file, count, values)
             keys.append((values["video_id"], int(values["start"])))
             valid.append(int(np.count_nonzero(values["mask"])))
-            count += 1
-    if count != shard.examples and not problems:
-        problems.append(f"{shard.file}: {count} records, dataset.json says {shard.examples}")
-    if shard.index and not problems:
-        problems += _verify_index(path, shard, dataset)
-    if shard.table and not problems:
-        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid)
-    return problems, keys
+    return problems, keys, valid
+
+
+def _next_record(f: BinaryIO) -> Union[bytes, tfrecord.Lost, None]:
+    """The next record of an open shard: None at its end, Lost where it is cut or
+    damaged (a gzip stream's too)."""
+    try:
+        return tfrecord.read_frame(f)
+    except (OSError, EOFError) as e:     # a gzip stream that is cut or damaged
+        return tfrecord.Lost(str(e), 1, 0, True)
+
+
+def _value_problems(file: str, number: int, values: dict) -> list[str]:
+    """The problems of record #`number`'s values: masks other than 0 or 1, a negative
+    start."""
+    problems = []
+    if not np.isin(values["mask"], (0, 1)).all():
+        problems.append(f"{file}: masks other than 0 or 1 in record #{number}")
+    if values["start"] < 0:
+        problems.append(f"{file}: a negative start in record #{number}")
+    return problems
 
 
 def _parsed(features: list[data_format.FeatureSpec], record: bytes) -> dict:
