@@ -28,6 +28,7 @@ import os
 import numpy as np
 
 from readers.format import FeatureSpec, encode_example, tfrecord
+from readers.format.numbers import whole_number_type
 from readers.format.wire import field, varint
 
 FEATURES = [FeatureSpec("frames", (), "string", "bytes"),
@@ -93,14 +94,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m beam_jobs.sample",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="where the TFRecord files go (created if needed)")
-    parser.add_argument("--videos", type=int, default=24,
+    parser.add_argument("--videos", type=whole_number_type(1), default=24,
                         help="videos (records) in all (default: %(default)s)")
-    parser.add_argument("--files", type=int, default=3,
+    parser.add_argument("--files", type=whole_number_type(1), default=3,
                         help="TFRecord files the videos are spread over, round-robin "
                              "(default: %(default)s)")
     args = parser.parse_args()
-    if args.videos < 1 or args.files < 1:
-        parser.error("--videos and --files must be at least 1")
     for path in write_latent_sample(args.directory, args.videos, args.files):
         print(path)
 

@@ -28,6 +28,7 @@ from readers import format as data_format
 from readers import quiet, report
 from readers import stats as stats_text
 from readers.files import DatasetFiles, is_local, save
+from readers.format.numbers import whole_number_type
 from readers.verify import verify
 
 MAX_PROBLEMS = 20
@@ -146,13 +147,6 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def _positive(text: str) -> int:
-    value = _integer(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
 def _seed(text: str) -> int:
     """A seed both numpy (--report) and tf.data (--preview, --stats) take: checked here,
     so that a wrong one is blamed on --seed, not on what uses it."""
@@ -162,7 +156,7 @@ def _seed(text: str) -> int:
     return value
 
 
-_positive.__name__ = _seed.__name__ = "integer"
+_seed.__name__ = "integer"
 
 
 def _picture_format(out: str) -> str:
@@ -181,7 +175,7 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         "(default: the first split)")
     parser.add_argument("--verify", action="store_true",
                         help="read every record of every shard and check it against the spec")
-    parser.add_argument("--preview", type=_positive, metavar="N",
+    parser.add_argument("--preview", type=whole_number_type(1), metavar="N",
                         help=f"draw N random windows (at most {MAX_PREVIEW})")
     parser.add_argument("--out", default=None,
                         help="the preview's PNG file, outside the dataset's directory "
@@ -191,7 +185,7 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         "--split (exact, from dataset.json), then per-feature statistics "
                         "of --sample windows")
     parser.add_argument("--all", action="store_true", help="--stats over all windows")
-    parser.add_argument("--sample", type=_positive, default=1000,
+    parser.add_argument("--sample", type=whole_number_type(1), default=1000,
                         help="--stats sample size, in windows (default: %(default)s)")
     parser.add_argument("--seed", type=_seed, default=0,
                         help="which windows --preview draws and --stats and --report "
@@ -199,7 +193,7 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     parser.add_argument("--report", metavar="PATH", help="write one self-contained HTML page "
                         "of the dataset (docs/report.md); with --verify, its result too. "
                         "PATH is outside the dataset's directory, in a folder that exists")
-    parser.add_argument("--report_samples", type=_positive, metavar="N", default=None,
+    parser.add_argument("--report_samples", type=whole_number_type(1), metavar="N", default=None,
                         help="--report's contact sheets; its statistics sample "
                              f"{report.STATS_PER_SHEET} windows a sheet (default: "
                              f"{report.SAMPLES})")

@@ -5,8 +5,9 @@ error for a dataset that changed under an open reader (`gone_error`).
 `readers.make_dataset` (tf.data) and `readers.numpy` (WindowSource, batches) take the same
 path, split, features and batch size: they go through this module so that they refuse the
 same requests with the same words; and every number and flag they (and `Clip`) take is
-checked by its helpers, `whole_number`, `flag`, `one_of` (and `optional_callable`),
-where it is given, in one line that names it. Numpy only: readers.numpy imports it.
+checked by its helpers, `whole_number` (readers/format/numbers.py's, which the command
+lines' numbers share), `flag`, `one_of` (and `optional_callable`), where it is given, in
+one line that names it. Numpy only: readers.numpy imports it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ from readers.format import (
     SpecError,
     is_remote,
     load_spec,
+)
+from readers.format.numbers import (  # noqa: F401 (the readers' check, re-exported)
+    optional_whole_number,
+    whole_number,
 )
 
 
@@ -98,37 +103,6 @@ def file_size(path: str, run_id: Optional[str], file: str) -> int:
         return os.stat(full).st_size
     except FileNotFoundError:
         raise gone_error(path, run_id, file) from None
-
-
-def whole_number(name: str, value: Any, minimum: Optional[int] = None,
-                 maximum: Optional[int] = None) -> int:
-    """`value`, the argument `name` of a reader, as a Python int: the one check of every
-    count, seed, step and index the readers take (Clip, batches, EpochBatches and
-    make_dataset's). TypeError unless it is an int or a numpy integer: a bool, a float
-    (1.5, NaN, even 2.0) or a string would be a mistake read as a number. ValueError
-    outside [minimum, maximum]. It is converted before any arithmetic: a numpy uint8
-    computes in its own dtype, where 7 * 37 + 1 wraps to 4."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {_whole(minimum, maximum)}, not {value!r}")
-    number = int(value)
-    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        raise ValueError(f"{name} must be {_whole(minimum, maximum)}, not {number}")
-    return number
-
-
-def optional_whole_number(name: str, value: Any, minimum: Optional[int] = None,
-                          maximum: Optional[int] = None) -> Optional[int]:
-    """`whole_number`, for an argument whose None means "the default"."""
-    return None if value is None else whole_number(name, value, minimum, maximum)
-
-
-def _whole(minimum: Optional[int], maximum: Optional[int]) -> str:
-    """What a whole number in those bounds is called in a message."""
-    if minimum is not None and maximum is not None:
-        return f"a whole number in [{minimum}, {maximum}]"
-    if minimum is not None:
-        return f"a whole number >= {minimum}"
-    return "a whole number" if maximum is None else f"a whole number <= {maximum}"
 
 
 def flag(name: str, value: Any) -> bool:

@@ -185,8 +185,10 @@ def test_inspect_ends_in_one_line_on_what_it_cannot_do(tmp_path, capsys):
 
     out = str(tmp_path / "out")
     assert "split 'empty' has no windows" in inspect(out, "--split", "empty", "--stats")
-    assert "--sample: must be > 0" in inspect(out, "--stats", "--sample", "0")
-    assert "--preview: must be > 0" in inspect(out, "--preview", "-1")
+    assert "--sample: must be a whole number >= 1, got 0" in inspect(out, "--stats",
+                                                                   "--sample", "0")
+    assert "--preview: must be a whole number >= 1, got -1" in inspect(out, "--preview", "-1")
+    assert "--preview: expected an integer, got '2.0'" in inspect(out, "--preview", "2.0")
     meta = read_dataset_json(out)
     del meta["splits"]
     (tmp_path / "out" / "dataset.json").write_text(json.dumps(meta))

@@ -30,6 +30,7 @@ from beam_jobs.outdir.claim import check_inputs
 from beam_jobs.outdir.inventory import OutputDirError
 from beam_jobs.sources import inputs
 from readers import format as data_format
+from readers.format.numbers import whole_number_type
 
 PROG = "python -m beam_jobs.make_shards"
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
@@ -39,16 +40,15 @@ RESIZE_PATHS = ("fast", "exact")
 BEFORE_THE_FLAG = {"resize": "exact"}
 
 
-def number(kind: type, low: float, high: float, *, low_open: bool = False
-           ) -> Callable[[str], float]:
-    """An argparse type: an int or a finite float in [low, high] ((low, high] when
-    `low_open`), with a message that says which."""
-    def parse(text: str):
+def number(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float in [low, high] ((low, high] when `low_open`), with
+    a message that says which. Whole numbers are readers.format's `whole_number_type`,
+    the check the readers and readers.inspect share."""
+    def parse(text: str) -> float:
         try:
-            value = kind(text)
+            value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if (value <= low if low_open else value < low) or value > high:
@@ -56,7 +56,7 @@ def number(kind: type, low: float, high: float, *, low_open: bool = False
             raise argparse.ArgumentTypeError(f"must be in {bracket}{low:g}, {high:g}], got {text}")
         return value
 
-    parse.__name__ = "integer" if kind is int else "number"
+    parse.__name__ = "number"
     return parse
 
 
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run locally on every core: threads for pixel inputs, processes "
                          "for latents (one process under 512 MiB of input); "
                          "--direct_num_workers and --direct_running_mode, if given, win")
-    io.add_argument("--progress_interval", type=number(float, 0, 86400),
+    io.add_argument("--progress_interval", type=number(0, 86400),
                     default=10.0, help="seconds between progress lines of each worker; 0 "
                                        "logs a line after every video (default: "
                                        "%(default)s)")
@@ -183,25 +183,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: %(default)s)")
     pix.add_argument("--channels", type=int, choices=(3, 1), default=3,
                      help="3 for RGB, 1 for grayscale (default: %(default)s)")
-    pix.add_argument("--fps", type=number(float, 0, 1000, low_open=True), default=None,
+    pix.add_argument("--fps", type=number(0, 1000, low_open=True), default=None,
                      help="resample video files to this frame rate (default: every frame)")
-    pix.add_argument("--max_timestamp_gap", type=number(float, 0, 1e6, low_open=True),
+    pix.add_argument("--max_timestamp_gap", type=number(0, 1e6, low_open=True),
                      default=DEFAULT_MAX_TIMESTAMP_GAP, metavar="SECONDS",
                      help="with --fps, a video with a frame stamped more than this after "
                           "every frame before it, or past the duration its container "
                           "declares by more, fails instead of repeating one frame to fill "
                           "the gap (default: %(default)s)")
-    pix.add_argument("--max_frames", type=number(int, 1, 10**9), default=None,
+    pix.add_argument("--max_frames", type=whole_number_type(1, 10**9), default=None,
                      help="use at most this many frames of a video")
     pix.add_argument("--frame_encoding", choices=FRAME_ENCODINGS, default="jpeg",
                      help="how frames are stored: raw uint8, or one png or jpeg per frame "
                           "(default: %(default)s)")
-    pix.add_argument("--jpeg_quality", type=number(int, 1, 100), default=90,
+    pix.add_argument("--jpeg_quality", type=whole_number_type(1, 100), default=90,
                      help="JPEG quality of re-encoded frames (default: %(default)s)")
     pix.add_argument("--on_bad_frame", choices=("mask", "fail"), default="mask",
                      help="a missing or undecodable frame: zeros with mask 0 and label 0, or "
                           "fail the video (default: %(default)s)")
-    pix.add_argument("--max_frame_bytes", type=number(int, 1, 2**40),
+    pix.add_argument("--max_frame_bytes", type=whole_number_type(1, 2**40),
                      default=DEFAULT_MAX_FRAME_BYTES,
                      help="a frame file larger than this is a bad frame, not read (default: "
                           "%(default)s, 256 MiB)")
@@ -216,11 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
                           ".keras file, a TensorFlow SavedModel directory, an ONNX .onnx "
                           "file, a torch.export .pt2 or a TorchScript .pt file; windows then "
                           "hold latents instead of pixels")
-    enc.add_argument("--encoder_input_scale", type=number(float, 0, 1e6, low_open=True),
+    enc.add_argument("--encoder_input_scale", type=number(0, 1e6, low_open=True),
                      default=1 / 255,
                      help="uint8 pixels are multiplied by this into the model's float32 "
                           "input (default: 1/255, i.e. [0, 1])")
-    enc.add_argument("--encoder_input_offset", type=number(float, -1e6, 1e6), default=0.0,
+    enc.add_argument("--encoder_input_offset", type=number(-1e6, 1e6), default=0.0,
                      help="then this is added: -1 with a scale of 2/255 gives [-1, 1] "
                           "(default: %(default)s)")
     enc.add_argument("--encoder_layout", choices=LAYOUTS, default="channels_last",
@@ -229,15 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--encoder_device", choices=DEVICES, default="auto",
                      help="where the model runs: a GPU when the worker has one (auto), or "
                           "cpu or cuda by force (default: %(default)s)")
-    enc.add_argument("--encoder_batch_size", type=number(int, 1, 65536), default=32,
+    enc.add_argument("--encoder_batch_size", type=whole_number_type(1, 65536), default=32,
                      help="frames per model call (default: %(default)s)")
     enc.add_argument("--latent_dtype", choices=LATENT_DTYPES, default="float32",
                      help="how latents are stored; float16 halves the storage "
                           "(default: %(default)s)")
     win = p.add_argument_group("windows")
-    win.add_argument("--window", type=number(int, 1, 1_000_000), required=True,
+    win.add_argument("--window", type=whole_number_type(1, 1_000_000), required=True,
                      help="frames per window L")
-    win.add_argument("--stride", type=number(int, 1, 1_000_000), default=None,
+    win.add_argument("--stride", type=whole_number_type(1, 1_000_000), default=None,
                      help="frames between window starts S (default: L, no overlap)")
     win.add_argument("--tail", choices=windows.TAIL_POLICIES, default="align_end",
                      help="the end of a sequence: align_end adds one last full window ending "
@@ -247,15 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--splits", type=_splits, default="train=1.0",
                      help="name=fraction,... ; a video goes to one split by a hash of "
                           "(seed, video id) (default: %(default)s)")
-    out.add_argument("--num_shards", type=number(int, 1, data_format.MAX_SHARDS), default=None,
-                     help="shards per split (default: from --shard_size_mb)")
-    out.add_argument("--shard_size_mb", type=number(float, 0.001, 1e6), default=200.0,
+    out.add_argument("--num_shards", type=whole_number_type(1, data_format.MAX_SHARDS),
+                     default=None, help="shards per split (default: from --shard_size_mb)")
+    out.add_argument("--shard_size_mb", type=number(0.001, 1e6), default=200.0,
                      help="target shard size when --num_shards is absent (default: %(default)s)")
-    out.add_argument("--seed", type=number(int, 0, 2**63 - 1), default=0,
+    out.add_argument("--seed", type=whole_number_type(0, 2**63 - 1), default=0,
                      help="seed of the split assignment and the shuffle (default: %(default)s)")
     out.add_argument("--compression", choices=data_format.COMPRESSIONS, default="none",
                      help="shard compression (default: %(default)s)")
-    out.add_argument("--max_failure_fraction", type=number(float, 0, 1), default=0.05,
+    out.add_argument("--max_failure_fraction", type=number(0, 1), default=0.05,
                      help="fail the job when failed / all videos exceeds this "
                           "(default: %(default)s)")
     out.add_argument("--shuffle", choices=("auto", "spill", "group"), default="auto",
@@ -265,10 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "other distributed runners); auto picks spill for FnApiRunner, "
                           "DirectRunner and Prism, group for any other (default: "
                           "%(default)s)")
-    out.add_argument("--shuffle_bucket_mb", type=number(float, 0.001, 1e6), default=128.0,
+    out.add_argument("--shuffle_bucket_mb", type=number(0.001, 1e6), default=128.0,
                      help="size of one shuffle bucket: what one task sorts in memory "
                           "(default: %(default)s)")
-    out.add_argument("--spill_buffer_mb", type=number(float, 0.001, 1e6), default=32.0,
+    out.add_argument("--spill_buffer_mb", type=number(0.001, 1e6), default=32.0,
                      help="spill mode: what one worker buffers before it writes a sorted "
                           "file (default: %(default)s)")
     return p

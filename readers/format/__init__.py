@@ -2,6 +2,8 @@
 
 - `names`: the names of a dataset's files (dataset.json, sidecars, shards, indexes).
 - `locations`: whether a path is on this machine or on a store (`is_remote`).
+- `numbers`: whole numbers as the readers and the command lines take them, checked in
+  the same words (`whole_number`, `whole_number_type`).
 - `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
   before a reader trusts it (`SpecError`).
 - `channel_stats`: the dataset's statistics per split, feature and channel

@@ -1,6 +1,7 @@
 """readers.numpy: random access through the shard index, without TensorFlow or Beam, its
 arguments checked, corrupt records named, and the PyTorch and Grain adapters (its values
 against the tf.data reader's: tests/test_reader.py)."""
+import argparse
 import json
 import os
 import pickle
@@ -20,6 +21,8 @@ from helpers import (
     write_index,
 )
 
+from readers import selection
+from readers.format import numbers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
 from readers.numpy import Select, WindowSource, batches, epoch_order
@@ -216,6 +219,21 @@ def test_numpy_integers_are_taken_as_the_numbers_they_hold(datasets):
     assert len(ours) == len(theirs) > 1
     for mine, other in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine["window"], other["window"])
+
+
+def test_one_whole_number_check_serves_the_readers_and_the_command_lines():
+    """The readers' whole_number is readers/format/numbers.py's, and the command lines'
+    argparse type (the job's flags, the sample, readers.inspect) says the same words."""
+    assert selection.whole_number is numbers.whole_number
+    with pytest.raises(ValueError, match=r"^batch_size must be a whole number >= 1, not 0$"):
+        numbers.whole_number("batch_size", 0, 1)
+    parse = numbers.whole_number_type(1, 100)
+    assert parse("7") == 7 and type(parse("7")) is int
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"^must be a whole number in \[1, 100\], got 0$"):
+        parse("0")
+    with pytest.raises(argparse.ArgumentTypeError, match="^expected an integer, got '2.5'$"):
+        parse("2.5")
 
 
 def test_readers_numpy_imports_neither_tensorflow_nor_beam(datasets):
