@@ -30,7 +30,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import fsspec
 import numpy as np
@@ -69,13 +69,13 @@ def extra_of(path: str) -> str:
     return _kind(path)[2]
 
 
-def missing_extra(path: str) -> Optional[str]:
-    """A one-line reason when the library the model at `path` needs is not installed."""
+def check_extra(path: str) -> None:
+    """EncoderError in one line when the library the model at `path` needs is not
+    installed."""
     _, module, extra = _kind(path)
-    if _installed(module):
-        return None
-    return (f"{os.path.basename(path.rstrip('/'))} needs {module}, which is not installed: "
-            f"install with pip install -e '.[{extra}]'")
+    if not _installed(module):
+        raise EncoderError(f"{os.path.basename(path.rstrip('/'))} needs {module}, which is "
+                           f"not installed: install with pip install -e '.[{extra}]'")
 
 
 def _installed(module: str) -> bool:

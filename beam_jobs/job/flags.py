@@ -23,7 +23,7 @@ from beam_jobs.core.configs import (
     WindowConfig,
 )
 from beam_jobs.cut import keys, windows
-from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, missing_extra
+from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, EncoderError, check_extra
 from beam_jobs.job import command_line
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir.claim import check_inputs
@@ -344,8 +344,11 @@ def _check_encoder(encoder: Optional[str], handler: Any, input_kind: str) -> Non
     if encoder and input_kind == "latents":
         raise Refused("--encoder: encodes frames; --input holds latents already (give a "
                       "manifest or video files)")
-    if encoder and missing_extra(encoder):
-        raise Refused(f"--encoder: {missing_extra(encoder)}")
+    if encoder:
+        try:
+            check_extra(encoder)
+        except EncoderError as e:
+            raise Refused(f"--encoder: {e}") from None
     if handler is not None and (encoder or input_kind == "latents"):
         raise Refused("encoder=: a ModelHandler encodes frames: give it without --encoder, "
                       "with a manifest or video files as --input")
