@@ -37,7 +37,7 @@ class Failed(RuntimeError):
     full disk); the message says why and what the directory holds."""
 
 
-def os_error(exception: BaseException, directory: str) -> Optional[str]:
+def os_error_line(exception: BaseException, directory: str) -> Optional[str]:
     """"<path>: <error>" for an OS error in OS_ERRNOS (a full disk, no permission, a
     read-only file system...) that ended the run, found in the chain of exceptions Beam
     wraps it in; None for any other exception. An error without a path (a write to a

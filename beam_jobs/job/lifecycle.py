@@ -17,7 +17,7 @@ from beam_jobs import outdir
 from beam_jobs.core import paths
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.job import job_states
-from beam_jobs.job.errors import Failed, Refused, beam_error_to_debug, one_line, os_error
+from beam_jobs.job.errors import Failed, Refused, beam_error_to_debug, one_line, os_error_line
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
 
@@ -138,7 +138,7 @@ def claimed(launch: Launch) -> Iterator[outdir.Claim]:
         raise Refused(str(e)) from None
     except BaseException as e:
         if held is None:   # the claim itself, before the run
-            if isinstance(e, OSError) and (error := os_error(e, out)) is not None:
+            if isinstance(e, OSError) and (error := os_error_line(e, out)) is not None:
                 raise Failed(f"{error}; nothing was committed") from None
             raise
         ending = _ending_error(e, held)
@@ -168,7 +168,7 @@ def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseExc
     interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
     if not interrupted and (claim.lease.lost or one_line(error, outdir.LeaseLost)):
         return Failed(str(outdir.LeaseLost(run.output_dir)))
-    reason = None if interrupted else os_error(error, run.output_dir)
+    reason = None if interrupted else os_error_line(error, run.output_dir)
     if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
         return None
     if interrupted:   # with its own line, when it has one (a job not known to stop)

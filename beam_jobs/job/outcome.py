@@ -29,7 +29,7 @@ from beam_jobs.core import paths, storage
 from beam_jobs.core.progress import duration
 from beam_jobs.cut.duplicates import ALIASES_LOGGED, DUPLICATE_VIDEOS
 from beam_jobs.job import job_states, lifecycle
-from beam_jobs.job.errors import Failed, one_line, os_error
+from beam_jobs.job.errors import Failed, one_line, os_error_line
 from beam_jobs.job.launch import Launch
 from beam_jobs.outdir import Claim
 from beam_jobs.outdir.lease import Ask, CannotAsk, Job, LeaseLost
@@ -57,7 +57,7 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
             raise
         interrupted = isinstance(e, KeyboardInterrupt)
         unconfirmed = _stopped(result, launch, claim, interrupted)
-        if interrupted or one_line(e, LeaseLost) or os_error(e, config.io.output_dir):
+        if interrupted or one_line(e, LeaseLost) or os_error_line(e, config.io.output_dir):
             raise   # lifecycle's line: an interrupt, the lost lease, a full disk...
         if unconfirmed:
             raise Failed(f"the wait for {held.job.describe()} ended ({_reason(e)}): "
