@@ -167,7 +167,8 @@ def _picture_format(out: str) -> str:
     return named if named in Image.SAVE else "PNG"
 
 
-def main(argv: Optional[Iterable[str]] = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line's parser: its flags, their types and help."""
     parser = argparse.ArgumentParser(prog="python -m readers.inspect",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="an output directory of beam_jobs.make_shards")
@@ -197,13 +198,44 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                         help="--report's contact sheets; its statistics sample "
                              f"{report.STATS_PER_SHEET} windows a sheet (default: "
                              f"{report.SAMPLES})")
+    return parser
+
+
+def main(argv: Optional[Iterable[str]] = None) -> None:
+    parser = _parser()
     args = parser.parse_args(argv)
+    _refuse_flags_without_their_action(args, parser)
+    _check_outputs(args, parser)
+    if args.preview and args.preview > MAX_PREVIEW:
+        print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
+              "picture shows", file=sys.stderr)
+        args.preview = MAX_PREVIEW
+    op_errors = _tensorflow_errors(args, parser)
+    dataset, split = _dataset_and_split(args, parser)
+    try:
+        _run(args, parser, dataset, split)
+    except (FileNotFoundError, data_format.SpecError) as e:   # it changed, or lies
+        parser.exit(1, f"{parser.prog}: error: {e}\n")
+    except op_errors as e:   # tf.data's (--stats, --preview), without its node
+        parser.exit(1, f"{parser.prog}: error: "
+                       f"{re.sub(r'^{{.*?}} *', '', e.message.splitlines()[0])}\n")
+
+
+def _refuse_flags_without_their_action(args: argparse.Namespace,
+                                       parser: argparse.ArgumentParser) -> None:
+    """A usage error for a flag that only shapes an action not asked for: --out and
+    --decoder without --preview, --report_samples without --report."""
     if args.out and not args.preview:
         parser.error("--out: names the picture of --preview N; give --preview too")
     if args.decoder and not args.preview:
         parser.error("--decoder: decodes the latents of --preview N; give --preview too")
     if args.report_samples and args.report is None:
         parser.error("--report_samples: sizes the page of --report PATH; give --report too")
+
+
+def _check_outputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """A usage error naming the flag for a file to write (--report's page, --preview's
+    picture) inside the dataset (`check_output`), before any work."""
     preview_out = (args.out or "preview.png") if args.preview else None
     for flag, out in (("--report", args.report), ("--out", preview_out)):
         try:
@@ -211,17 +243,25 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
                 check_output(args.path, out)
         except ValueError as e:
             parser.error(f"{flag}: {e}")
-    if args.preview and args.preview > MAX_PREVIEW:
-        print(f"--preview {args.preview}: drawing {MAX_PREVIEW} windows, the most one "
-              "picture shows", file=sys.stderr)
-        args.preview = MAX_PREVIEW
-    op_errors: tuple = ()
-    if args.stats or args.preview:       # they read through tf.data
-        try:
-            asked = "--stats" if args.stats else "--preview"
-            op_errors = (quiet.tensorflow(f"readers.inspect {asked}").errors.OpError,)
-        except quiet.NoTensorFlow as e:
-            parser.exit(2, f"{parser.prog}: error: {e}\n")
+
+
+def _tensorflow_errors(args: argparse.Namespace, parser: argparse.ArgumentParser
+                       ) -> tuple:
+    """The errors of tf.data to tell in one line, where --stats or --preview read
+    through it (none otherwise); exit 2 saying so when TensorFlow is not installed."""
+    if not (args.stats or args.preview):
+        return ()
+    try:
+        asked = "--stats" if args.stats else "--preview"
+        return (quiet.tensorflow(f"readers.inspect {asked}").errors.OpError,)
+    except quiet.NoTensorFlow as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+
+
+def _dataset_and_split(args: argparse.Namespace, parser: argparse.ArgumentParser
+                       ) -> tuple[data_format.DatasetSpec, str]:
+    """The dataset.json of `args.path` and the split asked (default: its first); exit 2
+    when it cannot be read or lists no splits, a usage error for a split it lacks."""
     try:
         dataset = data_format.load_spec(args.path)
     except (OSError, ValueError, ImportError) as e:   # SpecError: which file, what is wrong;
@@ -232,13 +272,7 @@ def main(argv: Optional[Iterable[str]] = None) -> None:
     split = args.split or next(iter(dataset.splits))
     if split not in dataset.splits:
         parser.error(f"--split: {split!r} is not one of {sorted(dataset.splits)}")
-    try:
-        _run(args, parser, dataset, split)
-    except (FileNotFoundError, data_format.SpecError) as e:   # it changed, or lies
-        parser.exit(1, f"{parser.prog}: error: {e}\n")
-    except op_errors as e:   # tf.data's (--stats, --preview), without its node
-        parser.exit(1, f"{parser.prog}: error: "
-                       f"{re.sub(r'^{{.*?}} *', '', e.message.splitlines()[0])}\n")
+    return dataset, split
 
 
 def _wrote(parser: argparse.ArgumentParser, flag: str, out: str, data: bytes,
