@@ -47,23 +47,43 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
         e = collections.defaultdict(lambda: "?", dataset.encoder)
         lines.append(f"encoder: {e['path']} {e['input_shape']} -> {e['output_shape']} "
                      f"{e['latent_dtype']} (sha256 {str(e['sha256'])[:12]})")
-    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
     files = DatasetFiles(path)
     sizes = files.sizes()      # one listing, not a request or two a shard
+    lines += _split_table(dataset, sizes)
+    lines.append(stats_text.summary_line(dataset))
+    lines += _generation_lines(dataset)
+    lines += _failure_lines(files, dataset, sizes)
+    return "\n".join(lines)
+
+
+def _split_table(dataset: data_format.DatasetSpec, sizes: dict[str, int]) -> list[str]:
+    """The summary's table of the splits' counts and sizes (`sizes`: file -> bytes), a
+    line a split under a header, the name left-aligned and the figures right."""
+    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
     for name, split in dataset.splits.items():
         size = sum(sizes.get(s.file, 0) for s in split.shards)
         rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
                      split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines += ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
-                        for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
-    lines.append(stats_text.summary_line(dataset))
-    if len(dataset.generations) > 1:
-        lines.append(f"generations: {len(dataset.generations)} (runs that added windows, "
-                     "oldest first; failures below are the last run's)")
-        lines += [f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
-                  f"{g.skipped_existing} input videos skipped as already in the dataset"
-                  for g in dataset.generations]
+    return ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
+                      for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
+
+
+def _generation_lines(dataset: data_format.DatasetSpec) -> list[str]:
+    """The summary's runs that added windows, oldest first; none for a dataset of one."""
+    if len(dataset.generations) <= 1:
+        return []
+    return [f"generations: {len(dataset.generations)} (runs that added windows, "
+            "oldest first; failures below are the last run's)"] + [
+        f"  {g.run_id}  {g.videos} videos, {g.windows} windows, "
+        f"{g.skipped_existing} input videos skipped as already in the dataset"
+        for g in dataset.generations]
+
+
+def _failure_lines(files: DatasetFiles, dataset: data_format.DatasetSpec,
+                   sizes: dict[str, int]) -> list[str]:
+    """The summary's failures: their count and, from the failures file where there is
+    one, the 5 most common reasons (or why they cannot be read)."""
     reasons, unread = collections.Counter(), ""
     try:
         if dataset.sidecars.get("failures") in sizes:
@@ -71,10 +91,9 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     except (OSError, ValueError) as e:
         said = report.collect.bounded(str(e).splitlines()[0])
         unread = f" (its reasons cannot be read: {said})"
-    lines.append(f"failures: {dataset.failures}{unread}"
-                 + (", most common reasons (paths and numbers left out):" if reasons else ""))
-    lines += [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)]
-    return "\n".join(lines)
+    return ([f"failures: {dataset.failures}{unread}"
+             + (", most common reasons (paths and numbers left out):" if reasons else "")]
+            + [f"  {n:6d}  {reason}" for reason, n in reasons.most_common(5)])
 
 
 def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int, seed: int,
