@@ -312,39 +312,70 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
          dataset: data_format.DatasetSpec, split: str) -> None:
     """What the command line asks for, of a dataset.json that checked out."""
     print(summary(args.path, dataset))
-    if (args.stats or args.preview) and not dataset.splits[split].windows:
-        parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "
-                       f"{'preview' if args.preview else 'describe'}\n")
+    _refuse_a_split_without_windows(args, parser, dataset, split)
     if args.stats:
-        print(stats_text.recorded(dataset, split))
-        print(stats_text.stats(args.path, dataset, split, None if args.all else args.sample,
-                               args.seed))
-    if args.preview:
-        image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
-        out = args.out or "preview.png"
-        picture = io.BytesIO()
-        image.save(picture, format=_picture_format(out))
-        if not _wrote(parser, "--out", out, picture.getvalue(),
-                      f"{image.width}x{image.height}"):
-            sys.exit(1)
+        _print_stats(args, dataset, split)
+    if args.preview and not _wrote_preview(args, parser, dataset, split):
+        sys.exit(1)
     problems = verify(args.path, dataset) if args.verify else None
     failed = bool(problems)
     if args.report is not None:
-        page = report.build(args.path, dataset, seed=args.seed, verified=problems,
-                            samples=args.report_samples or report.SAMPLES).encode("utf-8")
-        failed |= not _wrote(parser, "--report", args.report, page,
-                             f"{len(page) / 2**20:.1f} MB")
+        failed |= not _wrote_report(args, parser, dataset, problems)
+    if problems is not None:
+        _tell_verified(dataset, problems)
+    if failed:
+        sys.exit(1)
+
+
+def _refuse_a_split_without_windows(args: argparse.Namespace,
+                                    parser: argparse.ArgumentParser,
+                                    dataset: data_format.DatasetSpec, split: str) -> None:
+    """Exit 2 when --stats or --preview asks for windows of a split that has none."""
+    if (args.stats or args.preview) and not dataset.splits[split].windows:
+        parser.exit(2, f"{parser.prog}: error: split {split!r} has no windows to "
+                       f"{'preview' if args.preview else 'describe'}\n")
+
+
+def _print_stats(args: argparse.Namespace, dataset: data_format.DatasetSpec,
+                 split: str) -> None:
+    """--stats: the job's statistics of the split, then those of --sample windows (or
+    of all, with --all)."""
+    print(stats_text.recorded(dataset, split))
+    print(stats_text.stats(args.path, dataset, split, None if args.all else args.sample,
+                           args.seed))
+
+
+def _wrote_preview(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                   dataset: data_format.DatasetSpec, split: str) -> bool:
+    """Whether --preview's picture was drawn and saved to --out, in the format its
+    extension names."""
+    image = preview(args.path, dataset, split, args.preview, args.seed, args.decoder)
+    out = args.out or "preview.png"
+    picture = io.BytesIO()
+    image.save(picture, format=_picture_format(out))
+    return _wrote(parser, "--out", out, picture.getvalue(), f"{image.width}x{image.height}")
+
+
+def _wrote_report(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                  dataset: data_format.DatasetSpec, problems: Optional[list[str]]) -> bool:
+    """Whether --report's page (with --verify's `problems`) was built and saved."""
+    page = report.build(args.path, dataset, seed=args.seed, verified=problems,
+                        samples=args.report_samples or report.SAMPLES).encode("utf-8")
+    return _wrote(parser, "--report", args.report, page, f"{len(page) / 2**20:.1f} MB")
+
+
+def _tell_verified(dataset: data_format.DatasetSpec, problems: list[str]) -> None:
+    """--verify's verdict: the first MAX_PROBLEMS problems on stderr, or that every
+    record is sound."""
     if problems:
         print(f"verify: {len(problems)} problem{'s' * (len(problems) > 1)}; the first:",
               file=sys.stderr)
         for problem in problems[:MAX_PROBLEMS]:
             print(f"  {problem}", file=sys.stderr)
-    elif problems is not None:
+    else:
         total = sum(s.windows for s in dataset.splits.values())
         shards = sum(len(s.shards) for s in dataset.splits.values())
         print(f"verify: all {total} records of {shards} shard{'s' * (shards != 1)} are sound")
-    if failed:
-        sys.exit(1)
 
 
 if __name__ == "__main__":
