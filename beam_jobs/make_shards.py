@@ -53,7 +53,7 @@ def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers
     videos that failed half-way), then write the sidecar files and commit dataset.json.
     `base`: the committed dataset an --append adds to (the videos it has are skipped)."""
     source, cut_config, io = launch.source, launch.cut_config(), launch.config.io
-    known = base and read_known(pipeline, run.output_dir, base, io.retry_failed)
+    known = None if base is None else read_known(pipeline, run.output_dir, base, io.retry_failed)
     videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(known and known.ids)
     known_digests = known.digests if known else pipeline | "NoDigests" >> beam.Create([])
     cut = videos | "CutWindows" >> CutWindows(

@@ -94,7 +94,7 @@ class Clip:
         windows = np.asarray(windows, np.int64)
         if self.offset != "random":
             return np.full(len(windows), self.fixed_offset(window), np.int64)
-        key = _mix(_mix(np.int64(self.seed) & _MASK) ^ (epoch & _MASK))
+        key = _mix(_mix(np.asarray(self.seed, np.int64) & _MASK) ^ (epoch & _MASK))
         return _mix(key ^ (windows & _MASK)) % count
 
     def frames(self, offset: int) -> slice:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -24,7 +24,7 @@ COLOURS = ((44, 123, 182), (171, 217, 233), (255, 255, 191), (253, 174, 97), (21
 
 
 @functools.lru_cache(maxsize=1)
-def _font() -> ImageFont.ImageFont:
+def _font() -> Union[ImageFont.FreeTypeFont, ImageFont.ImageFont]:
     """Pillow's own font at a readable size (its bitmap default is 11 px)."""
     return ImageFont.load_default(size=FONT_SIZE)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -118,7 +118,7 @@ class Chunks:
         self._pool = concurrent.futures.ThreadPoolExecutor(threads)
         self._held: dict[int, concurrent.futures.Future] = {}
 
-    def chunk_of(self, windows: Sequence[int]) -> np.ndarray:
+    def chunk_of(self, windows: Union[Sequence[int], np.ndarray]) -> np.ndarray:
         return np.searchsorted(self._firsts, np.asarray(windows), "right") - 1
 
     def close(self) -> None:

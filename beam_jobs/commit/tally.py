@@ -22,7 +22,7 @@ class Tally(NamedTuple):
     the video ids the new videos.jsonl would list more than once, and the failed records
     of earlier runs it keeps (commit/failures.py)."""
     counts: dict
-    devices: list
+    devices: list[str]   # each once; sorted by extract_output
     shards: list
     longest: int = 0
     failed: int = 0
@@ -56,7 +56,7 @@ class TallyFn(beam.CombineFn):
     each to build and run."""
 
     def create_accumulator(self) -> Tally:
-        return Tally({}, set(), [])
+        return Tally({}, [], [])
 
     def add_input(self, tally: Tally, row) -> Tally:
         kind, value = row
@@ -72,8 +72,8 @@ class TallyFn(beam.CombineFn):
         counts["windows"] += video.windows
         counts["bad_frames"] += video.bad_frames
         counts["frames"] += video.frames
-        if video.encoder_device:
-            tally.devices.add(video.encoder_device)
+        if video.encoder_device and video.encoder_device not in tally.devices:
+            tally.devices.append(video.encoder_device)
         return tally._replace(longest=max(tally.longest, video.frames))
 
     def merge_accumulators(self, tallies) -> Tally:
@@ -83,7 +83,7 @@ class TallyFn(beam.CombineFn):
                 into = merged.counts.setdefault(split, empty_counts())
                 for name, value in counts.items():
                     into[name] += value
-            merged.devices.update(tally.devices)
+            merged.devices.extend(d for d in tally.devices if d not in merged.devices)
             merged.shards.extend(tally.shards)
             merged = merged._replace(longest=max(merged.longest, tally.longest), **{
                 name: getattr(merged, name) + getattr(tally, name)

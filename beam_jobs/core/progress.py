@@ -74,7 +74,8 @@ class Progress:
                   flush=True)
 
     def line(self, now: float) -> str:
-        elapsed = max(now - self._start, 1e-9)
+        start = now if self._start is None else self._start   # no video yet: none elapsed
+        elapsed = max(now - start, 1e-9)
         done = self.videos + self.failures
         text = f"worker {os.getpid()}: {done}"
         if self._total:

@@ -61,7 +61,9 @@ class VideoStats(NamedTuple):
 
 class WrittenShard(NamedTuple):
     split: str
-    index: int
+    # A field named index hides tuple.index, which nothing here calls; the shuffle's
+    # writers (beam_jobs/shuffle) name it so.
+    index: int  # type: ignore[assignment]
     file: str
     examples: int
     offsets: Optional[str] = None   # the shard's offset index file

@@ -79,11 +79,11 @@ def _gcs_delete(paths_: list[str]) -> int:
     """Delete objects in batch requests, checking each object's answer (a missing object
     counts as deleted) and sending the failed ones again; OSError when some still fail.
     Returns how many batch requests were sent."""
-    requests, failed = 0, list(paths_)
+    requests, pending = 0, list(paths_)
     for attempt in range(DELETE_ATTEMPTS):
         if attempt:
             time.sleep(RETRY_SECONDS * attempt)
-        pending, failed = failed, []
+        failed: list[tuple[str, object]] = []   # (path, its status or the batch's error)
         for i in range(0, len(pending), GCS_BATCH):
             chunk = pending[i:i + GCS_BATCH]
             try:
@@ -100,8 +100,8 @@ def _gcs_delete(paths_: list[str]) -> int:
             requests += 1
         if not failed:
             return requests
-        failed = [path for path, _ in failed]
-    raise OSError(f"could not delete {len(failed)} objects, e.g. {failed[0]}")
+        pending = [path for path, _ in failed]
+    raise OSError(f"could not delete {len(pending)} objects, e.g. {pending[0]}")
 
 
 def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:

@@ -107,16 +107,18 @@ def load_encoder(spec: EncoderSpec) -> Encoder:
     if spec.handler is not None:
         from beam_jobs.encoders import beam_handlers
         return beam_handlers.load(spec.handler)
+    if spec.path is None:
+        raise EncoderError("the encoder names neither a model file nor a model handler")
     kind = kind_of(spec.path)
     if kind in ("keras", "savedmodel"):
-        from beam_jobs.encoders import tensorflow_models as backend
+        from beam_jobs.encoders.tensorflow_models import load
     elif kind == "onnx":
-        from beam_jobs.encoders import onnx_models as backend
+        from beam_jobs.encoders.onnx_models import load
     else:
-        from beam_jobs.encoders import torch_models as backend
+        from beam_jobs.encoders.torch_models import load
     try:
         with local_copy(spec.path) as local:
-            return backend.load(local, kind, spec.device)
+            return load(local, kind, spec.device)
     except EncoderError:
         raise
     except Exception as e:

@@ -27,11 +27,11 @@ def load(path: str, kind: str, requested: str) -> Encoder:
             import keras
             model = keras.saving.load_model(path, compile=False, safe_mode=True)
 
-            def call(x: np.ndarray) -> np.ndarray:
+            def call_keras(x: np.ndarray) -> np.ndarray:
                 with tf.device(device):
                     return keras.ops.convert_to_numpy(model(x, training=False))
 
-            return Encoder(call, kind, f"keras {keras.__version__} ({library})",
+            return Encoder(call_keras, kind, f"keras {keras.__version__} ({library})",
                            _name(device))
         signature = tf.saved_model.load(path).signatures["serving_default"]
     (input_name,) = signature.structured_input_signature[1]

@@ -37,7 +37,7 @@ class Failed(RuntimeError):
     full disk); the message says why and what the directory holds."""
 
 
-def os_error_line(exception: BaseException, directory: str) -> Optional[str]:
+def os_error_line(exception: Optional[BaseException], directory: str) -> Optional[str]:
     """"<path>: <error>" for an OS error in OS_ERRNOS (a full disk, no permission, a
     read-only file system...) that ended the run, found in the chain of exceptions Beam
     wraps it in; None for any other exception. An error without a path (a write to a
@@ -55,7 +55,7 @@ def os_error_line(exception: BaseException, directory: str) -> Optional[str]:
     return None
 
 
-def one_line(exception: BaseException, kind: type) -> Optional[str]:
+def one_line(exception: Optional[BaseException], kind: type) -> Optional[str]:
     """The message of an exception of `kind` (whose message is one line, said as it is)
     in the chain Beam wraps it in, in this process or as a worker's text; or None."""
     seen, marker = set(), f"{kind.__name__}: "

@@ -43,8 +43,9 @@ def job_of(runner: str, name: str, options: PipelineOptions) -> Job:
 def job_id(result: PipelineResult) -> Optional[str]:
     """The runner's id of a submitted job (Dataflow's job_id(); a portable job service's
     id, which Beam's PortableRunner keeps as `_job_id`)."""
-    if callable(getattr(result, "job_id", None)):
-        return result.job_id()
+    of_dataflow = getattr(result, "job_id", None)   # not on every PipelineResult
+    if callable(of_dataflow):
+        return of_dataflow()
     return getattr(result, "_job_id", None)
 
 
@@ -54,42 +55,43 @@ def asker(pipeline_args: list[str]) -> Ask:
     and the job's project and region."""
     def ask(job: Job) -> JobState:
         if job.runner == "DataflowRunner" and job.project and job.region:
-            name = _dataflow_state(job, pipeline_args)
+            name = _dataflow_state(job, job.project, job.region, pipeline_args)
             return JobState(name, name in TERMINAL, name in TERMINAL)
         if job.endpoint and job.runner != "DataflowRunner":
-            name = _portable_state(job)
+            name = _portable_state(job, job.endpoint)
             return JobState(name, name in PORTABLE_STOPPED, name in TERMINAL)
         raise CannotAsk(f"the lease does not say where to ask {job.runner or 'its runner'}")
     return ask
 
 
-def _portable_state(job: Job) -> str:
+def _portable_state(job: Job, endpoint: str) -> str:
     import grpc
     from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 
-    with grpc.insecure_channel(job.endpoint) as channel:
+    with grpc.insecure_channel(endpoint) as channel:
         try:
             state = beam_job_api_pb2_grpc.JobServiceStub(channel).GetState(
                 beam_job_api_pb2.GetJobStateRequest(job_id=job.id),
                 timeout=ASK_TIMEOUT_SECONDS)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
-                raise CannotAsk(f"no job service answers at {job.endpoint}") from None
+                raise CannotAsk(f"no job service answers at {endpoint}") from None
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise CannotAsk(f"the job service at {job.endpoint} did not answer in "
+                raise CannotAsk(f"the job service at {endpoint} did not answer in "
                                 f"{ASK_TIMEOUT_SECONDS:.0f} s") from None
-            raise CannotAsk(f"the job service at {job.endpoint} does not know the job "
+            raise CannotAsk(f"the job service at {endpoint} does not know the job "
                             f"({e.code().name})") from None
     return beam_job_api_pb2.JobState.Enum.Name(state.state)
 
 
-def _dataflow_state(job: Job, pipeline_args: list[str]) -> str:
+def _dataflow_state(job: Job, project: str, region: str, pipeline_args: list[str]) -> str:
     """Asked in a thread of its own, waited for ASK_TIMEOUT_SECONDS: where Dataflow
     cannot be reached, its client retries for minutes (credentials, then each request),
     logging a warning and a traceback a try. Past the deadline the thread is left to
     end on its own, its log silenced (`asking_quietly`)."""
     answer: list = []
-    thread = threading.Thread(target=_ask_dataflow, args=(job, pipeline_args, answer),
+    thread = threading.Thread(target=_ask_dataflow,
+                              args=(job, project, region, pipeline_args, answer),
                               name=f"{ASKING}-{job.id}", daemon=True)
     thread.start()
     thread.join(ASK_TIMEOUT_SECONDS)
@@ -100,11 +102,11 @@ def _dataflow_state(job: Job, pipeline_args: list[str]) -> str:
     return answer[0]
 
 
-def _ask_dataflow(job: Job, pipeline_args: list[str], answer: list) -> None:
+def _ask_dataflow(job: Job, project: str, region: str, pipeline_args: list[str],
+                  answer: list) -> None:
     from apache_beam.runners.dataflow.internal import apiclient
 
-    options = PipelineOptions([*pipeline_args, "--project", job.project,
-                               "--region", job.region])
+    options = PipelineOptions([*pipeline_args, "--project", project, "--region", region])
     try:
         found = apiclient.DataflowApplicationClient(options).get_job(job.id)
         answer.append(found.current_state.name.removeprefix("JOB_STATE_"))
@@ -115,7 +117,7 @@ def _ask_dataflow(job: Job, pipeline_args: list[str], answer: list) -> None:
 def asking_quietly(record: logging.LogRecord) -> bool:
     """A logging filter that drops what a thread asking Dataflow logs (retries, and the
     tracebacks of each): the question's answer, or its deadline, is the line."""
-    return not record.threadName.startswith(ASKING)
+    return not (record.threadName or "").startswith(ASKING)
 
 
 def cancel(result: PipelineResult, job: Job, ask: Ask,

@@ -46,9 +46,11 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
     config, run, held, appending = launch.config, claim.run, claim.lease, claim.base is not None
     if held is not None:   # a distributed job's id, for later runs to ask its runner
         held.record_job_id(job_states.job_id(result))
-    if config.io.detach and not launch.dry_run:
+    if config.io.detach and not launch.dry_run:   # a distributed run (runners.py)
+        job = held.job if held is not None else None
         _LOG.info("submitted %s: it commits %s, cleans up and releases the directory on "
-                  "its own", held.job.describe(), run.output(data_format.DATASET_JSON))
+                  "its own", job.describe() if job is not None else "the job",
+                  run.output(data_format.DATASET_JSON))
         return result
     try:
         _wait(result, held.job if held is not None else None, launch.ask())
@@ -56,7 +58,7 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
         if held is None or held.job is None:
             raise
         interrupted = isinstance(e, KeyboardInterrupt)
-        unconfirmed = _stopped(result, launch, claim, interrupted)
+        unconfirmed = _stopped(result, launch, claim, held.job, interrupted)
         if interrupted or one_line(e, LeaseLost) or os_error_line(e, config.io.output_dir):
             raise   # lifecycle's line: an interrupt, the lost lease, a full disk...
         if unconfirmed:
@@ -120,8 +122,8 @@ def _reason(error: BaseException) -> str:
     return text[:300] or type(error).__name__
 
 
-def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: bool
-             ) -> Optional[str]:
+def _stopped(result: PipelineResult, launch: Launch, claim: Claim, job: Job,
+             interrupted: bool) -> Optional[str]:
     """After the wait for a distributed job ended early: on Ctrl-C, ask the runner to
     cancel the job and wait (bounded) for it to stop. The lease is given back
     (`held.job_stopped`) only when the runner confirms the job stopped; else an
@@ -129,7 +131,8 @@ def _stopped(result: PipelineResult, launch: Launch, claim: Claim, interrupted: 
     the runner lets the job run on) and says so in one line, and a failure returns
     that line."""
     held = claim.lease
-    job, ask, out = held.job, launch.ask(), launch.config.io.output_dir
+    assert held is not None   # a job's run holds its lease (finish)
+    ask, out = launch.ask(), launch.config.io.output_dir
     if interrupted:
         _LOG.warning("asking %s to cancel %s; waiting up to %.0f s for it to stop "
                      "(Ctrl-C again stops waiting)", launch.runner, job.describe(),
@@ -202,7 +205,8 @@ def summary_table(dataset: data_format.DatasetSpec, shard_bytes: dict[str, int],
     """The end-of-run table: per split videos, windows, shards and bytes; the input videos
     skipped as duplicates of another's content (`duplicates`: they are in no split, and
     the log lines that name them may be far above); failures; throughput."""
-    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    rows: list[tuple] = [("split", "videos", "skipped", "frames", "bad frames", "windows",
+                          "shards", "MB")]
     total_frames = total_windows = 0
     for name, split in dataset.splits.items():
         size = sum(shard_bytes.get(s.file, 0) for s in split.shards)

@@ -99,7 +99,7 @@ def _serve(listener: socket.socket, gone: int, folder: str) -> None:
             signal.signal(signum, signal.SIG_IGN)
         harness = None
         while True:
-            ready, _, _ = select.select([listener, gone], [], [])
+            ready, _, _ = select.select([listener.fileno(), gone], [], [])
             if gone in ready:
                 break
             connection, _ = listener.accept()

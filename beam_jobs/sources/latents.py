@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Iterator, NamedTuple, Optional, Sequence, Union, cast
 
 import apache_beam as beam
 import numpy as np
@@ -84,7 +84,8 @@ class LatentFormat:
         ValueError when it has no valid one."""
         if self.id_feature is None:
             return self._video_id(None, source, index)
-        return self._video_id(_Features(record, wire.feature_lists(record)), source, index)
+        buffer = cast(wire.Buffer, record)   # a PagedRecord reads as bytes do: len, [i], [a:b]
+        return self._video_id(_Features(buffer, wire.feature_lists(buffer)), source, index)
 
     def _video_id(self, features, source: str, index: int) -> str:
         if self.id_feature is None:
@@ -161,8 +162,8 @@ class LatentFormat:
 
 class _Features(NamedTuple):
     """An Example's features as `wire.feature_lists` finds them in its record."""
-    record: bytes
-    lists: dict[str, tuple[str, int, int]]
+    record: wire.Buffer
+    lists: dict[str, wire.ListSpan]
 
     def _list(self, name: str, kind: str) -> tuple[int, int]:
         actual, first, last = self.lists.get(name, ("", 0, 0))
@@ -211,6 +212,8 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
                 reason = f"{path}: {record.reason}"
                 if record.framing:
                     break
+                continue
+            if isinstance(record, Skipped):   # none is: no ids to skip were given
                 continue
             seen += 1
             try:
@@ -314,6 +317,9 @@ def build_source(config: JobConfig) -> Source:
         flags.sequence_feature, flags.metadata_feature, flags.id_feature,
         flags.sequence_shape, root=config.inputs.root,
         allow_nonfinite=config.io.allow_nonfinite))
+    # the probe fixed them (or raised)
+    assert (fmt.frame_shape is not None and fmt.dtype is not None
+            and fmt.metadata_length is not None)
     window = data_format.FeatureSpec.for_array(
         "window", (config.windows.window, *fmt.frame_shape), fmt.dtype)
     stored_bytes = sum(size * (4 if path.endswith(".gz") else 1)

@@ -106,7 +106,7 @@ class FrameCodec:
         exactly the pixels a reader decodes).
         """
         try:
-            image = Image.open(io.BytesIO(data))
+            image: Image.Image = Image.open(io.BytesIO(data))
             draft = self._draft(image)
             image.load()
         except UnidentifiedImageError:

@@ -5,7 +5,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import apache_beam as beam
 import numpy as np
@@ -87,7 +87,8 @@ class PixelVideo:
                                                         if not metadata else ""))
         if metadata and not fmt.allow_nonfinite:
             check_finite(np.asarray(metadata, np.float32), "metadata")
-        zero_label = None if labels is None else np.zeros(fmt.label_shape, np.float32)
+        # labels are read exactly when the dataset has a label shape (_labels)
+        zero_label = None if fmt.label_shape is None else np.zeros(fmt.label_shape, np.float32)
         pad = None
         count = readable = 0
         for count, (stored, where, reason) in enumerate(self._stored_frames(info), start=1):
@@ -131,7 +132,7 @@ class PixelVideo:
                                                   codec.video_scale()):
                 yield codec.store_image(image), round(time, 6), None
             return
-        for path in expand_frames(self.entry.frames):
+        for path in expand_frames(_frames_of(self.entry)):
             try:
                 stored = codec.store_bytes(media.read_bytes(path, self.fmt.max_frame_bytes))
             except media.BadFrame as e:
@@ -161,7 +162,9 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
     the last reason when none of them has a readable frame."""
     label_shape = label_names = None
     if any(e.labels is not None for e in entries):
-        for entry in (e for e in entries if e.labels is not None):
+        for entry in entries:
+            if entry.labels is None:
+                continue
             try:
                 labels = load_labels(entry.labels)
             except BadRecord:
@@ -196,12 +199,19 @@ def _first_image(entry: VideoEntry, max_bytes: int, codec: media.FrameCodec):
         for image, _ in media.video_images(entry.video, orient=codec.orient):
             return image
         raise BadRecord("no frames")
-    for path in expand_frames(entry.frames):
+    for path in expand_frames(_frames_of(entry)):
         try:
             return media.open_image(path, max_bytes, codec)
         except Exception:  # noqa: BLE001 - Pillow raises many kinds; try the next frame
             continue
     raise BadRecord("no readable frame")
+
+
+def _frames_of(entry: VideoEntry) -> Union[tuple[str, ...], str]:
+    """The frames of a row that names no video (manifest.parse_row gives it frames)."""
+    if entry.frames is None:
+        raise BadRecord("the row names neither a video nor frames")
+    return entry.frames
 
 
 def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 20) -> float:
@@ -215,7 +225,7 @@ def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 2
                 frames, seconds = media.video_length(entry.video)
                 count = seconds * fmt.fps if fmt.fps else frames
             else:
-                count = len(expand_frames(entry.frames))
+                count = len(expand_frames(_frames_of(entry)))
         except (BadRecord, media.BadFrame, OSError, ValueError):
             continue
         counts.append(min(count, fmt.max_frames or count))

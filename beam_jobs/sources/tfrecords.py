@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Union
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Union, cast
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -105,7 +105,9 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
                 yield 0, _rest_lost("named .gz but not a gzip file", size, 0, 0,
                                     typical_record)
                 return
-        f = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
+        # a GzipFile reads as a binary file does (typeshed's GzipFile is no BinaryIO)
+        f = (cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb")) if path.endswith(".gz")
+             else raw)
         index, consumed = 0, 0
         while True:
             before = raw.tell()
@@ -132,10 +134,11 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
                 return
             consumed += (len(record) + FRAME_OVERHEAD if isinstance(record, bytes)
                          else record.bytes_lost)
+            item: Union[bytes, Lost, Skipped] = record
             if skip is not None and isinstance(record, bytes) and (
                     video_id := _named(skip, index, record)) is not None:
-                record = Skipped(video_id)   # a record of a gzip file, read whole
-            yield index, record
+                item = Skipped(video_id)   # a record of a gzip file, read whole
+            yield index, item
             index += 1
 
 

@@ -51,8 +51,8 @@ def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, s
                                   (split, run, number), pixels, stats.scale)
         sheets.append(_guarded(errors, f"the contact sheet of {split} window {number}",
                                sheet, None))
-    order = _guarded(errors, "the shuffle check",
-                     lambda: sampled.shuffle_order(path, spec), {})
+    order: dict[str, list[sampled.ShardOrder]] = _guarded(
+        errors, "the shuffle check", lambda: sampled.shuffle_order(path, spec), {})
     return page.render(page.Inputs(
         path=path, spec=spec, stats=stats,
         collected=collect.collect(path, spec, functools.partial(_guarded, errors)),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import re
 from typing import Any, Callable, Optional, TypeVar
@@ -173,7 +174,7 @@ def collect(path: str, spec: data_format.DatasetSpec, guarded: Guard = _unguarde
     files = DatasetFiles(path)
     shards = [s for split in spec.splits.values() for s in split.shards]
     if all(s.bytes is not None for s in shards):
-        shard_bytes = {s.file: s.bytes for s in shards}
+        shard_bytes = {s.file: s.bytes for s in shards if s.bytes is not None}   # all
     else:
         listed = guarded("the shards' sizes", files.sizes, {})
         shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
@@ -183,7 +184,7 @@ def collect(path: str, spec: data_format.DatasetSpec, guarded: Guard = _unguarde
         guarded("the videos file", lambda: _videos(files, spec),
                 {name: SplitVideos() for name in spec.splits}),
         *(guarded(f"the {kind.replace('_', ' ')} file",
-                  lambda kind=kind: side_file(files, spec, kind), SideFile(None))
+                  functools.partial(side_file, files, spec, kind), SideFile(None))
           for kind in ("failures", "bad_frames")))
 
 

@@ -265,7 +265,7 @@ def _distributions(page: Inputs) -> str:
             parts.append(_figure(svg.values_histogram(rows[:, d], x_label=f"metadata[{d}]",
                                                       y_label="videos"),
                                  f"metadata[{d}] of the sample's {len(rows):,} videos"))
-    if stats.channel_mean is not None:
+    if stats.channel_mean is not None and stats.channel_std is not None:   # set together
         parts.append(_figure(svg.band(stats.channel_mean, stats.channel_std,
                                       x_label="channel", y_label="value"),
                              f"per-channel mean (line) and std (band) over the sample's real "

@@ -5,7 +5,7 @@ is its SVG `<title>`, which a browser shows on hover.
 from __future__ import annotations
 
 import html
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -13,6 +13,9 @@ WIDTH, HEIGHT = 390, 180
 LEFT, RIGHT, TOP, BOTTOM = 58, 12, 10, 40
 BAR = "#4a78b5"
 LINE = "#c0392b"
+
+# What the plots take: a list of numbers, or an array of them.
+Numbers = Union[Sequence[float], np.ndarray]
 
 
 def number(value: float) -> str:
@@ -47,22 +50,22 @@ def _frame(body: list[str], x_label: str, y_label: str, low: str, high: str,
     return "\n".join(parts)
 
 
-def histogram(counts: Sequence[int], edges: Sequence[float], *, x_label: str,
+def histogram(counts: Numbers, edges: Numbers, *, x_label: str,
               y_label: str, integer: bool = False) -> str:
     """Bars of `counts` over bins [edges[i], edges[i + 1]); whole-number bins of width
     one are labelled by their value."""
-    counts = np.asarray(counts, np.float64)
-    if not len(counts) or counts.max() <= 0:
+    heights = np.asarray(counts, np.float64)
+    if not len(heights) or heights.max() <= 0:
         return '<p class="none">nothing to plot</p>'
     x1, y1 = WIDTH - RIGHT, HEIGHT - BOTTOM
-    step = (x1 - LEFT) / len(counts)
-    top = counts.max()
+    step = (x1 - LEFT) / len(heights)
+    top = heights.max()
     body = []
-    for i, count in enumerate(counts):
+    for i, count in enumerate(heights):
         height = (y1 - TOP) * count / top
         low, high = edges[i], edges[i + 1]
         where = (number(low) if integer and high - low == 1 else
-                 f"[{number(low)}, {number(high)}{')' if i < len(counts) - 1 else ']'}")
+                 f"[{number(low)}, {number(high)}{')' if i < len(heights) - 1 else ']'}")
         body.append(f'<rect x="{LEFT + i * step + 0.5:.1f}" y="{y1 - height:.1f}" '
                     f'width="{max(step - 1, 0.5):.1f}" height="{height:.1f}" fill="{BAR}">'
                     f'<title>{html.escape(where)}: {number(count)}</title></rect>')
@@ -83,17 +86,17 @@ def values_histogram(values: np.ndarray, *, x_label: str, y_label: str,
     return histogram(counts, edges, x_label=x_label, y_label=y_label)
 
 
-def bars(values: Sequence[float], names: Sequence[str], *, x_label: str, y_label: str,
+def bars(values: Numbers, names: Sequence[str], *, x_label: str, y_label: str,
          reference: Optional[float] = None, reference_name: str = "") -> str:
     """One bar per value in order (a shard each), and a dashed line at `reference`."""
-    values = np.asarray(values, np.float64)
-    if not len(values):
+    heights = np.asarray(values, np.float64)
+    if not len(heights):
         return '<p class="none">nothing to plot</p>'
     x1, y1 = WIDTH - RIGHT, HEIGHT - BOTTOM
-    top = max(values.max(), reference or 0) or 1.0
-    step = (x1 - LEFT) / len(values)
+    top = max(heights.max(), reference or 0) or 1.0
+    step = (x1 - LEFT) / len(heights)
     body = []
-    for i, (value, name) in enumerate(zip(values, names)):
+    for i, (value, name) in enumerate(zip(heights, names, strict=True)):
         height = (y1 - TOP) * value / top
         body.append(f'<rect x="{LEFT + i * step + 0.25:.2f}" y="{y1 - height:.1f}" '
                     f'width="{max(step - 0.5, 0.3):.2f}" height="{height:.1f}" fill="{BAR}">'
@@ -103,7 +106,7 @@ def bars(values: Sequence[float], names: Sequence[str], *, x_label: str, y_label
         body.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}" stroke="{LINE}" '
                     f'stroke-dasharray="4 3"><title>{html.escape(reference_name)}: '
                     f'{number(reference)}</title></line>')
-    return _frame(body, x_label, y_label, "1", number(len(values)), number(top))
+    return _frame(body, x_label, y_label, "1", number(len(heights)), number(top))
 
 
 def band(mean: np.ndarray, std: np.ndarray, *, x_label: str, y_label: str) -> str:
@@ -118,9 +121,10 @@ def band(mean: np.ndarray, std: np.ndarray, *, x_label: str, y_label: str) -> st
         return y1 - (y1 - TOP) * (v - low) / span
 
     xs = LEFT + (x1 - LEFT) * (np.arange(len(mean)) + 0.5) / len(mean)
-    upper = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, mean + std))
-    lower = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs[::-1], (mean - std)[::-1]))
-    line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, mean))
+    upper = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, mean + std, strict=True))
+    lower = " ".join(f"{x:.1f},{y(v):.1f}"
+                     for x, v in zip(xs[::-1], (mean - std)[::-1], strict=True))
+    line = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, mean, strict=True))
     body = [f'<polygon points="{upper} {lower}" fill="{BAR}" fill-opacity="0.3"/>',
             f'<polyline points="{line}" fill="none" stroke="{BAR}" stroke-width="1.5"/>']
     return _frame(body, x_label, y_label, "0", number(len(mean) - 1), number(high),

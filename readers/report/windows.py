@@ -80,7 +80,8 @@ def spread(ranges: Ranges, count: int, seed: int) -> list[tuple[str, str, int]]:
     """`count` windows drawn without replacement over all of `ranges`, in split order."""
     rng = np.random.default_rng([seed, 1])
     count = min(count, ranges.size)
-    positions = np.sort(rng.choice(ranges.size, count, replace=False)) if count else []
+    positions = (np.sort(rng.choice(ranges.size, count, replace=False)) if count
+                 else np.zeros(0, np.int64))
     return ranges.take(np.asarray(positions, np.int64))
 
 
