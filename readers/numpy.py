@@ -46,6 +46,7 @@ import numpy as np
 
 from readers import clips, scatter, streaming, subset
 from readers.clips import Clip
+from readers.mixture import Mixture, MixtureBatches  # noqa: F401 (re-exported: the API)
 from readers.selection import (
     Selection,
     callable_name,
