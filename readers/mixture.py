@@ -161,17 +161,12 @@ class Mixture:
 
     def __init__(self, sources: Sequence[tuple[Source, Any]], *, seed: int = 0,
                  epoch_windows: Optional[int] = None):
-        if isinstance(sources, (str, bytes, dict)) or not isinstance(sources, Sequence) or \
-                not sources or not all(isinstance(p, tuple) and len(p) == 2 for p in sources):
-            raise TypeError(f"sources must be a list of (source, weight) pairs, not {sources!r}")
+        _check_pairs(sources)
         self.sources = tuple(source for source, _ in sources)
         self.weights = tuple(weight(f"weight {i}", w) for i, (_, w) in enumerate(sources))
         self.seed = whole_number("seed", seed, 0)
         lengths = [len(source) for source in self.sources]
-        empty = [i for i, length in enumerate(lengths) if length == 0]
-        if empty:
-            raise ValueError(f"source {empty[0]} ({_described(self.sources[empty[0]])}) has "
-                             "no windows: it cannot give its share of an epoch")
+        _refuse_empty(self.sources, lengths)
         refuse_unlike([_signature(s) for s in self.sources],
                       [f"source {i} ({_described(s)})" for i, s in enumerate(self.sources)])
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -266,6 +261,22 @@ class Mixture:
             raise IndexError(f"window {array[(array < -size) | (array >= size)][0]} is out "
                              f"of range for a mixture of {size} windows")
         return np.where(array < 0, array + size, array)
+
+
+def _check_pairs(sources: Any) -> None:
+    """TypeError unless `sources` is a non-empty sequence of (source, weight) pairs (a
+    string, bytes or a dict is none)."""
+    if isinstance(sources, (str, bytes, dict)) or not isinstance(sources, Sequence) or \
+            not sources or not all(isinstance(p, tuple) and len(p) == 2 for p in sources):
+        raise TypeError(f"sources must be a list of (source, weight) pairs, not {sources!r}")
+
+
+def _refuse_empty(sources: tuple, lengths: list[int]) -> None:
+    """ValueError naming the first source without windows: it cannot give its share."""
+    empty = [i for i, length in enumerate(lengths) if length == 0]
+    if empty:
+        raise ValueError(f"source {empty[0]} ({_described(sources[empty[0]])}) has "
+                         "no windows: it cannot give its share of an epoch")
 
 
 def _joined(size: int, parts: list, names: list[str]) -> dict[str, Any]:
