@@ -281,34 +281,53 @@ def _refuse_empty(sources: tuple, lengths: list[int]) -> None:
 
 def _joined(size: int, parts: list, names: list[str]) -> dict[str, Any]:
     """One batch of `size` rows from each source's part (rows, source, its batch)."""
-    keys = list(parts[0][2])
-    for _, i, batch in parts[1:]:
-        if list(batch) != keys:
-            raise ValueError(f"{names[i]} gave {sorted(batch)} where {names[parts[0][1]]} gave "
-                             f"{sorted(keys)}: a mixture's sources must give the same keys")
     joined = {}
-    for key in keys:
+    for key in _same_keys(parts, names):
         values = [batch[key] for _, _, batch in parts]
-        bad = next((i for (_, i, _), v in zip(parts, values) if not isinstance(v, np.ndarray)),
-                   None)
-        if bad is not None:
-            raise TypeError(f"{names[bad]} gave {type(values[0]).__name__} for {key!r}: a "
-                            "mixture joins numpy arrays (return them from the transform)")
+        _check_arrays(key, parts, values, names)
         if len(parts) == 1:
             joined[key] = values[0]
             continue
-        if len({(v.shape[1:], v.dtype) for v in values if v.dtype.kind != "S"}) > 1 or (
-                any(v.dtype.kind == "S" for v in values) and
-                not all(v.dtype.kind == "S" and v.shape[1:] == values[0].shape[1:]
-                        for v in values)):
-            raise ValueError(f"the sources' {key!r} differ in shape or dtype: "
-                             + ", ".join(f"{v.dtype} {list(v.shape[1:])} from {names[i]}"
-                                         for (_, i, _), v in zip(parts, values)))
+        _check_alike(key, parts, values, names)
         column = np.empty((size, *values[0].shape[1:]), np.result_type(*values))
         for (rows, _, _), value in zip(parts, values):
             column[rows] = value
         joined[key] = column
     return joined
+
+
+def _same_keys(parts: list, names: list[str]) -> list[str]:
+    """The keys of the first part's batch; ValueError naming a source whose batch has
+    others (or the same in another order)."""
+    keys = list(parts[0][2])
+    for _, i, batch in parts[1:]:
+        if list(batch) != keys:
+            raise ValueError(f"{names[i]} gave {sorted(batch)} where {names[parts[0][1]]} gave "
+                             f"{sorted(keys)}: a mixture's sources must give the same keys")
+    return keys
+
+
+def _check_arrays(key: str, parts: list, values: list, names: list[str]) -> None:
+    """TypeError naming the first source whose `key` (`values`, a part each) is no
+    numpy array."""
+    bad = next((i for (_, i, _), v in zip(parts, values) if not isinstance(v, np.ndarray)),
+               None)
+    if bad is not None:
+        raise TypeError(f"{names[bad]} gave {type(values[0]).__name__} for {key!r}: a "
+                        "mixture joins numpy arrays (return them from the transform)")
+
+
+def _check_alike(key: str, parts: list, values: list[np.ndarray], names: list[str]) -> None:
+    """ValueError listing every source's shape and dtype of `key` when they cannot be
+    stacked: non-string values of more than one shape or dtype (past the batch axis),
+    or strings beside other values or of another shape."""
+    if len({(v.shape[1:], v.dtype) for v in values if v.dtype.kind != "S"}) > 1 or (
+            any(v.dtype.kind == "S" for v in values) and
+            not all(v.dtype.kind == "S" and v.shape[1:] == values[0].shape[1:]
+                    for v in values)):
+        raise ValueError(f"the sources' {key!r} differ in shape or dtype: "
+                         + ", ".join(f"{v.dtype} {list(v.shape[1:])} from {names[i]}"
+                                     for (_, i, _), v in zip(parts, values)))
 
 
 # A state's fields besides the mixture's reading: MixtureBatches' arguments.
