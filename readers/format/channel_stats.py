@@ -71,7 +71,7 @@ class ChannelStats:
             np.array_equal(getattr(self, name), getattr(other, name), equal_nan=True)
             for name in ("mean", "m2", "min", "max"))
 
-    __hash__ = None   # type: ignore[assignment]   (its arrays are mutable)
+    __hash__ = None   # type: ignore[assignment]  # unhashable: its arrays are mutable
 
     def __repr__(self) -> str:
         return (f"ChannelStats(frames={self.frames}, count={self.count}, "

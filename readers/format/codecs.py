@@ -183,8 +183,8 @@ def _list_parts(list_field: int, payload, packed: bool = True) -> list:
 def _little_endian_bytes(array: np.ndarray, dtype) -> memoryview:
     """The array's values as `dtype`, row-major, as a flat byte view (no copy when the
     array is already so)."""
-    return memoryview(np.ascontiguousarray(array.astype(dtype, copy=False))
-                      .reshape(-1).view(np.uint8))
+    return (np.ascontiguousarray(array.astype(dtype, copy=False))
+            .reshape(-1).view(np.uint8).data)
 
 
 class _NumberListCodec(_ArrayCodec):
@@ -310,7 +310,7 @@ class RawCodec(_ArrayCodec):
             "<u2" if feature.dtype == "bfloat16" else np.dtype(feature.dtype).newbyteorder("<"))
 
     def min_bytes(self) -> int:
-        return math.prod(self.feature.shape) * self.stored_dtype.itemsize
+        return math.prod(self.feature.shape) * self.column_dtype.itemsize   # = stored
 
     def _encode(self, array: np.ndarray) -> list:
         return _list_parts(1, _little_endian_bytes(array, array.dtype.newbyteorder("<")),

@@ -62,8 +62,8 @@ class _ImageCodec(Codec):
 
         shape = self.feature.shape[1:]
         for k, data in enumerate(value):
-            with Image.open(io.BytesIO(data)) as image:
-                image = image.convert("RGB" if shape[-1] == 3 else "L")
+            with Image.open(io.BytesIO(data)) as opened:
+                image = opened.convert("RGB" if shape[-1] == 3 else "L")
                 column[row, k] = np.asarray(image, dtype=np.uint8).reshape(shape)
 
     def finish(self, stored: np.ndarray, *, float_pixels: bool,

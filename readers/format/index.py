@@ -34,7 +34,7 @@ def encode(offsets: Sequence[int]) -> bytes:
     """An index's text: one `offset length` line per frame, from `offsets` of the
     frames, then the shard's length."""
     return "".join(f"{start} {end - start}\n"
-                   for start, end in zip(offsets[:-1], offsets[1:])).encode("ascii")
+                   for start, end in zip(offsets[:-1], offsets[1:], strict=True)).encode("ascii")
 
 
 def decode(data: bytes, name: str, records: int, format_version: int,
@@ -140,7 +140,7 @@ def verify(name: str, offsets: np.ndarray, shard: BinaryIO) -> None:
     """Index `name` (`decode`d, against its shard's size) against its shard (a seekable
     binary file): each frame's length header must span from its offset to the next;
     ValueError naming the index and the first record that does not."""
-    for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+    for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
         shard.seek(start)
         head = shard.read(_LENGTH.size)
         if len(head) < _LENGTH.size or end - start != _LENGTH.unpack(head)[0] + FRAME_OVERHEAD:

@@ -23,10 +23,12 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
     """json.loads's object_pairs_hook: the object, or DuplicateKey naming the key."""
     found = dict(pairs)
     if len(found) != len(pairs):
-        seen = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise DuplicateKey(f"the key {json.dumps(twice)} appears twice in one object, and "
-                           "a reader cannot tell which value is meant")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"the key {json.dumps(key)} appears twice in one object, "
+                                   "and a reader cannot tell which value is meant")
+            seen.add(key)
     return found
 
 

@@ -46,7 +46,7 @@ def is_shard_name(name: str, split: Optional[str] = None) -> bool:
     """Whether `name` is a shard's plain name (of `split`, when given): nothing else is
     ever one, and a reader opens no other (no `../x`, no absolute path)."""
     match = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
-    return bool(match) and split in (None, match["split"])
+    return match is not None and split in (None, match["split"])
 
 
 def run_id_of(shard: str) -> Optional[str]:

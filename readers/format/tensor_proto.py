@@ -134,8 +134,8 @@ def _from_values(buf: Buffer, fields: list, name: str, dtype: np.dtype, dims: li
                  count: int) -> np.ndarray:
     """The short form: the typed field's values, the last one repeated up to `count`
     (none: zeros), as tf.make_ndarray reads them."""
-    number, carrier = _VALUE_FIELDS[name]
-    carrier = np.dtype(carrier)
+    number, carrier_name = _VALUE_FIELDS[name]
+    carrier = np.dtype(carrier_name)
     if count * dtype.itemsize > MAX_EXPANDED_BYTES:
         raise TensorProtoError(f"{name} {dims} without tensor_content would expand to "
                                f"{count * dtype.itemsize:,} bytes, more than "

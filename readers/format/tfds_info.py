@@ -93,8 +93,9 @@ def _split(spec: DatasetSpec, name: str, run_id: Optional[str], tfds_name: str) 
                          f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
     info = {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
             "filepathTemplate": f"{name}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
-    if all(shard.bytes is not None for shard in shards):   # builder.info.dataset_size
-        info["numBytes"] = str(sum(shard.bytes for shard in shards))
+    sizes = [shard.bytes for shard in shards if shard.bytes is not None]
+    if len(sizes) == len(shards):   # builder.info.dataset_size
+        info["numBytes"] = str(sum(sizes))
     return info
 
 
@@ -126,7 +127,7 @@ def split_names(spec: DatasetSpec, split: str) -> list[str]:
 def _splits(spec: DatasetSpec) -> list[dict]:
     runs = [g.run_id for g in spec.generations]
     return [_split(spec, name, run_id, tfds_name) for name in spec.splits
-            for run_id, tfds_name in zip(runs, split_names(spec, name))]
+            for run_id, tfds_name in zip(runs, split_names(spec, name), strict=True)]
 
 
 def _description(spec: DatasetSpec) -> str:

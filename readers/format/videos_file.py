@@ -61,7 +61,7 @@ def _row(line: bytes, number: int, splits) -> dict:
         raise VideosFileError(f"line {number} is not a JSON object")
     for field, kind in _FIELDS.items():
         value = row.get(field)
-        if type(value) is not kind or (kind is int and value < 0):
+        if type(value) is not kind or (isinstance(value, int) and value < 0):
             raise VideosFileError(f"line {number} has no {field!r} "
                                   f"({'a count' if kind is int else 'a string'})")
     if row["split"] not in splits:
@@ -89,7 +89,7 @@ def _check_once(open_file: Callable[[], BinaryIO], hashes: np.ndarray) -> None:
     equal = hashes[1:][hashes[1:] == hashes[:-1]]
     if not equal.size:
         return
-    suspects, first = set(equal.tolist()), {}
+    suspects, first = set(equal.tolist()), dict[str, int]()   # id -> its first line
     for number, line in lines(open_file):
         video_id = json.loads(line)["video_id"]
         if _id_hash(video_id) in suspects:

@@ -31,7 +31,7 @@ MAGIC = b"VWSTAB01"
 _HEADER = struct.Struct("<8sQIB3s")      # magic, records, crc, width, zeros
 HEADER_BYTES = _HEADER.size              # 24
 _VIDEO = np.dtype("<u8")
-_WIDTHS = {1: np.dtype("u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
+_WIDTHS: dict[int, np.dtype] = {1: np.dtype("u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
 class TableError(ValueError):
