@@ -73,25 +73,15 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     weights = [w for _, _, w in entries]
     selections = [Selection.load(path, split, features) for path, split, _ in entries]
     names = [f"source {i} ({path} split {split!r})" for i, (path, split, _) in enumerate(entries)]
-    empty = [i for i, s in enumerate(selections) if not s.windows]
-    if empty:
-        raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
-                         "an epoch")
-    size = optional_whole_number("epoch_windows", epoch_windows, 1) or sum(
-        s.windows for s in selections)
-    if size < batch_size and (drop_remainder or repeat):
-        raise ValueError(f"an epoch of this mixture has {size} windows, fewer than "
-                         f"batch_size {batch_size}: not one batch comes out; lower "
-                         "batch_size, or pass epoch_windows")
+    size = _epoch_windows(epoch_windows, selections, names, batch_size,
+                          drop_remainder=drop_remainder, repeat=repeat)
     streams = []
     for i, ((path, split, _), selection) in enumerate(zip(entries, selections, strict=True)):
         stream = make_dataset(path, split, min(batch_size, selection.windows), shuffle=False,
                               repeat=True, features=features, float_pixels=float_pixels,
                               keep_float16=keep_float16, clip=clip)
         streams.append(stream.unbatch().map(functools.partial(_with_source, i)))
-    refuse_unlike([{name: (tuple(spec.shape), spec.dtype.name if spec.dtype != tf.string
-                           else "bytes") for name, spec in s.element_spec.items()
-                    if name != SOURCE} for s in streams], names)
+    refuse_unlike([_signature(s) for s in streams], names)
     counts = epoch_counts(weights, size)
     choices = (tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(size)).map(
         functools.partial(_choice, bounds=tf.constant(np.cumsum(counts), tf.int64),
@@ -102,6 +92,32 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
         entries, selections, clip, batch_size=batch_size, seed=seed, size=size,
         repeat=repeat, drop_remainder=drop_remainder, float_pixels=float_pixels,
         keep_float16=keep_float16))
+
+
+def _epoch_windows(epoch_windows: Optional[int], selections: list[Selection],
+                   names: list[str], batch_size: int, *, drop_remainder: bool,
+                   repeat: bool) -> int:
+    """Windows an epoch: `epoch_windows`, or the sum of the sources'. ValueError for a
+    source without windows (it cannot give its share), or an epoch shorter than a batch
+    that must be whole."""
+    empty = [i for i, s in enumerate(selections) if not s.windows]
+    if empty:
+        raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
+                         "an epoch")
+    size = optional_whole_number("epoch_windows", epoch_windows, 1) or sum(
+        s.windows for s in selections)
+    if size < batch_size and (drop_remainder or repeat):
+        raise ValueError(f"an epoch of this mixture has {size} windows, fewer than "
+                         f"batch_size {batch_size}: not one batch comes out; lower "
+                         "batch_size, or pass epoch_windows")
+    return size
+
+
+def _signature(stream: tf.data.Dataset) -> dict[str, tuple]:
+    """What a source's windows must share with the others': each feature's shape and
+    dtype (strings as "bytes"), `source` aside."""
+    return {name: (tuple(spec.shape), spec.dtype.name if spec.dtype != tf.string else "bytes")
+            for name, spec in stream.element_spec.items() if name != SOURCE}
 
 
 def _entries(sources: Any, split: str) -> list[tuple[str, str, float]]:
