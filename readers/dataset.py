@@ -299,18 +299,31 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
     selections existed restores on a reader of every window)."""
     part = ("" if input_context is None else f", input pipeline "
             f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
-    values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
-                                                (keep_float16, ", float16 kept")) if wanted)
-    order = ("shuffled without a seed" if shuffle and seed is None else
-             f"shuffled with seed {seed}" if shuffle else "in order")
     return {"dataset": f"{path if '://' in path else os.path.abspath(path)} (run "
                        f"{selection.spec.run_id or 'without an id'})",
             "split": f"split {selection.split!r}{part}",
-            "features": f"features {[f.name for f in selection.features]}{values}",
+            "features": f"features {[f.name for f in selection.features]}"
+                        f"{_values_named(float_pixels, keep_float16)}",
             "clip": "no clip" if clip is None else f"clip {clip}",
-            "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
-                     f"{order}{', repeated' if repeat else ''}",
+            "order": _order_named(batch_size, drop_remainder=drop_remainder,
+                                  shuffle=shuffle, seed=seed, repeat=repeat),
             **({} if kept is None else {"selection": kept.said()})}
+
+
+def _values_named(float_pixels: bool, keep_float16: bool) -> str:
+    """How an identity's features name the values' options ("" for neither)."""
+    return "".join(text for wanted, text in ((float_pixels, ", float pixels"),
+                                             (keep_float16, ", float16 kept")) if wanted)
+
+
+def _order_named(batch_size: int, *, drop_remainder: bool, shuffle: bool,
+                 seed: Optional[int], repeat: bool) -> str:
+    """How an identity names the order: the batches, the shuffle and its seed, the
+    repeat."""
+    order = ("shuffled without a seed" if shuffle and seed is None else
+             f"shuffled with seed {seed}" if shuffle else "in order")
+    return (f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
+            f"{order}{', repeated' if repeat else ''}")
 
 
 def _kept_records(shards: tf.data.Dataset, read, kept: list[np.ndarray], counts: list[int]):
