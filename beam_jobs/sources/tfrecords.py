@@ -92,54 +92,91 @@ def read_records(path: str, size: Optional[int] = None, typical_record: int = 0,
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     with raw:
-        kind = _media_kind(raw.read(12))
-        raw.seek(0)
-        if kind is not None:   # a file named like no media, read as latents
-            yield 0, Lost(f"by its first bytes, a {kind} file, not a TFRecord file: not read",
-                          1, size, True)
+        refused = _not_a_tfrecord_file(raw, path, size, typical_record)
+        if refused is not None:
+            yield 0, refused
             return
-        if path.endswith(".gz"):
-            magic = raw.read(2)
-            raw.seek(0)
-            if magic != _GZIP_MAGIC:
-                yield 0, _rest_lost("named .gz but not a gzip file", size, 0, 0,
-                                    typical_record)
-                return
         # a GzipFile reads as a binary file does (typeshed's GzipFile is no BinaryIO)
         f = (cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb")) if path.endswith(".gz")
              else raw)
-        index, consumed = 0, 0
-        while True:
-            before = raw.tell()
-            if skip is not None and f is raw:
-                video_id = _skip_unread(raw, before, size, index, skip)
-                if video_id is not None:
-                    yield index, Skipped(video_id)
-                    index += 1
-                    consumed += raw.tell() - before
-                    continue
-            try:
-                record = read_frame(f)
-            except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
-                yield index, _gzip_rest(f"the gzip stream breaks ({e})", None, index,
-                                        consumed, typical_record)
-                return
-            if record is None:
-                return
-            if isinstance(record, Lost) and record.framing:
-                yield index, (_gzip_rest(record.reason, f, index, consumed, typical_record)
-                              if f is not raw else
-                              _rest_lost(record.reason, size, before, consumed / index
-                                         if index else typical_record, typical_record))
-                return
-            consumed += (len(record) + FRAME_OVERHEAD if isinstance(record, bytes)
-                         else record.bytes_lost)
-            item: Union[bytes, Lost, Skipped] = record
-            if skip is not None and isinstance(record, bytes) and (
-                    video_id := _named(skip, index, record)) is not None:
-                item = Skipped(video_id)   # a record of a gzip file, read whole
-            yield index, item
-            index += 1
+        yield from _frames(raw, f, size, typical_record, skip)
+
+
+def _not_a_tfrecord_file(raw: BinaryIO, path: str, size: int, typical_record: int
+                         ) -> Optional[Lost]:
+    """The whole file as one Lost when its first bytes say it is no TFRecord file: a
+    media file (a glob of latents may catch one under another name), or a file named .gz
+    that is no gzip file; else None, the file back at its start."""
+    kind = _media_kind(raw.read(12))
+    raw.seek(0)
+    if kind is not None:   # a file named like no media, read as latents
+        return Lost(f"by its first bytes, a {kind} file, not a TFRecord file: not read",
+                    1, size, True)
+    if path.endswith(".gz"):
+        magic = raw.read(2)
+        raw.seek(0)
+        if magic != _GZIP_MAGIC:
+            return _rest_lost("named .gz but not a gzip file", size, 0, 0, typical_record)
+    return None
+
+
+def _frames(raw: BinaryIO, f: BinaryIO, size: int, typical_record: int,
+            skip: Optional[Skip]) -> Iterator[tuple[int, Union[bytes, Lost, Skipped]]]:
+    """read_records' items of an open file: `raw`, read as `f` (itself, or its gzip
+    stream). Records `skip` names are skipped unread where `f` is `raw`; the first
+    broken frame, or a broken gzip stream, ends the file with one Lost for the rest."""
+    index, consumed = 0, 0
+    while True:
+        before = raw.tell()
+        if skip is not None and f is raw:
+            video_id = _skip_unread(raw, before, size, index, skip)
+            if video_id is not None:
+                yield index, Skipped(video_id)
+                index += 1
+                consumed += raw.tell() - before
+                continue
+        try:
+            record = read_frame(f)
+        except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream
+            yield index, _gzip_rest(f"the gzip stream breaks ({e})", None, index,
+                                    consumed, typical_record)
+            return
+        if record is None:
+            return
+        if isinstance(record, Lost) and record.framing:
+            gzipped = f if f is not raw else None
+            yield index, _framing_lost(record.reason, gzipped, size, before, index, consumed,
+                                       typical_record)
+            return
+        consumed += _frame_bytes(record)
+        yield index, _skipped_or(skip, index, record)
+        index += 1
+
+
+def _framing_lost(reason: str, gzipped: Optional[BinaryIO], size: int, offset: int,
+                  read: int, consumed: int, typical: int) -> Lost:
+    """The rest of a file whose length frame at `offset` is broken, after `read` records
+    of `consumed` bytes: counted in what is left of the gzip stream `gzipped`, or of a
+    plain file of `size` bytes at the mean record size so far (`typical` before any)."""
+    if gzipped is not None:
+        return _gzip_rest(reason, gzipped, read, consumed, typical)
+    return _rest_lost(reason, size, offset, consumed / read if read else typical, typical)
+
+
+def _frame_bytes(record: Union[bytes, Lost]) -> int:
+    """The bytes a record's frame took: its data and framing, or those a Lost record
+    (a failed CRC) held."""
+    return len(record) + FRAME_OVERHEAD if isinstance(record, bytes) else record.bytes_lost
+
+
+def _skipped_or(skip: Optional[Skip], index: int, record: Union[bytes, Lost]
+                ) -> Union[bytes, Lost, Skipped]:
+    """Skipped when `skip` names the record (one of a gzip file, read whole), else the
+    record."""
+    if skip is not None and isinstance(record, bytes) and (
+            video_id := _named(skip, index, record)) is not None:
+        return Skipped(video_id)
+    return record
 
 
 def _named(skip: Skip, index: int, record: Union[bytes, PagedRecord]) -> Optional[str]:
