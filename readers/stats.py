@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
@@ -110,6 +110,24 @@ def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optio
     from readers.dataset import make_dataset
 
     ds = make_dataset(path, split, batch_size=64, seed=seed, drop_remainder=False)
+    moments, labels, seen = _sampled(ds, sample)
+    lines = [f"statistics of {min(seen, sample or seen)} {split} windows (NaN and Inf "
+             "counted apart):",
+             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s} "
+             f"{'NaN':>8s} {'Inf':>8s}"]
+    for name, m in moments.items():
+        lines.append(f"  {name:10s} {m.mean:12.5g} {m.std:12.5g} {m.low:12.5g} "
+                     f"{m.high:12.5g} {m.nans:8d} {m.infs:8d}")
+    if "mask" in moments and moments["mask"].count:
+        lines.append(f"masked frames: {1 - moments['mask'].mean:.2%}")
+    return "\n".join(lines + _label_histogram(labels))
+
+
+def _sampled(ds: Iterable[dict[str, Any]], sample: Optional[int]
+             ) -> tuple[dict[str, _Moments], list[np.ndarray], int]:
+    """Of the first `sample` windows of `ds`'s batches (None: all): each numeric
+    feature's moments (`start` aside), the finite label values, and the windows read
+    (a whole batch past `sample`)."""
     moments: dict[str, _Moments] = collections.defaultdict(_Moments)
     labels, seen = [], 0
     for batch in ds:
@@ -124,19 +142,16 @@ def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optio
         seen += len(next(iter(batch.values())))
         if sample is not None and seen >= sample:
             break
-    lines = [f"statistics of {min(seen, sample or seen)} {split} windows (NaN and Inf "
-             "counted apart):",
-             f"  {'feature':10s} {'mean':>12s} {'std':>12s} {'min':>12s} {'max':>12s} "
-             f"{'NaN':>8s} {'Inf':>8s}"]
-    for name, m in moments.items():
-        lines.append(f"  {name:10s} {m.mean:12.5g} {m.std:12.5g} {m.low:12.5g} "
-                     f"{m.high:12.5g} {m.nans:8d} {m.infs:8d}")
-    if "mask" in moments and moments["mask"].count:
-        lines.append(f"masked frames: {1 - moments['mask'].mean:.2%}")
-    if labels and sum(map(len, labels)):
-        counts, edges = np.histogram(np.concatenate(labels), bins=10)
-        lines.append("label histogram:")
-        for count, low, high in zip(counts, edges, edges[1:], strict=False):
-            bar = "#" * round(40 * count / max(1, counts.max()))
-            lines.append(f"  [{low:10.4g}, {high:10.4g})  {count:8d}  {bar}")
-    return "\n".join(lines)
+    return moments, labels, seen
+
+
+def _label_histogram(labels: list[np.ndarray]) -> list[str]:
+    """The label values' histogram in 10 bins, a bar a bin; none without values."""
+    if not (labels and sum(map(len, labels))):
+        return []
+    counts, edges = np.histogram(np.concatenate(labels), bins=10)
+    lines = ["label histogram:"]
+    for count, low, high in zip(counts, edges, edges[1:], strict=False):
+        bar = "#" * round(40 * count / max(1, counts.max()))
+        lines.append(f"  [{low:10.4g}, {high:10.4g})  {count:8d}  {bar}")
+    return lines
