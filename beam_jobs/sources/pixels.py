@@ -80,13 +80,7 @@ class PixelVideo:
         `info` gets a video file's frame rate ("source_fps")."""
         fmt = self.fmt
         labels = self._labels()
-        metadata = self.entry.metadata or ()
-        if len(metadata) != fmt.metadata_length:
-            raise BadRecord(f"metadata has {len(metadata)} values, expected "
-                            f"{fmt.metadata_length}" + (" (other rows have metadata)"
-                                                        if not metadata else ""))
-        if metadata and not fmt.allow_nonfinite:
-            check_finite(np.asarray(metadata, np.float32), "metadata")
+        self._check_metadata()
         # labels are read exactly when the dataset has a label shape (_labels)
         zero_label = None if fmt.label_shape is None else np.zeros(fmt.label_shape, np.float32)
         pad = None
@@ -103,10 +97,18 @@ class PixelVideo:
                             where, histogram=stored.histogram)
             if count == fmt.max_frames:
                 break
-        if labels is not None and count < len(labels) and count != fmt.max_frames:
-            raise BadRecord(f"{len(labels)} labels for {count} frames")
-        if not readable:
-            raise BadRecord("no readable frame" if count else "no frames")
+        _check_frames_read(labels, count, readable, fmt.max_frames)
+
+    def _check_metadata(self) -> None:
+        """BadRecord for metadata of another length than the dataset's, or (unless the
+        dataset allows them) with a NaN or Inf."""
+        metadata = self.entry.metadata or ()
+        if len(metadata) != self.fmt.metadata_length:
+            raise BadRecord(f"metadata has {len(metadata)} values, expected "
+                            f"{self.fmt.metadata_length}" + (" (other rows have metadata)"
+                                                             if not metadata else ""))
+        if metadata and not self.fmt.allow_nonfinite:
+            check_finite(np.asarray(metadata, np.float32), "metadata")
 
     def _labels(self) -> Optional[np.ndarray]:
         if self.fmt.label_shape is None:
@@ -141,6 +143,17 @@ class PixelVideo:
                 yield None, path, str(e)
                 continue
             yield stored, path, None
+
+
+def _check_frames_read(labels: Optional[np.ndarray], count: int, readable: int,
+                       max_frames: Optional[int]) -> None:
+    """BadRecord, once a video's `count` frames are read (`readable` of them), for
+    labels of more frames than it has (unless it was cut at `max_frames`), or a video
+    without a readable frame."""
+    if labels is not None and count < len(labels) and count != max_frames:
+        raise BadRecord(f"{len(labels)} labels for {count} frames")
+    if not readable:
+        raise BadRecord("no readable frame" if count else "no frames")
 
 
 def _per_frame(shape: tuple[int, ...]) -> str:
