@@ -19,7 +19,7 @@ Numpy only (the hash below is plain integer arithmetic).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -87,7 +87,8 @@ class Clip:
         """A "start" or "center" clip's offset in a window of `window` frames."""
         return 0 if self.offset == "start" else (self.offset_count(window) - 1) // 2
 
-    def offsets(self, window: int, windows: np.ndarray, epoch: int) -> np.ndarray:
+    def offsets(self, window: int, windows: Union[Sequence[int], np.ndarray], epoch: int
+                ) -> np.ndarray:
         """The first frame of each clip of `windows` (window numbers in the split) in
         `epoch`, as int64: a pure function of (seed, epoch, window)."""
         count = self.offset_count(window)

@@ -178,7 +178,8 @@ def _kept_shards(path: str, split: str, selection: Selection, select: Optional[S
     kept = subset.resolve(select, selection)    # None: every window
     if kept is None:
         return selection, None, None
-    records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards)))
+    records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards),
+                       strict=True))
     selection = dataclasses.replace(selection, shards=tuple(
         s for s in selection.shards if len(records[s.file])))
     if not selection.shards:
@@ -213,7 +214,7 @@ def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndar
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
             f"than the {n} dataset.json lists, or gone ({path} rewritten or deleted while "
             f"this reader was open: open it again; python -m readers.inspect {path} --verify "
-            "lists what is wrong)" for f, n in zip(files, counts)]
+            "lists what is wrong)" for f, n in zip(files, counts, strict=True)]
     ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
     gone = (f"{path} was rewritten or deleted while this reader was open (it reads "
             f"{f'run {spec.run_id}' if spec.run_id else 'a dataset without a run id'}): ")
@@ -260,7 +261,7 @@ def _parser(selected: Sequence[data_format.FeatureSpec], window: int, clip: Opti
         if clip is not None:
             offsets = _clip_offsets(clip, window, serialized, random)
             values[CLIP_OFFSET] = offsets
-        if cut:
+        if cut and clip is not None:   # (cut says it; mypy needs it said)
             frames = offsets[:, None] + tf.range(0, clip.span, clip.step, tf.int64)
             values.update({f.name: f.codec.decode_clip(parsed[f.name], frames, **options)
                            for f in selected if f.name in data_format.PER_FRAME})
@@ -333,7 +334,7 @@ def _kept_records(shards: tf.data.Dataset, read, kept: list[np.ndarray], counts:
     each record read is zipped with its number and kept when its flag is set."""
     starts = np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
     flags = np.zeros(int(sum(counts)), bool)
-    for start, records in zip(starts, kept):
+    for start, records in zip(starts, kept, strict=True):
         flags[start + records] = True
     flags = tf.constant(flags)
     shards = tf.data.Dataset.zip(shards, tf.data.Dataset.from_tensor_slices(starts)).map(

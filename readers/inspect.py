@@ -59,14 +59,15 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
 def _split_table(dataset: data_format.DatasetSpec, sizes: dict[str, int]) -> list[str]:
     """The summary's table of the splits' counts and sizes (`sizes`: file -> bytes), a
     line a split under a header, the name left-aligned and the figures right."""
-    rows = [("split", "videos", "skipped", "frames", "bad frames", "windows", "shards", "MB")]
+    rows: list[tuple] = [("split", "videos", "skipped", "frames", "bad frames", "windows",
+                          "shards", "MB")]
     for name, split in dataset.splits.items():
         size = sum(sizes.get(s.file, 0) for s in split.shards)
         rows.append((name, split.videos, split.skipped_short, split.frames, split.bad_frames,
                      split.windows, len(split.shards), f"{size / 2**20:,.1f}"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(str(v).rjust(wd) if i else str(v).ljust(wd)
-                      for i, (v, wd) in enumerate(zip(r, widths))) for r in rows]
+                      for i, (v, wd) in enumerate(zip(r, widths, strict=True))) for r in rows]
 
 
 def _generation_lines(dataset: data_format.DatasetSpec) -> list[str]:
@@ -84,7 +85,8 @@ def _failure_lines(files: DatasetFiles, dataset: data_format.DatasetSpec,
                    sizes: dict[str, int]) -> list[str]:
     """The summary's failures: their count and, from the failures file where there is
     one, the 5 most common reasons (or why they cannot be read)."""
-    reasons, unread = collections.Counter(), ""
+    reasons: collections.Counter[str] = collections.Counter()
+    unread = ""
     try:
         if dataset.sidecars.get("failures") in sizes:
             reasons = report.collect.side_file(files, dataset, "failures").by_reason
@@ -107,7 +109,7 @@ def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int,
                                    drop_remainder=False)))
     windows, masks = batch["window"].numpy(), batch["mask"].numpy()
     captions = [f"{v.decode()} @ {s}" for v, s in zip(batch["video_id"].numpy(),
-                                                      batch["start"].numpy())]
+                                                      batch["start"].numpy(), strict=True)]
     labels = batch["labels"].numpy() if "labels" in batch else None
     if decoder:
         import keras

@@ -104,12 +104,12 @@ def refuse_unlike(signatures: Sequence[dict[str, tuple[tuple[int, ...], str]]],
     between two sources (`signatures`: name -> (shape, dtype) of what each gives, `names`:
     the sources in words), or that one gives and another does not: a batch stacks them."""
     first = signatures[0]
-    for other, name in zip(signatures[1:], names[1:]):
+    for other, name in zip(signatures[1:], names[1:], strict=True):
         for feature in [*first, *(f for f in other if f not in first)]:
             mine, theirs = first.get(feature), other.get(feature)
             if mine == theirs:
                 continue
-            said = [f"{dtype} {list(shape)}" if (shape, dtype) != (None, None) else "none"
+            said = [f"{dtype} {list(shape)}" if shape is not None else "none"
                     for shape, dtype in (mine or (None, None), theirs or (None, None))]
             raise ValueError(f"these sources cannot be mixed: feature {feature!r} is "
                              f"{said[0]} in {names[0]} but {said[1]} in {name} (a batch "
@@ -179,7 +179,8 @@ class Mixture:
         return int(self.offsets[-1])
 
     def __repr__(self) -> str:
-        pairs = ", ".join(f"({source!r}, {w!r})" for source, w in zip(self.sources, self.weights))
+        pairs = ", ".join(f"({source!r}, {w!r})"
+                          for source, w in zip(self.sources, self.weights, strict=True))
         return f"Mixture([{pairs}], seed={self.seed}, epoch_windows={self.epoch_windows})"
 
     def for_epoch(self, epoch: int) -> "Mixture":
@@ -193,7 +194,7 @@ class Mixture:
         """What this mixture reads, as a state names it (JSON-ready): each source's reading
         and weight, the seed and the epoch's windows."""
         return {"sources": [{**source.reading, "weight": w}
-                            for source, w in zip(self.sources, self.weights)],
+                            for source, w in zip(self.sources, self.weights, strict=True)],
                 "seed": self.seed, "epoch_windows": self.epoch_windows}
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +233,7 @@ class Mixture:
         """Window `i` as {name: array} (with `source`); a list or array of indices gives
         their `read_batch` (a DataLoader with `batch_size=None` and a batch sampler)."""
         if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
-            return self.__getitems__([i])[0]
+            return self.__getitems__([int(i)])[0]
         return self.read_batch(i)
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -290,7 +291,7 @@ def _joined(size: int, parts: list, names: list[str]) -> dict[str, Any]:
             continue
         _check_alike(key, parts, values, names)
         column = np.empty((size, *values[0].shape[1:]), np.result_type(*values))
-        for (rows, _, _), value in zip(parts, values):
+        for (rows, _, _), value in zip(parts, values, strict=True):
             column[rows] = value
         joined[key] = column
     return joined
@@ -310,8 +311,8 @@ def _same_keys(parts: list, names: list[str]) -> list[str]:
 def _check_arrays(key: str, parts: list, values: list, names: list[str]) -> None:
     """TypeError naming the first source whose `key` (`values`, a part each) is no
     numpy array."""
-    bad = next((i for (_, i, _), v in zip(parts, values) if not isinstance(v, np.ndarray)),
-               None)
+    bad = next((i for (_, i, _), v in zip(parts, values, strict=True)
+                if not isinstance(v, np.ndarray)), None)
     if bad is not None:
         raise TypeError(f"{names[bad]} gave {type(values[0]).__name__} for {key!r}: a "
                         "mixture joins numpy arrays (return them from the transform)")
@@ -327,7 +328,7 @@ def _check_alike(key: str, parts: list, values: list[np.ndarray], names: list[st
                     for v in values)):
         raise ValueError(f"the sources' {key!r} differ in shape or dtype: "
                          + ", ".join(f"{v.dtype} {list(v.shape[1:])} from {names[i]}"
-                                     for (_, i, _), v in zip(parts, values)))
+                                     for (_, i, _), v in zip(parts, values, strict=True)))
 
 
 # A state's fields besides the mixture's reading: MixtureBatches' arguments.
@@ -431,11 +432,11 @@ def _differences(saved: list[dict[str, Any]], state: dict[str, Any], now: dict[s
     """(what, saved, now) of each way the mixture a state was saved on differs from the
     one now (`now`, its reading): the number of sources, or each source's fields but its
     path (a copy of a run is the same run); the seed and the epoch's windows."""
-    differ = []
+    differ: list[tuple[str, Any, Any]] = []
     if len(saved) != len(now["sources"]):
         differ.append(("sources", len(saved), len(now["sources"])))
     else:
-        for i, (was, is_) in enumerate(zip(saved, now["sources"])):
+        for i, (was, is_) in enumerate(zip(saved, now["sources"], strict=True)):
             differ += [(f"source {i}'s {key}", was.get(key), is_[key])
                        for key in is_ if key != "dataset" and was.get(key) != is_[key]]
     differ += [(key, state[key], now[key]) for key in ("seed", "epoch_windows")

@@ -40,7 +40,7 @@ import concurrent.futures
 import copy
 import dataclasses
 import os
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -55,11 +55,11 @@ from readers.selection import (
     optional_whole_number,
     whole_number,
 )
+from readers.shards import Shards
 from readers.subset import Select  # re-exported: readers.numpy's API
 
 # What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
-from readers.shards import Shards
 
 
 class WindowSource:
@@ -159,8 +159,9 @@ class WindowSource:
         PyTorch DataLoader with `batch_size=None` and a `BatchSampler` reads each batch
         as one. Indices mean what they mean to numpy (`indices`)."""
         if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
-            return self.__getitems__([i])[0]
-        return self.read_batch(i)
+            return self.__getitems__([int(i)])[0]
+        # a bool is an int to mypy; read_batch takes it as numpy does (a 0-d mask)
+        return self.read_batch(cast(Union[Sequence[int], slice, np.ndarray], i))
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Windows `indices`, one dict each, read as one `read_batch`: a PyTorch
@@ -196,7 +197,8 @@ class WindowSource:
         return indices if self._subset is None else self._subset.windows[indices]
 
     def read_split_windows(self, windows: np.ndarray,
-                           records: Optional[Sequence[bytes]] = None) -> dict[str, Any]:
+                           records: Optional[Sequence[Union[bytes, memoryview]]] = None
+                           ) -> dict[str, Any]:
         """The windows numbered `windows` in the split (`in_split`) stacked, as
         `read_batch` gives them; `records`: their frames, already fetched (the streaming
         order's). Every read ends here, in the thread or process that reads: the
@@ -495,7 +497,7 @@ def _read_ahead(plan: EpochBatches, threads: int, prefetch: int) -> Iterator[dic
     def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
         in_split = source.in_split(np.asarray(windows, np.int64))
         return source.read_split_windows(
-            in_split, None if reads is None else chunks.records(reads, in_split))
+            in_split, None if reads is None or chunks is None else chunks.records(reads, in_split))
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         try:

@@ -11,7 +11,7 @@ what a feature's values become in a batch, its codec (`readers.format.codecs`).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -38,8 +38,9 @@ class Decoder:
         self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
         self._plans = Plans(self.features)
 
-    def read_batch(self, shards: Shards, indices: Sequence[int], epoch: int = 0,
-                   records: Optional[Sequence[bytes]] = None) -> dict[str, Any]:
+    def read_batch(self, shards: Shards, indices: Union[Sequence[int], np.ndarray],
+                   epoch: int = 0, records: Optional[Sequence[Union[bytes, memoryview]]] = None
+                   ) -> dict[str, Any]:
         """Windows `indices` of `shards` stacked: {name: array [len, ...]}; with a clip,
         each window's clip of `epoch` and `clip_offset`.
 
@@ -63,7 +64,7 @@ class Decoder:
         spans = shards.spans(located)
         fetched = records if records is not None else shards.fetch(located, spans)
         for row, ((shard, in_shard), (start, end), data, offset) in enumerate(
-                zip(located, spans, fetched, offsets)):
+                zip(located, spans, fetched, offsets, strict=True)):
             plan = self._plans.first(end - start)
             if plan is not None:
                 rest = batch.rest(plan)
@@ -189,7 +190,7 @@ class Batch:
         cut = [name for name in fixed_width if clip is not None and name in PER_FRAME]
         self.columns, self.rows, self._frame_bytes, self._storage = {}, {}, {}, {}
         for name, (shape, dtype) in columns.items():
-            if name not in cut:
+            if name not in cut or clip is None:   # (cut holds names only with a clip)
                 self.columns[name] = np.empty((n, *shape), dtype)
                 continue
             size = self._frame_bytes[name] = math.prod(shape[1:]) * dtype.itemsize
@@ -232,11 +233,12 @@ class Batch:
         from the row on; with a frame step, the window to the scratch buffer (a piece a
         frame would cost Python more than `store`'s copy, docs/benchmarks.md)."""
         size = self._frame_bytes.get(name) if offset is not None else None
-        if size is None:
+        clip = self.clip   # set where a frame has a size (a cut column) and an offset
+        if size is None or clip is None or offset is None:
             return [self.rows[name][row]]
-        if self.clip.step > 1:
+        if clip.step > 1:
             return [self._skipped[name]]
-        row_start = row * self.clip.length * size
+        row_start = row * clip.length * size
         rest = self._storage[name][row_start:row_start + (self.window - offset) * size]
         return [self._skipped[name][:offset * size], rest] if offset else [rest]
 
@@ -245,14 +247,15 @@ class Batch:
         """The values that the rest holds (the features that are not direct), into row
         `row` of their columns, a per-frame one's clip from `offset` only; and a frame
         step's kept frames out of the scratch buffer."""
-        if offset is not None and self.clip.step > 1:
-            frames = self.clip.frames(offset)
+        clip = self.clip   # set wherever an offset is given
+        if offset is not None and clip is not None and clip.step > 1:
+            frames = clip.frames(offset)
             for name in plan.direct:
                 if name in self._window_frames:
                     self._clip_frames[name][row] = self._window_frames[name][frames]
         values = layout.values(plan.others, rest.buffer, HEADER_BYTES)
         for f in plan.others:
             value = values[f.name]
-            if offset is not None and f.name in PER_FRAME:
-                value = value[self.clip.frames(offset)]
+            if offset is not None and clip is not None and f.name in PER_FRAME:
+                value = value[clip.frames(offset)]
             f.codec.store(self.columns[f.name], row, value)

@@ -10,7 +10,7 @@ import bisect
 import functools
 import itertools
 import os
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -32,15 +32,16 @@ def read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
     """Files, or their byte ranges [start, end), local or of any fsspec scheme, of one
     scheme. Remote ones are asked for all at once: gcsfs sends the requests concurrently,
     so a batch of windows on gs:// waits about one request's latency, not one per window."""
-    starts = list(starts) if starts is not None else [None] * len(paths)
-    ends = list(ends) if ends is not None else [None] * len(paths)
+    nones: list[Optional[int]] = [None] * len(paths)
+    firsts: Sequence[Optional[int]] = list(starts) if starts is not None else nones
+    lasts: Sequence[Optional[int]] = list(ends) if ends is not None else nones
     if paths and is_remote(paths[0]):
         import fsspec
         fs, _ = fsspec.core.url_to_fs(paths[0])
-        return fs.cat_ranges([_on_filesystem(p) for p in paths], starts, ends,
+        return fs.cat_ranges([_on_filesystem(p) for p in paths], firsts, lasts,
                              on_error="raise")
     out = []
-    for path, start, end in zip(paths, starts, ends):
+    for path, start, end in zip(paths, firsts, lasts, strict=True):
         with open(path.removeprefix("file://"), "rb") as f:
             f.seek(start or 0)
             out.append(f.read() if end is None else f.read(end - (start or 0)))
@@ -73,7 +74,7 @@ class Shards:
         self._selection = selection
         self._shards = list(shards)
         self._ends = list(itertools.accumulate(s.examples for s in self._shards))
-        self._starts = [end - s.examples for end, s in zip(self._ends, self._shards)]
+        self._starts = [end - s.examples for end, s in zip(self._ends, self._shards, strict=True)]
         self.size = self._ends[-1] if self._ends else 0
         self.remote = is_remote(path)
         self._paths = [os.path.join(path.removeprefix("file://"), s.file) for s in self._shards]
@@ -106,17 +107,17 @@ class Shards:
         return [self._span(shard, in_shard) for shard, in_shard in located]
 
     def fetch(self, located: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
-              ) -> list[Optional[bytes]]:
+              ) -> Sequence[Optional[bytes]]:
         """The frames of a remote split, all requested at once, each as long as its
         index says; None for each local one (`read` reads those straight into place)."""
         if not self.remote or not located:
             return [None] * len(located)
         shards = [shard for shard, _ in located]
         try:
-            frames = read_files([self._paths[shard] for shard in shards], *zip(*spans))
+            frames = read_files([self._paths[shard] for shard in shards], *zip(*spans, strict=True))
         except FileNotFoundError as e:
             raise self._gone_error(e, shards) from None
-        for (shard, in_shard), (start, end), frame in zip(located, spans, frames):
+        for (shard, in_shard), (start, end), frame in zip(located, spans, frames, strict=True):
             if len(frame) != end - start:
                 raise OSError(f"shard {self.name(shard)} ends before byte {end} (record "
                               f"{in_shard}); run python -m readers.inspect {self.path} --verify")
@@ -162,18 +163,25 @@ class Shards:
         if len(self._offsets) == len(self._shards):      # all read: the usual case
             return
         missing = sorted({shard for shard in shards if shard not in self._offsets})
-        paths = [os.path.join(self.path, self._shards[shard].index) for shard in missing]
+        names = [self._index_name(shard) for shard in missing]
         try:
-            indexes = read_files(paths)
+            indexes = read_files([os.path.join(self.path, name) for name in names])
         except FileNotFoundError as e:
             raise self._gone_error(e, missing) from None
         min_frame = self._selection.spec.min_frame_bytes
-        for shard, data in zip(missing, indexes):
+        for shard, name, data in zip(missing, names, indexes, strict=True):
             entry = self._shards[shard]
             size = None if self.remote else os.fstat(self._open(shard)).st_size
-            self._offsets[shard] = index.decode(data, entry.index, entry.examples,
+            self._offsets[shard] = index.decode(data, name, entry.examples,
                                                 self._selection.spec.format_version, size,
                                                 min_frame)
+
+    def _index_name(self, shard: int) -> str:
+        """The offset index of a shard (__init__ refuses a shard without one)."""
+        name = self._shards[shard].index
+        if name is None:
+            raise ValueError(f"shard {self._shards[shard].file} has no offset index")
+        return name
 
     def _open(self, shard: int) -> int:
         """The descriptor of a local shard, opened on first need."""
@@ -189,7 +197,8 @@ class Shards:
                     ) -> FileNotFoundError:
         """`Selection.gone_error` for the file of `shards` that `error` names (an index, or
         else a shard; the first one's when it names none)."""
-        names = [self._shards[s].index for s in shards] + [self._shards[s].file for s in shards]
+        names = ([n for n in (self._shards[s].index for s in shards) if n is not None]
+                 + [self._shards[s].file for s in shards])
         said = f"{error.filename} {error}"
         return self._selection.gone_error(next((n for n in names if n in said),
                                                self._shards[shards[0]].file))
@@ -198,7 +207,7 @@ class Shards:
         offsets = self._offsets[shard]
         return int(offsets[in_shard]), int(offsets[in_shard + 1])
 
-    def frame(self, shard: int, in_shard: int, fetched: Optional[bytes]
+    def frame(self, shard: int, in_shard: int, fetched: Optional[Union[bytes, memoryview]]
               ) -> tuple[bytearray, int]:
         """A record's TFRecord frame in memory of its own, its CRCs checked, and its size."""
         start, end = self._span(shard, in_shard)
@@ -219,7 +228,7 @@ class Shards:
                           f"(byte {start}); run python -m readers.inspect {self.path} --verify")
 
     def read(self, shard: int, pieces: list, start: int, end: int,
-             fetched: Optional[bytes]) -> None:
+             fetched: Optional[Union[bytes, memoryview]]) -> None:
         """Bytes [start, end) of a shard, into `pieces` (writable buffers, in order, that
         add up to end - start bytes): one preadv, or from `fetched`, those bytes of a
         remote shard."""

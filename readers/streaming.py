@@ -141,8 +141,8 @@ class Chunks:
                 del self._held[c]
         return reads
 
-    def records(self, reads: dict[int, concurrent.futures.Future], windows: Sequence[int]
-                ) -> list[memoryview]:
+    def records(self, reads: dict[int, concurrent.futures.Future],
+                windows: Union[Sequence[int], np.ndarray]) -> list[memoryview]:
         """The bytes of each of `windows`, from the chunk reads `fetch` gave for them."""
         located = [self._shards.locate(int(i)) for i in windows]
         out = []

@@ -128,7 +128,7 @@ class Subset:
         ends = np.cumsum([shard.examples for shard in shards], dtype=np.int64)
         cuts = np.searchsorted(self.windows, ends)
         return [self.windows[lo:hi] - (end - shard.examples) for lo, hi, end, shard in
-                zip(np.concatenate([[0], cuts[:-1]]), cuts, ends, shards)]
+                zip(np.concatenate([[0], cuts[:-1]]), cuts, ends, shards, strict=True)]
 
     def said(self) -> str:
         """One line: `Select(...)` as asked, the windows kept and their digest."""
@@ -139,7 +139,7 @@ class Subset:
         return f"Select({asked}): {d['windows']:,} windows, sha256 {d['sha256']}"
 
 
-def _ids_said(ids: Optional[tuple[str, ...]]) -> Optional[str]:
+def _ids_said(ids: Optional[Collection[str]]) -> Optional[str]:
     """Ids as a description names them: listed when few, else counted and digested."""
     if ids is None:
         return None
@@ -169,11 +169,18 @@ def check_tables(selection: Selection) -> None:
                      f"{cannot}: rebuild it with --overwrite to select")
 
 
+def _table_name(shard: Shard) -> str:
+    """A shard's window table (check_tables refuses a split with a shard without one)."""
+    if shard.table is None:
+        raise ValueError(f"shard {shard.file} has no window table")
+    return shard.table
+
+
 def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
     """(video hashes, valid counts) of every window of the split, from its tables,
     read all at once (concurrent requests on a store) and each checked."""
     path, spec = selection.path, selection.spec
-    names = [shard.table for shard in selection.shards]
+    names = [_table_name(shard) for shard in selection.shards]
     try:
         data = read_files([os.path.join(path.removeprefix("file://"), n) for n in names])
     except FileNotFoundError as e:
@@ -181,7 +188,7 @@ def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
         raise selection.gone_error(next((n for n in names if n in said), names[0])) from None
     window = spec.window["length"]
     decoded = [window_table.decode(table, name, shard.examples, window)
-               for table, name, shard in zip(data, names, selection.shards)]
+               for table, name, shard in zip(data, names, selection.shards, strict=True)]
     if not decoded:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
     return (np.concatenate([videos for videos, _ in decoded]),

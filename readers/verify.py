@@ -10,7 +10,7 @@ import concurrent.futures
 import functools
 import json
 import os
-from typing import BinaryIO, Optional, Union
+from typing import BinaryIO, Optional, Sequence, Union
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def _value_problems(file: str, number: int, values: dict) -> list[str]:
     return problems
 
 
-def _parsed(features: list[data_format.FeatureSpec], record: bytes) -> dict:
+def _parsed(features: Sequence[data_format.FeatureSpec], record: bytes) -> dict:
     """A record's values, each put in a row of its feature's column as readers.numpy
     puts it (so images are decoded and every shape checked)."""
     values = wire.example_values(list(features), record)
@@ -140,20 +140,23 @@ def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
 def _verify_index(path: str, shard: data_format.Shard,
                   dataset: data_format.DatasetSpec) -> list[str]:
     """The offset index beside a shard (readers.format.index), against the shard."""
+    name = shard.index
+    if name is None:   # a shard without one: nothing to check (the caller skips it)
+        return []
     files = DatasetFiles(path)
-    if not files.exists(shard.index):
-        return [_missing(path, dataset, shard.index)]
-    with files.open(shard.index) as f:
+    if not files.exists(name):
+        return [_missing(path, dataset, name)]
+    with files.open(name) as f:
         data = f.read()
     try:
-        offsets = data_format.index.decode(data, shard.index, shard.examples,
+        offsets = data_format.index.decode(data, name, shard.examples,
                                            dataset.format_version,
                                            files.size(shard.file), dataset.min_frame_bytes)
     except ValueError as e:
         return [str(e)]
     with files.open(shard.file) as f:
         try:
-            data_format.index.verify(shard.index, offsets, f)
+            data_format.index.verify(name, offsets, f)
         except ValueError as e:
             return [str(e)]
     return []
@@ -163,17 +166,20 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
                   video_ids: list[bytes], valid: list[int]) -> list[str]:
     """The window table beside a shard (readers.format.window_table) against the
     shard's records as parsed: each record's video (its id's hash) and valid frames."""
+    name = shard.table
+    if name is None:   # a shard without one: nothing to check (the caller skips it)
+        return []
     files = DatasetFiles(path)
-    if not files.exists(shard.table):
-        return [_missing(path, dataset, shard.table)]
-    problem = _not_a_file(files, shard.table)
+    if not files.exists(name):
+        return [_missing(path, dataset, name)]
+    problem = _not_a_file(files, name)
     if problem:
         return [problem]
-    with files.open(shard.table) as f:
+    with files.open(name) as f:
         data = f.read()
     try:
         videos, counts = data_format.window_table.decode(
-            data, shard.table, shard.examples, dataset.window["length"])
+            data, name, shard.examples, dataset.window["length"])
     except ValueError as e:
         return [str(e)]
     expected = data_format.window_table.video_hashes(
@@ -182,7 +188,7 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
     if not wrong.size:
         return []
     i = int(wrong[0])
-    return [f"{shard.table}: record {i} is of video {video_ids[i].decode(errors='replace')!r} "
+    return [f"{name}: record {i} is of video {video_ids[i].decode(errors='replace')!r} "
             f"with {valid[i]} valid frames; the table says "
             f"{'that video' if videos[i] == expected[i] else 'another video'} with "
             f"{int(counts[i])} ({wrong.size} records differ)"]
@@ -276,7 +282,7 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
     seen: set[tuple[str, bytes, int]] = set()
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
         results = pool.map(lambda job: _verify_shard(path, job[1], dataset), jobs)
-        for (name, shard), (shard_problems, keys) in zip(jobs, results):
+        for (name, shard), (shard_problems, keys) in zip(jobs, results, strict=True):
             problems += shard_problems
             for video_id, start in keys:
                 if (name, video_id, start) in seen:

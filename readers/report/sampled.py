@@ -92,6 +92,8 @@ def _count_batch(out: Sampled, label_values: list[list[np.ndarray]],
     out, each video's first metadata) and, per label dimension, its finite values on
     real frames to `label_values`."""
     out.windows += len(mask)
+    if out.masked is None:   # (sample starts it at zeros)
+        out.masked = np.zeros(length + 1, np.int64)
     out.masked += np.bincount(length - mask.sum(1), minlength=length + 1)
     if "labels" in batch:
         values = batch["labels"].reshape(*mask.shape, -1)[mask]
@@ -100,7 +102,7 @@ def _count_batch(out: Sampled, label_values: list[list[np.ndarray]],
             out.nonfinite += int((~np.isfinite(column)).sum())
             kept.append(column[np.isfinite(column)])
     if "metadata" in batch:
-        for video, row in zip(batch["video_id"], batch["metadata"]):
+        for video, row in zip(batch["video_id"], batch["metadata"], strict=True):
             out.metadata.setdefault(bytes(video), row)
 
 
@@ -142,7 +144,7 @@ def _add_channels(moments: Optional[tuple], windows: np.ndarray, mask: np.ndarra
     step = (finite.sum(0), values.sum(0), np.square(values).sum(0))
     if moments is None:
         return step
-    return tuple(a + b for a, b in zip(moments, step))
+    return tuple(a + b for a, b in zip(moments, step, strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,11 +163,11 @@ class ShardOrder:
 def shuffle_order(path: str, spec: data_format.DatasetSpec) -> dict[str, list[ShardOrder]]:
     """Per split, SHUFFLE_RECORDS records at the start of up to SHUFFLE_SHARDS shards
     (evenly over the split), their video ids compared with the next one's."""
-    found = {}
+    found: dict[str, list[ShardOrder]] = {}
     for name, split in spec.splits.items():
         found[name] = []
         for shard in picks.head_shards(split, SHUFFLE_SHARDS):
             ids = picks.heads(path, spec, shard, SHUFFLE_RECORDS, ["video_id"])["video_id"]
-            same = int(sum(a == b for a, b in zip(ids, ids[1:])))
+            same = int(sum(a == b for a, b in zip(ids, ids[1:], strict=False)))
             found[name].append(ShardOrder(shard.file, max(len(ids) - 1, 0), same))
     return found
