@@ -20,7 +20,7 @@ every window, and one generation.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
 
@@ -120,7 +120,7 @@ def check(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
                           "(its checksum or shapes differ)")
 
 
-def _moot(name: str, mine: dict, theirs: dict) -> bool:
+def _moot(name: str, mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
     """Whether flag `name` changes no window of either run (`MOOT_WITHOUT`)."""
     needs = MOOT_WITHOUT.get(name)
     return needs is not None and mine.get(needs) is None and theirs.get(needs) is None
@@ -130,7 +130,7 @@ def _feature(row: Optional[dict]) -> str:
     return "absent" if row is None else f"{row['dtype']} {row['shape']} ({row['encoding']})"
 
 
-def _model(encoder: Optional[dict]) -> Optional[dict]:
+def _model(encoder: Optional[Mapping[str, Any]]) -> Optional[dict]:
     """What of an encoder's record decides its latents: all but where it ran."""
     return None if encoder is None else {k: v for k, v in encoder.items()
                                          if k not in ("devices_used", "device_requested",

@@ -10,7 +10,7 @@ made with dataclasses.replace.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +86,7 @@ class WindowConfig:
     """windows: where windows start in a video."""
     window: int                     # frames per window, L
     stride: int                     # frames between starts (--window when not given)
-    tail: str
+    tail: Literal["align_end", "drop", "pad"]   # cut/windows.py's Tail (TAIL_POLICIES)
 
     def to_json(self) -> dict:
         """dataset.json's "window"."""

@@ -166,7 +166,8 @@ def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseExc
     traceback)."""
     run = claim.run
     interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
-    if not interrupted and (claim.lease.lost or one_line(error, outdir.LeaseLost)):
+    lost = claim.lease is not None and claim.lease.lost
+    if not interrupted and (lost or one_line(error, outdir.LeaseLost)):
         return Failed(str(outdir.LeaseLost(run.output_dir)))
     reason = None if interrupted else os_error_line(error, run.output_dir)
     if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):

@@ -59,7 +59,7 @@ def check_inputs(out: str, input_files: Iterable[str], patterns: Iterable[str]) 
 class Claim(NamedTuple):
     """A run's hold on its output directory, from `prepare` until `release`."""
     run: RunDir
-    lease: lease.Lease
+    lease: Optional[lease.Lease]   # None: a dry run's, which holds none (make_shards)
     created: bool          # the directory did not exist before
     base: Optional[data_format.DatasetSpec] = None   # --append: the dataset it adds to
 
@@ -178,7 +178,8 @@ def _committed_spec(out: str) -> Optional[data_format.DatasetSpec]:
 def release(claim: Claim) -> None:
     """Give the lease back; remove the state folder when nothing is left in it, and the
     directory too when this run created it and left nothing there."""
-    claim.lease.release()
+    if claim.lease is not None:   # a dry run holds none
+        claim.lease.release()
     run = claim.run
     storage.remove_empty_dirs([paths.join(run.state_dir, RUNS), run.state_dir],
                               run.output_dir)
@@ -187,7 +188,8 @@ def release(claim: Claim) -> None:
 
 
 def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] = None,
-           in_pipeline: bool = False) -> tuple[list[str], tuple[tuple[str, bool], ...]]:
+           in_pipeline: bool = False
+           ) -> tuple[list[str], tuple[tuple[str, Optional[bytes]], ...]]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
     run folder); refuse a committed dataset unless `dataset_may_stay` (the run
     overwrites it or appends to it). Returns the committed
@@ -204,9 +206,11 @@ def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] =
         for past in runs:   # this machine's temp data: the workers cannot reach it
             if _temp_elsewhere(out, past):
                 delete_local_temp(past.temp_dir, past.run_id)
-        marker = took_over and lease.lost_marker(took_over)
-        if took_over is not None and all(p.run_id != took_over.run_id for p in runs):
-            mark_lost(out, took_over.run_id, marker)
+        marker = None
+        if took_over is not None:
+            marker = lease.lost_marker(took_over)
+            if all(p.run_id != took_over.run_id for p in runs):
+                mark_lost(out, took_over.run_id, marker)
         return sorted(committed), tuple(
             (p.run_id, marker if took_over and p.run_id == took_over.run_id else p.lost_lease)
             for p in runs)

@@ -123,7 +123,8 @@ def take_inventory(out: str) -> Inventory:
     committed_run, committed = committed_dataset(out, entries)
     by_id = {run.run_id: run for run in runs}
     for name in entries:
-        run = by_id.get(data_format.run_id_in(name))
+        run_id = data_format.run_id_in(name)
+        run = by_id.get(run_id) if run_id is not None else None
         if run is not None:
             run.files.add(name)
     ours = committed | {data_format.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))

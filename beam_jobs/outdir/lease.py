@@ -97,7 +97,7 @@ class Holder:
 
     def stale(self, now: float) -> bool:
         """Whether a launcher's lease is stale (a job's is decided by its runner)."""
-        return self.dead() or now > self.expires
+        return self.dead() or (self.expires is not None and now > self.expires)
 
     def dead(self) -> bool:
         """Whether its process is known to be gone (on this host), so it writes nothing
@@ -198,8 +198,8 @@ def _parse(data: bytes) -> Holder:
         found = Holder(**fields)
         if isinstance(found.job, str):   # a lease from before jobs were asked: its name
             found = dataclasses.replace(found, job=Job("", found.job))
-        elif found.job is not None:
-            found = dataclasses.replace(found, job=Job(**found.job))
+        elif found.job is not None:   # still the JSON object
+            found = dataclasses.replace(found, job=Job(**fields["job"]))
     except (ValueError, TypeError):
         raise ValueError("not a JSON object with the fields "
                          f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
@@ -209,7 +209,7 @@ def _parse(data: bytes) -> Holder:
         raise ValueError("run_id, host or a field of job is not a string")
     if type(found.pid) is not int or not 0 < found.pid < 2**31:
         raise ValueError(f"pid {found.pid!r:.40} is not a process id")
-    times = {"started": found.started}
+    times: dict[str, Optional[float]] = {"started": found.started}
     if found.job is None or found.expires is not None:
         times["expires"] = found.expires
     for name, value in times.items():
@@ -289,7 +289,7 @@ class Lease:
                     f"{self.path} is not a lease this job can read ({e}): if no run is "
                     f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
                 ) from None
-            may_write = (self._take_from_job(other) if other.job is not None
+            may_write = (self._take_from_job(other, other.job) if other.job is not None
                          else self._take_from_launcher(other))
             if swap.delete_if(self.path, token) and may_write:
                 self.took_over = other
@@ -306,11 +306,10 @@ class Lease:
         _LOG.warning("taking over the stale lease of run %s", other.run_id)
         return not other.dead()
 
-    def _take_from_job(self, other: Holder) -> bool:
-        """Take a job's lease: LeaseHeld unless its runner confirms it stopped (or it
-        cannot be asked and the lease is to be broken). Returns whether that job may
-        still write."""
-        job = other.job
+    def _take_from_job(self, other: Holder, job: Job) -> bool:
+        """Take the lease of `other`, held by `job`: LeaseHeld unless its runner confirms
+        it stopped (or it cannot be asked and the lease is to be broken). Returns whether
+        that job may still write."""
         if job.id is None:
             if other.host == socket.gethostname() and _alive(other.pid):
                 raise LeaseHeld(f"{other.describe()}, which is being submitted")
@@ -361,6 +360,8 @@ class Lease:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
+            if self._token is None:   # never held, or given back: nothing to renew
+                return
             try:
                 token = swap.replace_if(self.path, self._content(), self._token)
             except Exception as e:  # a network error: the lease lasts; try at the next beat
