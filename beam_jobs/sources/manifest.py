@@ -92,15 +92,7 @@ def load_labels(labels: Union[tuple, str]) -> Labels:
     names = None
     try:
         if isinstance(labels, str):
-            with fsspec.open(labels, "rb") as f:
-                data = f.read(MAX_LABEL_FILE_BYTES + 1)
-            if len(data) > MAX_LABEL_FILE_BYTES:
-                raise BadRecord(f"labels file {labels} is larger than "
-                                f"{MAX_LABEL_FILE_BYTES >> 20} MB")
-            if labels.lower().endswith(".npy"):
-                values = np.load(io.BytesIO(data), allow_pickle=False)
-            else:
-                values, names = _csv_labels(data, labels)
+            values, names = _label_file(labels)
         else:
             values = labels
         array = np.asarray(values, dtype=np.float32)
@@ -112,13 +104,33 @@ def load_labels(labels: Union[tuple, str]) -> Labels:
         what = labels if isinstance(labels, str) else "inline labels"
         raise BadRecord(f"labels ({what}) are not numbers per frame: "
                         f"{str(e).splitlines()[0][:120]}") from None
+    _check_label_shape(array, names, labels)
+    return Labels(array, names)
+
+
+def _label_file(path: str) -> tuple[Any, Optional[tuple[str, ...]]]:
+    """The values of a .npy or .csv labels file, and a CSV's column names; BadRecord
+    for a file over MAX_LABEL_FILE_BYTES (the reader's errors go to load_labels)."""
+    with fsspec.open(path, "rb") as f:
+        data = f.read(MAX_LABEL_FILE_BYTES + 1)
+    if len(data) > MAX_LABEL_FILE_BYTES:
+        raise BadRecord(f"labels file {path} is larger than "
+                        f"{MAX_LABEL_FILE_BYTES >> 20} MB")
+    if path.lower().endswith(".npy"):
+        return np.load(io.BytesIO(data), allow_pickle=False), None
+    return _csv_labels(data, path)
+
+
+def _check_label_shape(array: np.ndarray, names: Optional[tuple[str, ...]],
+                       labels: Union[tuple, str]) -> None:
+    """BadRecord unless the labels are one number or one vector a frame, with a name a
+    column where a file names them."""
     if array.ndim not in (1, 2):
         raise BadRecord(f"labels must be one number or one vector per frame, got shape "
                         f"{list(array.shape)}")
     if names is not None and len(names) != (array.shape[1] if array.ndim == 2 else 1):
         raise BadRecord(f"labels file {labels}: {len(names)} column names for "
                         f"{array.shape[1] if array.ndim == 2 else 1} columns")
-    return Labels(array, names)
 
 
 def _csv_labels(data: bytes, path: str) -> tuple[list, Optional[tuple[str, ...]]]:
