@@ -135,15 +135,7 @@ def _check_label_shape(array: np.ndarray, names: Optional[tuple[str, ...]],
 
 def _csv_labels(data: bytes, path: str) -> tuple[list, Optional[tuple[str, ...]]]:
     """Rows of numbers, after at most one header line of column names."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise BadRecord(f"labels file {path} is not UTF-8 text") from None
-    rows = [row for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
-    names = None
-    if rows and not _numbers(rows[0]):
-        names = tuple(c.strip() for c in rows[0])
-        rows = rows[1:]
+    rows, names = _csv_label_rows(data, path)
     values = []
     for number, row in enumerate(rows, start=2 if names else 1):
         parsed = _numbers(row)
@@ -155,6 +147,20 @@ def _csv_labels(data: bytes, path: str) -> tuple[list, Optional[tuple[str, ...]]
     if len(widths) > 1:
         raise BadRecord(f"labels file {path}: rows have {sorted(widths)} columns")
     return values, names
+
+
+def _csv_label_rows(data: bytes, path: str
+                    ) -> tuple[list[list[str]], Optional[tuple[str, ...]]]:
+    """A labels CSV's rows that are not blank, and its column names where its first row
+    is not numbers; BadRecord for a file that is not UTF-8 text."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise BadRecord(f"labels file {path} is not UTF-8 text") from None
+    rows = [row for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
+    if rows and not _numbers(rows[0]):
+        return rows[1:], tuple(c.strip() for c in rows[0])
+    return rows, None
 
 
 def _numbers(row: list[str]) -> Optional[list[float]]:
