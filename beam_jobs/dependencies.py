@@ -22,13 +22,17 @@ TORCH = ["torch==2.13.0"]                          # PyTorch encoders, the DataL
 GRAIN = ["grain==0.2.18"]                          # the Grain adapter
 BENCH = ["tensorflow-datasets==4.9.10"]            # TFDS, a contender of the job (psutil,
                                                    # in BEAM, measures process trees)
+# CI's gates before the suite (.ci/run, .ci/check): ruff (ruff.toml) and mypy (mypy.ini),
+# with the stubs of the typed libraries that ship none (psutil, grpc).
+LINT = ["ruff==0.17.6", "mypy==2.4.1", "types-psutil==7.2.2.20261111",
+        "types-grpcio==1.85.0.20261028"]
 # CI tests the ONNX and PyTorch encoders and the Grain and DataLoader adapters too. PyPI's
 # torch for Linux x86_64 is the CUDA build (17 more packages, several GB); its CPU build
 # (a 192 MB wheel, about 850 MB installed) is what CI's pip finds: docs/readers.md#pytorch.
 DEV = ["pytest==9.0.3", "hypothesis==6.155.2", "gcp-storage-emulator==2026.7.19",
        "pytest-xdist==3.8.0", "filelock==4.3.1",    # every core; datasets built once for all
        "tfrecord==1.14.6",                         # the tfrecord package reads our shards
-       *ONNX, *TORCH, *GRAIN, *BENCH]
+       *LINT, *ONNX, *TORCH, *GRAIN, *BENCH]
 
 EXTRAS = {"tf": TENSORFLOW, "gcs": GCS, "beam": BEAM + JOB, "onnx": ONNX, "torch": TORCH,
           "grain": GRAIN, "bench": BEAM + JOB + TENSORFLOW + BENCH,
