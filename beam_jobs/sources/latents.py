@@ -104,27 +104,30 @@ class LatentFormat:
             raise BadRecord(f"no sequence feature {name!r}")
         kind = features.lists[name][0]
         if kind == "bytes":
-            spans = features.spans(name)
-            if len(spans) != 1:
-                raise BadRecord(f"sequence feature {name!r} holds {len(spans)} byte strings, "
-                                "not one serialized tensor")
-            try:
-                frames = tensor_proto.parse_tensor(features.record, *spans[0])
-            except ValueError as e:
-                raise BadRecord(
-                    f"sequence feature {name!r} is not a serialized tensor: {e}") from None
+            frames = _tensor_frames(features, name)
         elif kind == "float":
-            if self.sequence_shape is None:
-                raise BadRecord(f"sequence feature {name!r} is a FloatList; pass "
-                                "--sequence_shape with the dims of one frame")
-            frames = features.floats(name)
-            per_frame = math.prod(self.sequence_shape)
-            if per_frame == 0 or frames.size % per_frame:
-                raise BadRecord(f"sequence feature {name!r} has {frames.size} floats, not a "
-                                f"multiple of --sequence_shape {list(self.sequence_shape)}")
-            frames = frames.reshape(-1, *self.sequence_shape)
+            frames = self._float_frames(features, name)
         else:
             raise BadRecord(f"sequence feature {name!r} holds {_kind(kind)}, not float latents")
+        self._check_frames(frames, name)
+        return frames
+
+    def _float_frames(self, features, name: str) -> np.ndarray:
+        """The frames of a FloatList sequence, shaped by --sequence_shape; BadRecord
+        without it, or for a count of floats that is no whole number of frames."""
+        if self.sequence_shape is None:
+            raise BadRecord(f"sequence feature {name!r} is a FloatList; pass "
+                            "--sequence_shape with the dims of one frame")
+        frames = features.floats(name)
+        per_frame = math.prod(self.sequence_shape)
+        if per_frame == 0 or frames.size % per_frame:
+            raise BadRecord(f"sequence feature {name!r} has {frames.size} floats, not a "
+                            f"multiple of --sequence_shape {list(self.sequence_shape)}")
+        return frames.reshape(-1, *self.sequence_shape)
+
+    def _check_frames(self, frames: np.ndarray, name: str) -> None:
+        """BadRecord for frames that are no float sequence [T, ...], or not of
+        --sequence_shape, or not the shape and dtype the first readable record set."""
         if frames.dtype.name not in FLOAT_DTYPES:
             raise BadRecord(f"sequence {name!r} is {frames.dtype}, not a float tensor")
         if frames.ndim < 1:
@@ -138,7 +141,6 @@ class LatentFormat:
                 f"sequence is {frames.dtype.name} [T, {', '.join(map(str, frames.shape[1:]))}], "
                 f"the dataset's is {self.dtype} [T, {', '.join(map(str, self.frame_shape))}] "
                 "(set by the first readable record)")
-        return frames
 
     def _metadata(self, features) -> Optional[np.ndarray]:
         name = self.metadata_feature
@@ -190,6 +192,20 @@ class _Features(NamedTuple):
                 self.record, first, last, "a BytesList") if number == 1]
         except (ValueError, IndexError):
             raise BadRecord(f"feature {name!r}: its bytes_list is not well formed") from None
+
+
+def _tensor_frames(features: _Features, name: str) -> np.ndarray:
+    """The frames of a BytesList sequence: one serialized tensor; BadRecord for more
+    byte strings, or one that is no tensor."""
+    spans = features.spans(name)
+    if len(spans) != 1:
+        raise BadRecord(f"sequence feature {name!r} holds {len(spans)} byte strings, "
+                        "not one serialized tensor")
+    try:
+        return tensor_proto.parse_tensor(features.record, *spans[0])
+    except ValueError as e:
+        raise BadRecord(
+            f"sequence feature {name!r} is not a serialized tensor: {e}") from None
 
 
 def _kind(kind: str) -> str:
