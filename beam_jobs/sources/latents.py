@@ -222,35 +222,47 @@ def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
     Raises BadRecord naming the last reason when none of them can be read.
     """
     reason, seen, first, metadata_length = "no records", 0, None, 0
-    for path, size in files:
-        for index, record in read_records(path, size):
-            if isinstance(record, Lost):
-                reason = f"{path}: {record.reason}"
-                if record.framing:
-                    break
-                continue
-            if isinstance(record, Skipped):   # none is: no ids to skip were given
-                continue
-            seen += 1
-            try:
-                video = fmt.parse(record, path, index)
-            except BadRecord as e:
-                reason = f"{path} record {index}: {e}"
-            else:
-                if first is None:
-                    first = dataclasses.replace(
-                        fmt, frame_shape=tuple(video.sequence.shape[1:]),
-                        dtype=video.sequence.dtype.name, record_bytes=len(record))
-                if video.metadata is not None and not metadata_length:
-                    metadata_length = int(video.metadata.size)
-            if seen >= max_records:
-                break
+    for path, index, record in _records_in_turn(files):
+        if isinstance(record, Lost):
+            reason = f"{path}: {record.reason}"
+            continue
+        seen += 1
+        try:
+            video = fmt.parse(record, path, index)
+        except BadRecord as e:
+            reason = f"{path} record {index}: {e}"
+        else:
+            if first is None:
+                first = dataclasses.replace(
+                    fmt, frame_shape=tuple(video.sequence.shape[1:]),
+                    dtype=video.sequence.dtype.name, record_bytes=len(record))
+            if video.metadata is not None and not metadata_length:
+                metadata_length = int(video.metadata.size)
         if seen >= max_records:
             break
     if first is None:
-        raise BadRecord(f"none of the first {seen} records can be read; last: {reason}"
-                        if seen else f"no readable record in the input ({reason})")
+        raise _none_readable_error(seen, reason)
     return dataclasses.replace(first, metadata_length=metadata_length)
+
+
+def _none_readable_error(seen: int, reason: str) -> BadRecord:
+    """The error of a probe that read `seen` records and parsed none, `reason` the last
+    reason why."""
+    return BadRecord(f"none of the first {seen} records can be read; last: {reason}"
+                     if seen else f"no readable record in the input ({reason})")
+
+
+def _records_in_turn(files: Sequence[tuple[str, int]]
+                     ) -> Iterator[tuple[str, int, Union[bytes, Lost]]]:
+    """(path, index, record or Lost) of each record of `files` in turn, read as it is
+    asked for; a broken frame ends its file (the next one is read)."""
+    for path, size in files:
+        for index, record in read_records(path, size):
+            if isinstance(record, Skipped):   # none is: no ids to skip were given
+                continue
+            yield path, index, record
+            if isinstance(record, Lost) and record.framing:
+                break
 
 
 class ReadLatentRecords(beam.DoFn):
