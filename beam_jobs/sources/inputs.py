@@ -37,29 +37,41 @@ def resolve(patterns: Sequence[str]) -> tuple[list[tuple[str, int]], str]:
     pattern that ends in .jsonl or .csv is one manifest; any other is a glob."""
     files, kinds = [], set()
     for pattern in patterns:
-        if pattern.lower().endswith(MANIFEST_SUFFIXES):
-            matched = [(pattern, _manifest_size(pattern))]
-        else:
-            try:
-                found = FileSystems.match([pattern])[0].metadata_list
-            except Exception as e:
-                raise InputError(f"cannot list {pattern!r}: {e}") from None
-            matched = sorted((m.path, m.size_in_bytes) for m in found)
-            if not matched:
-                raise InputError(f"no file matches {pattern!r}")
+        matched = _matched(pattern)
         kinds.add(_kind(pattern, [path for path, _ in matched]))
         files += matched
+    _check_one_kind(kinds, files)
+    counts = collections.Counter(path for path, _ in files)
+    duplicates = sorted(path for path, count in counts.items() if count > 1)
+    if duplicates:
+        raise InputError(f"{duplicates[0]} is matched twice")
+    return sorted(files), kinds.pop()
+
+
+def _matched(pattern: str) -> list[tuple[str, int]]:
+    """(path, size) of a pattern's files, sorted: the manifest it names, or a glob's
+    matches; InputError for a glob that cannot be listed or matches none."""
+    if pattern.lower().endswith(MANIFEST_SUFFIXES):
+        return [(pattern, _manifest_size(pattern))]
+    try:
+        found = FileSystems.match([pattern])[0].metadata_list
+    except Exception as e:
+        raise InputError(f"cannot list {pattern!r}: {e}") from None
+    matched = sorted((m.path, m.size_in_bytes) for m in found)
+    if not matched:
+        raise InputError(f"no file matches {pattern!r}")
+    return matched
+
+
+def _check_one_kind(kinds: set[str], files: list[tuple[str, int]]) -> None:
+    """InputError when the patterns' files include an image (a frame, not a video), or
+    are of more than one kind."""
     if "image" in kinds:
         image = next(path for path, _ in files if _file_kind(path) == "image")
         raise InputError(f"'{ids.printable(image)}' is an image, and an image is a frame, not "
                          "a video: give frame folders in a manifest (docs/format.md)")
     if len(kinds) > 1:
         raise InputError(f"the inputs mix {' and '.join(sorted(kinds))}; give one kind")
-    counts = collections.Counter(path for path, _ in files)
-    duplicates = sorted(path for path, count in counts.items() if count > 1)
-    if duplicates:
-        raise InputError(f"{duplicates[0]} is matched twice")
-    return sorted(files), kinds.pop()
 
 
 def _file_kind(path: str) -> str:
