@@ -138,11 +138,7 @@ def check_output(dataset: str, out: str) -> None:
     except (ValueError, ImportError) as e:   # no such scheme, or its library missing
         raise ValueError(str(e).splitlines()[0]) from None
     if is_local(fs):
-        folder, where = os.path.dirname(where) or ".", os.path.realpath(where)
-        if os.path.isdir(where):
-            raise ValueError(f"{out} is a directory: name a file")
-        if not os.path.isdir(os.path.dirname(where)):
-            raise ValueError(f"{folder} is not a folder (inspect makes none): create it first")
+        where = _local_file(out, where)
     if type(fs) is not type(dataset_fs):
         return
     root = (os.path.realpath(root) if is_local(dataset_fs) else posixpath.normpath(root))
@@ -151,6 +147,17 @@ def check_output(dataset: str, out: str) -> None:
     if where == root or where.startswith(root.rstrip("/") + "/"):
         raise ValueError(f"{out} is inside the dataset directory {dataset}: inspect never "
                          "writes into a dataset; name a path outside it")
+
+
+def _local_file(out: str, where: str) -> str:
+    """`where`, the local path of `out`, with its symbolic links and `..` resolved;
+    ValueError for a directory, or a file in a folder that is not there."""
+    folder, where = os.path.dirname(where) or ".", os.path.realpath(where)
+    if os.path.isdir(where):
+        raise ValueError(f"{out} is a directory: name a file")
+    if not os.path.isdir(os.path.dirname(where)):
+        raise ValueError(f"{folder} is not a folder (inspect makes none): create it first")
+    return where
 
 
 def _innermost(fs, path: str):
