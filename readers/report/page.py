@@ -187,26 +187,31 @@ def _statistics(page: Inputs) -> str:
     jpeg = spec.feature("window").encoding == "jpeg"
     for split, features in spec.stats.items():
         for name, stats in features.items():
-            caption = (f"{_isolated(split)}: {_e(name)}, {stats.frames:,} frames, "
-                       f"{stats.count:,} values a channel"
-                       + (" (the pixels before JPEG compression)" if jpeg and name == "window"
-                          else "")
-                       + ("" if stats.finite or not stats.count else
-                          "; NaN: the frames hold NaN or Inf (--allow_nonfinite)"))
-            if not stats.count:
-                parts.append(f"<h3>{caption}</h3><p class='none'>no frame with mask 1</p>")
-                continue
-            names = stats_text.channel_names(spec, name, stats.channels)
-            rows = ["<tr>" + _cell(names[c]) + "".join(
-                _stat_cell(getattr(stats, field)[c], f"stats.{split}.{name}.{field}.{c}")
-                for field in ("mean", "std", "min", "max")) + "</tr>"
-                for c in range(min(stats.channels, MAX_DIMENSIONS))]
-            more = stats.channels - MAX_DIMENSIONS
-            parts.append(f"<h3>{caption}</h3>"
-                         + _table(("channel", "mean", "std", "min", "max"), rows)
-                         + (f"<p class='muted'>and {more:,} more channels</p>" if more > 0
-                            else ""))
+            parts.append(_feature_statistics(spec, split, name, stats, jpeg=jpeg))
     return "".join(parts) + "</section>"
+
+
+def _feature_statistics(spec: data_format.DatasetSpec, split: str, name: str,
+                        stats: data_format.ChannelStats, *, jpeg: bool) -> str:
+    """One split's and feature's statistics: a caption (what they are over, and why
+    there is a NaN) and a table a channel, or that no frame has mask 1."""
+    caption = (f"{_isolated(split)}: {_e(name)}, {stats.frames:,} frames, "
+               f"{stats.count:,} values a channel"
+               + (" (the pixels before JPEG compression)" if jpeg and name == "window"
+                  else "")
+               + ("" if stats.finite or not stats.count else
+                  "; NaN: the frames hold NaN or Inf (--allow_nonfinite)"))
+    if not stats.count:
+        return f"<h3>{caption}</h3><p class='none'>no frame with mask 1</p>"
+    names = stats_text.channel_names(spec, name, stats.channels)
+    rows = ["<tr>" + _cell(names[c]) + "".join(
+        _stat_cell(getattr(stats, field)[c], f"stats.{split}.{name}.{field}.{c}")
+        for field in ("mean", "std", "min", "max")) + "</tr>"
+        for c in range(min(stats.channels, MAX_DIMENSIONS))]
+    more = stats.channels - MAX_DIMENSIONS
+    return (f"<h3>{caption}</h3>"
+            + _table(("channel", "mean", "std", "min", "max"), rows)
+            + (f"<p class='muted'>and {more:,} more channels</p>" if more > 0 else ""))
 
 
 def _stat_cell(value: float, key: str) -> str:
