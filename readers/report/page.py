@@ -312,49 +312,57 @@ def _failures(page: Inputs) -> str:
 
 
 def _sheets(page: Inputs) -> str:
-    parts = ["<section id='sheets'><h2>Contact sheets</h2>"]
-    if page.pixels:
-        length = page.spec.window["length"]
-        every = ("every frame" if length <= preview.MAX_COLUMNS else
-                 f"{preview.MAX_COLUMNS} of its {length} frames, evenly spread")
-        parts.append(f"<p>Each window as a strip of {every}; masked "
-                     "frames dimmed and crossed in red; the first label under the frames "
-                     "as a curve, scaled to the window's own range.</p>")
-    else:
-        low, high = page.stats.scale
-        parts.append("<p>Each window as frames (across) by values (down), every window on "
-                     f"one fixed colour scale: <span data-scale-low>{svg.number(low)}"
-                     f"</span> to <span data-scale-high>{svg.number(high)}</span> (the "
-                     "sample's mean &#177; 3 std; values outside are clipped, NaN black); a "
-                     "red mark under a masked frame.</p>"
-                     + svg.colour_bar(low, high, preview.COLOURS))
-    parts.append("<div class='sheets'>")
+    parts = ["<section id='sheets'><h2>Contact sheets</h2>", _sheets_said(page),
+             "<div class='sheets'>"]
     runs = [g.run_id for g in page.spec.generations]
-    for sheet in page.sheets:
-        generation = runs.index(sheet.run) + 1 if sheet.run in runs else "?"
-        data = base64.b64encode(sheet.png).decode("ascii")
-        labels = ("" if sheet.labels is None else
-                  "; labels " + ", ".join(svg.number(v) for v in sheet.labels))
-        masked = ", ".join(map(str, sheet.masked)) or "none"
-        scaled = f"; scaled to {sheet.scaled:.0%} to fit" if sheet.scaled < 1 else ""
-        shown = (f"frames {', '.join(map(str, sheet.frames))}" if page.pixels else
-                 f"frames 0 to {len(sheet.frames) - 1}")
-        parts.append(
-            f"<figure class='sheet' data-video-id='{_e(sheet.video_id)}' "
-            f"data-start='{sheet.start}' data-split='{_e(sheet.split)}' "
-            f"data-width='{sheet.width}' data-height='{sheet.height}' "
-            f"style='width: {sheet.width + 2}px'>"
-            f"<img src='data:image/png;base64,{data}' width='{sheet.width}' "
-            f"height='{sheet.height}' alt='{_isolated_attribute(sheet.video_id)} @ "
-            f"{sheet.start}'><figcaption><b>{_isolated(sheet.video_id)}</b> @ {sheet.start} "
-            f"&#183; split {_isolated(sheet.split)} &#183; generation {generation} (run "
-            f"{_isolated(sheet.run)}) &#183; "
-            f"{shown}; masked {masked}{_e(labels)}"
-            f"{scaled}</figcaption></figure>")
+    parts += [_sheet(sheet, runs, pixels=page.pixels) for sheet in page.sheets]
     if not page.sheets:
         parts.append("<p class='none'>no windows</p>")
     return "".join(parts) + "</div></section>"
 
+
+def _sheets_said(page: Inputs) -> str:
+    """What the contact sheets show: a pixel window's strip of frames, or a latent
+    window's frames by values on one colour scale (with its bar)."""
+    if page.pixels:
+        length = page.spec.window["length"]
+        every = ("every frame" if length <= preview.MAX_COLUMNS else
+                 f"{preview.MAX_COLUMNS} of its {length} frames, evenly spread")
+        return (f"<p>Each window as a strip of {every}; masked "
+                "frames dimmed and crossed in red; the first label under the frames "
+                "as a curve, scaled to the window's own range.</p>")
+    low, high = page.stats.scale
+    return ("<p>Each window as frames (across) by values (down), every window on "
+            f"one fixed colour scale: <span data-scale-low>{svg.number(low)}"
+            f"</span> to <span data-scale-high>{svg.number(high)}</span> (the "
+            "sample's mean &#177; 3 std; values outside are clipped, NaN black); a "
+            "red mark under a masked frame.</p>"
+            + svg.colour_bar(low, high, preview.COLOURS))
+
+
+def _sheet(sheet: pictures.Sheet, runs: list[Optional[str]], *, pixels: bool) -> str:
+    """One contact sheet's figure: the picture inline, its window, split and generation
+    (its place in `runs`), frames shown, masked frames and labels in the caption."""
+    generation = runs.index(sheet.run) + 1 if sheet.run in runs else "?"
+    data = base64.b64encode(sheet.png).decode("ascii")
+    labels = ("" if sheet.labels is None else
+              "; labels " + ", ".join(svg.number(v) for v in sheet.labels))
+    masked = ", ".join(map(str, sheet.masked)) or "none"
+    scaled = f"; scaled to {sheet.scaled:.0%} to fit" if sheet.scaled < 1 else ""
+    shown = (f"frames {', '.join(map(str, sheet.frames))}" if pixels else
+             f"frames 0 to {len(sheet.frames) - 1}")
+    return (
+        f"<figure class='sheet' data-video-id='{_e(sheet.video_id)}' "
+        f"data-start='{sheet.start}' data-split='{_e(sheet.split)}' "
+        f"data-width='{sheet.width}' data-height='{sheet.height}' "
+        f"style='width: {sheet.width + 2}px'>"
+        f"<img src='data:image/png;base64,{data}' width='{sheet.width}' "
+        f"height='{sheet.height}' alt='{_isolated_attribute(sheet.video_id)} @ "
+        f"{sheet.start}'><figcaption><b>{_isolated(sheet.video_id)}</b> @ {sheet.start} "
+        f"&#183; split {_isolated(sheet.split)} &#183; generation {generation} (run "
+        f"{_isolated(sheet.run)}) &#183; "
+        f"{shown}; masked {masked}{_e(labels)}"
+        f"{scaled}</figcaption></figure>")
 
 def _shuffle(page: Inputs) -> str:
     parts = ["<section id='shuffle'><h2>Shuffle quality</h2>"
