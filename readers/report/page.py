@@ -240,16 +240,8 @@ def _distributions(page: Inputs) -> str:
     parts = ["<section id='distributions'><h2>Distributions</h2>",
              "<h3>Videos (all of them: the videos file, streamed)</h3>"]
     for name, videos in page.collected.videos.items():
-        plots = []
-        for title, hist in (("frames per video", videos.frames),
-                            ("windows per video", videos.windows),
-                            ("bad frames per video", videos.bad_frames)):
-            counts, edges = hist.bins()
-            plots.append(_figure(svg.histogram(counts, edges, x_label=title,
-                                               y_label="videos", integer=True),
-                                 f"{name}: {title} ({videos.videos:,} videos)"))
         parts.append(f"<div class='plots' data-split-videos='{_e(name)}'>"
-                     + "".join(plots) + "</div>")
+                     + "".join(_video_plots(name, videos)) + "</div>")
     stats = page.stats
     parts.append(f"<h3>Windows (a sample of {stats.windows:,}, drawn with seed {page.seed} "
                  "across splits)</h3><div class='plots'>")
@@ -279,6 +271,19 @@ def _distributions(page: Inputs) -> str:
     if stats.nonfinite:
         parts.append(f"<p>{stats.nonfinite:,} NaN or Inf label values left out</p>")
     return "".join(parts) + "</div></section>"
+
+
+def _video_plots(name: str, videos: collect.SplitVideos) -> list[str]:
+    """A split's histograms of all its videos' frames, windows and bad frames."""
+    plots = []
+    for title, hist in (("frames per video", videos.frames),
+                        ("windows per video", videos.windows),
+                        ("bad frames per video", videos.bad_frames)):
+        counts, edges = hist.bins()
+        plots.append(_figure(svg.histogram(counts, edges, x_label=title,
+                                           y_label="videos", integer=True),
+                             f"{name}: {title} ({videos.videos:,} videos)"))
+    return plots
 
 
 def _side_file(title: str, side: collect.SideFile, columns: Sequence[str], anchor: str) -> str:
