@@ -121,19 +121,32 @@ def take_inventory(out: str) -> Inventory:
     state = entries.get(STATE_DIR)
     runs = past_runs(out, foreign) if state is not None and state.kind == "dir" else []
     committed_run, committed = committed_dataset(out, entries)
+    _add_run_files(entries, runs)
+    ours = committed | {data_format.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
+    foreign += _not_ours(entries, ours)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise OutputDirError(f"--output_dir: {out} holds files this job did not write "
+                             f"({shown}); choose an empty or new directory")
+    return Inventory(entries, runs, committed_run, committed)
+
+
+def _add_run_files(entries: dict[str, storage.Entry], runs: list[PastRun]) -> None:
+    """Adds each entry named with the id of one of `runs` to that run's files."""
     by_id = {run.run_id: run for run in runs}
     for name in entries:
         run_id = data_format.run_id_in(name)
         run = by_id.get(run_id) if run_id is not None else None
         if run is not None:
             run.files.add(name)
-    ours = committed | {data_format.DATASET_JSON, STATE_DIR}.union(*(r.files for r in runs))
+
+
+def _not_ours(entries: dict[str, storage.Entry], ours: set[str]) -> list[str]:
+    """The entries, in name order, that are none of `ours`, or of another kind than
+    ours are (the state folder a folder, every other one a file)."""
+    foreign = []
     for name, entry in sorted(entries.items()):
         expected_kind = "dir" if name == STATE_DIR else "file"
         if name not in ours or entry.kind != expected_kind:
             foreign.append(name)
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        raise OutputDirError(f"--output_dir: {out} holds files this job did not write "
-                             f"({shown}); choose an empty or new directory")
-    return Inventory(entries, runs, committed_run, committed)
+    return foreign
