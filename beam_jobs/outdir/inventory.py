@@ -64,14 +64,20 @@ def past_runs(out: str, foreign: list[str]) -> list[PastRun]:
         if entry.kind != "dir" or not data_format.RUN_ID.match(name):
             foreign.append(f"{STATE_DIR}/{RUNS}/{name}")
             continue
-        run_json = read_json(paths.join(runs_dir, name, RUN_JSON))
-        if not (isinstance(run_json, dict) and run_json.get("run_id") == name):
-            run_json = {}
-        lost = _lost_lease(paths.join(runs_dir, name, LOST_LEASE))
-        runs.append(PastRun(name, run_json.get("temp_dir"), job_files(
-            read_json(paths.join(runs_dir, name, SHARDS_JSON))) | job_files(
-            run_json.get("sidecars")) | job_files(run_json.get("replaces")), lost))
+        runs.append(_past_run(runs_dir, name))
     return runs
+
+
+def _past_run(runs_dir: str, name: str) -> PastRun:
+    """The run of folder `name`: its temp dir and files, from its run.json (unless it
+    names another run) and shards.json, and its lost lease's marker."""
+    run_json = read_json(paths.join(runs_dir, name, RUN_JSON))
+    if not (isinstance(run_json, dict) and run_json.get("run_id") == name):
+        run_json = {}
+    lost = _lost_lease(paths.join(runs_dir, name, LOST_LEASE))
+    return PastRun(name, run_json.get("temp_dir"), job_files(
+        read_json(paths.join(runs_dir, name, SHARDS_JSON))) | job_files(
+        run_json.get("sidecars")) | job_files(run_json.get("replaces")), lost)
 
 
 def _lost_lease(marker: str) -> Optional[bytes]:
