@@ -43,7 +43,7 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
     """Wait for the job (unless detached) and tell how it ended. A distributed job's
     launcher gives its lease back only once the runner confirms it stopped (`_stopped`);
     a dry run has no lease."""
-    config, run, held, appending = launch.config, claim.run, claim.lease, claim.base is not None
+    config, run, held = launch.config, claim.run, claim.lease
     if held is not None:   # a distributed job's id, for later runs to ask its runner
         held.record_job_id(job_states.job_id(result))
     if config.io.detach and not launch.dry_run:   # a distributed run (runners.py)
@@ -52,6 +52,20 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
                   "its own", job.describe() if job is not None else "the job",
                   run.output(data_format.DATASET_JSON))
         return result
+    _wait_for_the_job(result, launch, claim)
+    if launch.dry_run:
+        _LOG.info("dry run: the job graph builds; nothing was run or written")
+        return result
+    _tell_the_outcome(result, launch, claim)
+    return result
+
+
+def _wait_for_the_job(result: PipelineResult, launch: Launch, claim: Claim) -> None:
+    """Wait for the job to end. When the wait for a distributed job ends early, it is
+    stopped (`_stopped`), and the error raised is lifecycle's line (an interrupt, the
+    lost lease, a full disk...) or `Failed` saying why the wait ended and, where the
+    runner did not confirm the job stopped, what that means."""
+    held = claim.lease
     try:
         _wait(result, held.job if held is not None else None, launch.ask())
     except BaseException as e:
@@ -59,25 +73,28 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
             raise
         interrupted = isinstance(e, KeyboardInterrupt)
         unconfirmed = _stopped(result, launch, claim, held.job, interrupted)
-        if interrupted or one_line(e, LeaseLost) or os_error_line(e, config.io.output_dir):
+        if interrupted or one_line(e, LeaseLost) or os_error_line(e, launch.config.io.output_dir):
             raise   # lifecycle's line: an interrupt, the lost lease, a full disk...
         if unconfirmed:
             raise Failed(f"the wait for {held.job.describe()} ended ({_reason(e)}): "
                          f"{unconfirmed}") from None
         raise Failed(f"{held.job.describe()} failed ({_reason(e)}; the traceback is in "
                      f"the runner's log): {lifecycle.directory_state()}") from None
-    if launch.dry_run:
-        _LOG.info("dry run: the job graph builds; nothing was run or written")
-        return result
+
+
+def _tell_the_outcome(result: PipelineResult, launch: Launch, claim: Claim) -> None:
+    """Of a job that ran to its end, what its counters say: nothing new (logged), no
+    commit (`Failed` with the decision's reason), or the summary of the commit."""
+    config, run = launch.config, claim.run
     decision = decide.decide(decide.Counts(
         _counter(result, GOOD_VIDEOS), _counter(result, FAILED_VIDEOS),
         _counter(result, WINDOWS), _longest(result), _counter(result, IDS_TWICE)),
-        config.shards.max_failure_fraction, config.windows.window, appending)
+        config.shards.max_failure_fraction, config.windows.window, claim.base is not None)
     skipped = _counter(result, SKIPPED_EXISTING)
     if decision.outcome == decide.NOTHING_NEW:
         _LOG.info("nothing new: the %d input videos are all in %s already; it is unchanged",
                   skipped, config.io.output_dir)
-        return result
+        return
     if not _counter(result, OUTCOME_COUNTERS[decide.COMMIT]):
         see = (f"; see {run.in_run_folder(data_format.sidecar_name('failures', run.run_id))}"
                if decision.outcome == decide.TOO_MANY_FAILURES or
@@ -89,7 +106,6 @@ def finish(result: PipelineResult, launch: Launch, claim: Claim) -> PipelineResu
     if config.io.append:
         _LOG.info("skipped %d input videos already in the dataset by id (--append)",
                   skipped - duplicates)
-    return result
 
 
 def _wait(result: PipelineResult, job: Optional[Job], ask: Ask) -> None:
