@@ -28,7 +28,13 @@ class BadRecord(ValueError):
 def check_finite(values: np.ndarray, what: str) -> None:
     """BadRecord when `values` hold NaN or Inf."""
     if values.dtype.kind == "f" or values.dtype.name == "bfloat16":
-        finite = np.isfinite(values.astype(np.float32, copy=False))
+        values = values.astype(np.float32, copy=False)
+        # One pass, no boolean array: a NaN or an Inf makes the sum NaN or Inf. A sum
+        # that overflows from finite values is told apart by the full check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(np.sum(values)):
+                return
+        finite = np.isfinite(values)
         if not finite.all():
             raise BadRecord(f"{what} hold {int((~finite).sum())} NaN or Inf values "
                             "(pass --allow_nonfinite to keep them)")

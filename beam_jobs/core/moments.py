@@ -47,11 +47,10 @@ class VideoMoments(NamedTuple):
             -1, values.shape[-1])
         if not len(rows):
             return _nothing(len(values), rows.shape[1])
-        x = rows.astype(np.float64)     # a copy, squared in place below
+        x = rows.astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             total = x.sum(axis=0)       # row after row: the same bits on any CPU
-            np.multiply(x, x, out=x)
-            return cls(len(values), len(rows), total, x.sum(axis=0),
+            return cls(len(values), len(rows), total, _sum_of_squares(x),
                        np.asarray(rows.min(axis=0), np.float64),
                        np.asarray(rows.max(axis=0), np.float64))
 
@@ -80,6 +79,16 @@ class VideoMoments(NamedTuple):
         return VideoMoments(self.frames + other.frames, self.count + other.count,
                             self.total + other.total, self.squares + other.squares,
                             np.minimum(self.low, other.low), np.maximum(self.high, other.high))
+
+
+def _sum_of_squares(x: np.ndarray) -> np.ndarray:
+    """Per column of x [rows, C], the sum of its squares, row after row: one pass where
+    squaring then summing takes two. einsum adds a column's products in row order when
+    there are several columns; one column it sums in its own order, so that one is
+    squared, then summed as `total` is."""
+    if x.shape[1] == 1:
+        return (x * x).sum(axis=0)
+    return np.einsum("ij,ij->j", x, x)
 
 
 def _nothing(frames: int, channels: int) -> VideoMoments:

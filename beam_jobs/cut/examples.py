@@ -67,8 +67,12 @@ class ProgressConfig:
 @dataclasses.dataclass
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
-    where, reason), the digest of its frames, the statistics of the frames it stores."""
+    where, reason), the digest of its frames, the statistics of the frames it stores;
+    and what each of its windows carries of its id (its UTF-8, the window table's
+    hash), computed once a video."""
     stats: StoredFrameStats
+    id_bytes: bytes
+    video_hash: int
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
@@ -158,6 +162,8 @@ class _CutVideo(beam.DoFn):
         split = self._config.split_of(video)
         info: dict = {}
         cut = _Cut(StoredFrameStats(self._features, self._pixels),
+                   video.video_id.encode("utf-8"),
+                   data_format.window_table.video_hash(video.video_id),
                    digest=FrameDigest(getattr(video, "metadata", None), digest_scheme))
         try:
             for example in self._examples(video, split, info, cut):
@@ -217,7 +223,7 @@ class _CutVideo(beam.DoFn):
         for start, window in windows.stream_windows(frames, w.window, w.stride, w.tail):
             values = self._window_values(window)
             cut.stats.add_window(start, window, values)
-            yield self._example(video, split, start, values)
+            yield self._example(video, split, start, values, cut)
 
     def _slices(self, video, sequence: np.ndarray, split: str,
                 cut: "_Cut") -> Iterator[KeyedExample]:
@@ -235,16 +241,15 @@ class _CutVideo(beam.DoFn):
             if len(window) < length:      # a padded tail window
                 pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
                 window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
-            yield self._example(video, split, start, {"window": window, "mask": mask})
+            yield self._example(video, split, start, {"window": window, "mask": mask}, cut)
 
-    def _example(self, video, split: str, start: int, values: dict) -> KeyedExample:
+    def _example(self, video, split: str, start: int, values: dict,
+                 cut: "_Cut") -> KeyedExample:
         """A window's keyed example; `values` holds window, mask (and labels)."""
-        values.update(metadata=video.metadata, video_id=video.video_id.encode("utf-8"),
-                      start=np.int64(start))
+        values.update(metadata=video.metadata, video_id=cut.id_bytes, start=np.int64(start))
         return KeyedExample(split, self._config.key(video.video_id, start),
                             data_format.encode_example(self._features, values),
-                            data_format.window_table.video_hash(video.video_id),
-                            int(np.count_nonzero(values["mask"])))
+                            cut.video_hash, int(np.count_nonzero(values["mask"])))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""

@@ -184,11 +184,13 @@ def _in_order(merged: Iterator[tuple[int, int]],
 def _counted(piece: SortedSlice) -> Iterator[tuple[bytes, int, int]]:
     """A sorted slice's (frame, video, valid), counting the temp bytes a shard task
     reads: its index lookup and its frames."""
-    read = progress.counter("temp_bytes_read")
-    read.inc(piece.lookup_bytes)
-    for frame, video, valid in zip(piece.frames(), piece.videos, piece.valid):
-        read.inc(len(frame))
-        yield frame, video, valid
+    read = piece.lookup_bytes
+    try:
+        for frame, video, valid in zip(piece.frames(), piece.videos, piece.valid):
+            read += len(frame)
+            yield frame, video, valid
+    finally:   # once a slice, however far it was read: a counter's inc is not free
+        progress.counter("temp_bytes_read").inc(read)
 
 
 class WriteShard(beam.DoFn):
