@@ -349,15 +349,21 @@ def delete_tree(path: str, root: str, last: Optional[str] = None) -> int:
     if os.path.islink(path):
         _retry(_unlink, path)
     elif os.path.isdir(path):
-        for name in sorted(os.listdir(path)):
-            if name != last:
-                inner = os.path.join(path, name)
-                _retry(shutil.rmtree if os.path.isdir(inner) and not os.path.islink(inner)
-                       else _unlink, inner)
-        if last is not None:
-            _retry(_unlink, os.path.join(path, last))
-        _retry(os.rmdir, path)
+        _delete_local_tree(path, last)
     return 0
+
+
+def _delete_local_tree(path: str, last: Optional[str]) -> None:
+    """delete_tree of a real local directory: what is in it, in name order (a folder
+    with all under it, a link or file unlinked), then `last`, then the directory."""
+    for name in sorted(os.listdir(path)):
+        if name != last:
+            inner = os.path.join(path, name)
+            _retry(shutil.rmtree if os.path.isdir(inner) and not os.path.islink(inner)
+                   else _unlink, inner)
+    if last is not None:
+        _retry(_unlink, os.path.join(path, last))
+    _retry(os.rmdir, path)
 
 
 def walk_files(path: str) -> list[str]:
