@@ -85,23 +85,28 @@ def _gcs_delete(paths_: list[str]) -> int:
             time.sleep(RETRY_SECONDS * attempt)
         failed: list[tuple[str, object]] = []   # (path, its status or the batch's error)
         for i in range(0, len(pending), GCS_BATCH):
-            chunk = pending[i:i + GCS_BATCH]
-            try:
-                batch = gcs_client().batch(raise_exception=False)
-                with batch:
-                    for path in chunk:
-                        gcs_blob(path).delete()
-                # one (status) per deferred delete, in order; `finish` keeps them here
-                failed += [(path, r.status_code)
-                           for path, r in zip(chunk, batch._responses, strict=False)
-                           if not (200 <= r.status_code < 300 or r.status_code == 404)]
-            except Exception as e:  # the batch request itself failed: all of it again
-                failed += [(path, str(e)) for path in chunk]
+            failed += _gcs_delete_batch(pending[i:i + GCS_BATCH])
             requests += 1
         if not failed:
             return requests
         pending = [path for path, _ in failed]
     raise OSError(f"could not delete {len(pending)} objects, e.g. {pending[0]}")
+
+
+def _gcs_delete_batch(chunk: list[str]) -> list[tuple[str, object]]:
+    """Delete objects in one batch request: (path, its status or the batch's error) of
+    each that failed (a missing object counts as deleted; a failed request, all)."""
+    try:
+        batch = gcs_client().batch(raise_exception=False)
+        with batch:
+            for path in chunk:
+                gcs_blob(path).delete()
+        # one (status) per deferred delete, in order; `finish` keeps them here
+        return [(path, r.status_code)
+                for path, r in zip(chunk, batch._responses, strict=False)
+                if not (200 <= r.status_code < 300 or r.status_code == 404)]
+    except Exception as e:  # the batch request itself failed: all of it again
+        return [(path, str(e)) for path in chunk]
 
 
 def _gcs_walk(path: str, limit: Optional[int] = None) -> list[str]:
