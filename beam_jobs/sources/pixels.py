@@ -173,19 +173,7 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
     length of the first entry that has metadata; and the frame size (unless resizing)
     from the first of `max_entries` entries with a readable frame. Raises BadRecord with
     the last reason when none of them has a readable frame."""
-    label_shape = label_names = None
-    if any(e.labels is not None for e in entries):
-        for entry in entries:
-            if entry.labels is None:
-                continue
-            try:
-                labels = load_labels(entry.labels)
-            except BadRecord:
-                continue
-            label_shape, label_names = labels.values.shape[1:], labels.names
-            break
-        else:
-            label_shape = ()  # no labels load: every video fails, saying why
+    label_shape, label_names = _label_schema(entries)
     metadata_length = next((len(e.metadata) for e in entries if e.metadata), 0)
     fmt = dataclasses.replace(fmt, label_shape=label_shape, label_names=label_names,
                               metadata_length=metadata_length)
@@ -204,6 +192,24 @@ def probe_pixel_format(entries: list[VideoEntry], fmt: PixelFormat,
             stored, bytes) else stored.nbytes)
     raise BadRecord(f"none of the first {min(len(entries), max_entries)} videos has a "
                     f"readable frame; last: {reason}")
+
+
+def _label_schema(entries: list[VideoEntry]
+                  ) -> tuple[Optional[tuple[int, ...]], Optional[tuple[str, ...]]]:
+    """(shape a frame, column names) of the labels of the first entry whose labels load;
+    (None, None) when no entry has labels, and ((), None) when none loads (every video
+    then fails, saying why)."""
+    if not any(e.labels is not None for e in entries):
+        return None, None
+    for entry in entries:
+        if entry.labels is None:
+            continue
+        try:
+            labels = load_labels(entry.labels)
+        except BadRecord:
+            continue
+        return labels.values.shape[1:], labels.names
+    return (), None
 
 
 def _first_image(entry: VideoEntry, max_bytes: int, codec: media.FrameCodec):
