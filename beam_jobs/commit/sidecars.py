@@ -101,7 +101,7 @@ class WriteSortedJsonl(beam.PTransform):
         keyed = [file_rows | f"Line{place}" >> beam.Map(
                      lambda row, place, key: ((place, key(row)), jsonl_line(row)),
                      place=place, key=file.sort_key)
-                 for place, (file_rows, file) in enumerate(zip(rows, files))]
+                 for place, (file_rows, file) in enumerate(zip(rows, files, strict=True))]
         keyed = keyed | "AllRows" >> beam.Flatten()
         bounds = (keyed | "SortKeys" >> beam.Keys()
                   | "Bounds" >> beam.CombineGlobally(ApproximateQuantilesCombineFn.create(

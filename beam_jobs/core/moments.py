@@ -33,7 +33,7 @@ _MANTISSA_BITS = 53
 class VideoMoments(NamedTuple):
     """One video's (or some of its frames') sums per channel, float64 [C] each."""
     frames: int
-    count: int             # values per channel
+    count: int  # type: ignore[assignment]  # values per channel (hides tuple.count)
     total: np.ndarray      # the sum of the values
     squares: np.ndarray    # the sum of their squares
     low: np.ndarray        # min
@@ -144,7 +144,7 @@ class ExactMoments:
             return dataclasses.replace(ChannelStats.empty(len(self.total)), frames=self.frames)
         mean = np.array([_ratio(t, n << _UNIT_BITS) for t in self.total])
         m2 = np.array([_ratio(max(0, (n * s << _UNIT_BITS) - t * t), n << 2 * _UNIT_BITS)
-                       for t, s in zip(self.total, self.squares)])
+                       for t, s in zip(self.total, self.squares, strict=True)])
         m2[self.low == self.high] = 0.0
         mean[self.nonfinite] = m2[self.nonfinite] = np.nan
         return ChannelStats(self.frames, n, mean, m2, self.low.copy(), self.high.copy())
@@ -166,7 +166,7 @@ def _units(sums: np.ndarray, nonfinite: np.ndarray) -> list[int]:
     mantissas = (fractions * (1 << _MANTISSA_BITS)).astype(np.int64)   # exact
     shifts = exponents.astype(np.int64) - _MANTISSA_BITS + _UNIT_BITS  # < 0: subnormal
     if shifts.min(initial=0) < 0:   # a subnormal's mantissa ends in -shift zero bits
-        return [m << s if s >= 0 else m >> -s for m, s in zip(mantissas.tolist(),
-                                                               shifts.tolist())]
+        return [m << s if s >= 0 else m >> -s for m, s in zip(
+            mantissas.tolist(), shifts.tolist(), strict=True)]
     return list(map(operator.lshift, mantissas.tolist(), shifts.tolist()))
 

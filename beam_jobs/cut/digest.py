@@ -13,14 +13,16 @@ dataset, one scheme, for life.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 import apache_beam as beam
 import blake3
 import numpy as np
 
 BLAKE3, SHA256 = "blake3", "sha256"
-_SCHEMES = {BLAKE3: (blake3.blake3, 64), SHA256: (hashlib.sha256, 32)}  # hash, hex digits
+# a scheme's hash and the hex digits a digest keeps of it
+_SCHEMES: dict[str, tuple[Callable[[], Any], int]] = {BLAKE3: (blake3.blake3, 64),
+                                                      SHA256: (hashlib.sha256, 32)}
 
 
 def scheme_of(digest: str) -> str:

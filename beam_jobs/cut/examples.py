@@ -235,7 +235,7 @@ class _CutVideo(beam.DoFn):
         cut.digest.add_sequence(sequence)
         starts = self._config.starts(len(sequence))
         cut.stats.add_sequence(sequence, starts, length)
-        full = np.ones(length, np.float32)
+        full: np.ndarray = np.ones(length, np.float32)
         for start in starts:
             window, mask = sequence[start:start + length], full
             if len(window) < length:      # a padded tail window

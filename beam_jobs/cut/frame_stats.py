@@ -13,7 +13,7 @@ never reach the cut).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class StoredFrameStats:
         self._stats: dict[str, VideoMoments] = {}
         self._names = tuple(stats_shapes(features))
         self._pixels = pixels
-        self._histogram = None    # int64 [C, 256] of the counted pixel frames
+        self._histogram: Optional[np.ndarray] = None   # int64 [C, 256], the counted frames
         self._pixel_frames = 0
         self._end = 0             # the frames before it are counted
 
@@ -66,7 +66,7 @@ class StoredFrameStats:
         rows = slice(first, len(frames)) if valid.all() else first + np.flatnonzero(valid)
         for name in self._names:
             if name == "window" and self._pixels:
-                self._add_histograms([f for f, ok in zip(frames[first:], valid) if ok])
+                self._add_histograms([f for f, ok in zip(frames[first:], valid, strict=True) if ok])
             else:
                 self._merge(name, VideoMoments.of_values(np.asarray(values[name])[rows]))
 

@@ -22,7 +22,9 @@ class BucketSpan(NamedTuple):
     `nbytes` of frames."""
     bucket: int
     first: int
-    count: int
+    # A field named count (index) hides tuple.count (tuple.index), which nothing here
+    # calls; the names say what the fields hold.
+    count: int  # type: ignore[assignment]
     nbytes: int
 
 
@@ -37,7 +39,7 @@ class FileSpan(NamedTuple):
     """Records [first, first + count) of the sorted file at `path`."""
     path: str
     first: int
-    count: int
+    count: int  # type: ignore[assignment]
 
 
 class Segment(NamedTuple):
@@ -51,7 +53,7 @@ class Segment(NamedTuple):
 
 class ShardTask(NamedTuple):
     split: str
-    index: int
+    index: int  # type: ignore[assignment]
     num_shards: int
     segments: tuple[Segment, ...]
     dropped: frozenset = frozenset()   # keys not to write, in this task's buckets
@@ -99,7 +101,7 @@ def plan_shards(files: Sequence[SortedFile], splits: Sequence[str], num_buckets:
     tasks = []
     for split in splits:
         mine = [f for f in files if f.split == split]
-        buckets = _buckets(mine, dropped.get(split, ()), num_buckets)
+        buckets = _buckets(mine, dropped.get(split, frozenset()), num_buckets)
         total = sum(b.kept for b in buckets)
         if not total:
             continue
@@ -132,7 +134,8 @@ def _segments(buckets: list[_Bucket], ends: list[int], lo: int, hi: int
               ) -> tuple[tuple[Segment, ...], frozenset]:
     """The segments of ranks [lo, hi) of the buckets' key order (`ends`: the rank after
     each bucket's last), and the dropped keys in their buckets."""
-    segments, dropped = [], []
+    segments: list[Segment] = []
+    dropped: list[int] = []
     at = bisect.bisect_right(ends, lo)        # the first bucket that ends after lo
     while at < len(buckets) and ends[at] - buckets[at].kept < hi:
         bucket, first = buckets[at], ends[at] - buckets[at].kept

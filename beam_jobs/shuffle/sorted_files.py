@@ -127,7 +127,7 @@ def read_sorted(path: str, start: int, stop: int) -> Iterator[Record]:
     frame's CRCs checked (sort_bounded's merge: the examples go on to be framed again)."""
     piece = SortedSlice(path, start, stop)
     with storage.open_range(path, piece.begin, piece.end) as f:
-        for key, video, valid in zip(piece.keys, piece.videos, piece.valid):
+        for key, video, valid in zip(piece.keys, piece.videos, piece.valid, strict=True):
             example = read_frame(f)
             if example is None or isinstance(example, Lost):   # a temp file of this job's:
                 raise OSError(f"{path}: {example.reason if example else 'ends early'}")

@@ -186,7 +186,8 @@ def _counted(piece: SortedSlice) -> Iterator[tuple[bytes, int, int]]:
     reads: its index lookup and its frames."""
     read = piece.lookup_bytes
     try:
-        for frame, video, valid in zip(piece.frames(), piece.videos, piece.valid):
+        for frame, video, valid in zip(piece.frames(), piece.videos, piece.valid,
+                                            strict=True):
             read += len(frame)
             yield frame, video, valid
     finally:   # once a slice, however far it was read: a counter's inc is not free
