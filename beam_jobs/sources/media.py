@@ -268,18 +268,30 @@ def _upright(frame, orient: bool, info: Optional[dict],
     as it converts it to RGB: to W x H before a quarter turn, else to H x W."""
     angle = round(frame.rotation or 0)
     turn = _TURNS.get(angle) if angle and orient else None
-    if size is not None and abs(angle) == 90 and turn is not None:
-        size = size[::-1]
-    if size is None or (frame.height, frame.width) == size:
-        image = frame.to_image()   # what --resize exact does, and any frame not resized
-    else:
-        image = frame.to_image(height=size[0], width=size[1],
-                               interpolation=SWSCALE_INTERPOLATION)
+    image = _rgb(frame, _size_before_turn(size, angle, turn))
     if angle and info is not None:
         info["rotation"] = (-angle) % 360 if turn is not None else 0
     if turn is not None:
         image = image.transpose(turn)
     return image
+
+
+def _size_before_turn(size: Optional[tuple[int, int]], angle: int,
+                      turn: Optional[Image.Transpose]) -> Optional[tuple[int, int]]:
+    """The (H, W) to scale a frame to before it is turned `angle` degrees: `size`
+    swapped for a quarter turn that is applied, else `size`."""
+    if size is not None and abs(angle) == 90 and turn is not None:
+        return size[::-1]
+    return size
+
+
+def _rgb(frame, size: Optional[tuple[int, int]]) -> Image.Image:
+    """A decoded frame as an RGB image, scaled by swscale to `size` (H, W) as it is
+    converted; as it is when `size` is None or its own."""
+    if size is None or (frame.height, frame.width) == size:
+        return frame.to_image()   # what --resize exact does, and any frame not resized
+    return frame.to_image(height=size[0], width=size[1],
+                          interpolation=SWSCALE_INTERPOLATION)
 
 
 def _check_video_file(path: str) -> None:
