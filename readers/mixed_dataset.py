@@ -157,10 +157,7 @@ def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_si
               keep_float16: bool) -> dict[str, str]:
     """What the iterator's checkpoint names (readers.checkpoints): the sources (each
     dataset's directory and run, and its split), the weights, features, clip and order."""
-    sources = "; ".join(
-        f"{path if '://' in path else os.path.abspath(path)} (run "
-        f"{selection.spec.run_id or 'without an id'}) split {split!r}"
-        for (path, split, _), selection in zip(entries, selections, strict=True))
+    sources = _sources_named(entries, selections)
     values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
                                                 (keep_float16, ", float16 kept")) if wanted)
     return {"dataset": f"a mixture of {sources}",
@@ -169,3 +166,12 @@ def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_si
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
                      f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}"}
+
+
+def _sources_named(entries: list, selections: list) -> str:
+    """How the identity names the sources: each dataset's directory (absolute where
+    local) and run, and its split."""
+    return "; ".join(
+        f"{path if '://' in path else os.path.abspath(path)} (run "
+        f"{selection.spec.run_id or 'without an id'}) split {split!r}"
+        for (path, split, _), selection in zip(entries, selections, strict=True))
