@@ -17,7 +17,7 @@ import io
 import json
 import posixpath
 import re
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import fsspec
 import numpy as np
@@ -300,18 +300,26 @@ def _jsonl_rows(data: bytes, path: str) -> list:
 def _csv_rows(data: bytes, path: str) -> list:
     text = data.decode("utf-8-sig", errors="surrogateescape")
     reader = csv.DictReader(io.StringIO(text))
-    columns = [c.strip() for c in reader.fieldnames or []]
+    _check_csv_header(reader.fieldnames, path)
+    return [_csv_row(row, reader.line_num) for row in reader]
+
+
+def _check_csv_header(fieldnames: Optional[Sequence[str]], path: str) -> None:
+    """ManifestError unless a CSV's header has video_id, and frames or video (names
+    compared without the spaces around them)."""
+    columns = [c.strip() for c in fieldnames or []]
     if "video_id" not in columns or not {"frames", "video"} & set(columns):
         raise ManifestError(f"{path} is not a manifest: a CSV manifest needs the columns "
                             f"{_REQUIRED}; its header has {columns[:8]}")
-    rows: list = []
-    for row in reader:
-        row = {(k or "").strip(): v for k, v in row.items()}
-        if any(isinstance(v, str) and not ids.is_text(v) for v in row.values()):
-            rows.append(BadRecord(f"row {reader.line_num} is not UTF-8 text"))
-        else:
-            rows.append(row)
-    return rows
+
+
+def _csv_row(row: dict, line: int) -> Union[dict, BadRecord]:
+    """A CSV row with its column names stripped; BadRecord naming `line` when a value is
+    not UTF-8 text."""
+    row = {(k or "").strip(): v for k, v in row.items()}
+    if any(isinstance(v, str) and not ids.is_text(v) for v in row.values()):
+        return BadRecord(f"row {line} is not UTF-8 text")
+    return row
 
 
 def read_manifest(path: str, splits: Iterable[str]) -> tuple[list[VideoEntry], list[dict]]:
