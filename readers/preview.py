@@ -75,19 +75,24 @@ def contact_sheet(windows: np.ndarray, masks: np.ndarray, labels: Optional[np.nd
         draw.text((MARGIN, top), captions[r], fill=(0, 0, 0), font=_font())
         x = MARGIN
         for i, thumb in zip(columns, row, strict=True):
-            y = top + TEXT_HEIGHT
-            if not masks[r][i]:
-                thumb = Image.blend(thumb, Image.new("RGB", thumb.size, "black"), 0.6)
-            sheet.paste(thumb, (x, y))
-            if not masks[r][i]:
-                draw.line([x, y, x + thumb.width - 1, y + THUMB_HEIGHT - 1], fill="red", width=2)
-                draw.line([x, y + THUMB_HEIGHT - 1, x + thumb.width - 1, y], fill="red", width=2)
+            _paste_frame(sheet, draw, thumb, bool(masks[r][i]), x, top + TEXT_HEIGHT)
             x += thumb.width + GAP
         if labels is not None:
             strip = (MARGIN, top + TEXT_HEIGHT + 2 + THUMB_HEIGHT, x - GAP - 1,
                      top + TEXT_HEIGHT + THUMB_HEIGHT + LABEL_STRIP - 2)
             _label_curve(draw, labels[r][columns], masks[r][columns], strip)
     return sheet
+
+
+def _paste_frame(sheet: Image.Image, draw: ImageDraw.ImageDraw, thumb: Image.Image,
+                 real: bool, x: int, y: int) -> None:
+    """A frame's thumbnail pasted at (x, y); a masked one dimmed and crossed in red."""
+    if not real:
+        thumb = Image.blend(thumb, Image.new("RGB", thumb.size, "black"), 0.6)
+    sheet.paste(thumb, (x, y))
+    if not real:
+        draw.line([x, y, x + thumb.width - 1, y + THUMB_HEIGHT - 1], fill="red", width=2)
+        draw.line([x, y + THUMB_HEIGHT - 1, x + thumb.width - 1, y], fill="red", width=2)
 
 
 def colour_map(values: np.ndarray) -> np.ndarray:
