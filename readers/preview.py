@@ -168,16 +168,22 @@ def heatmaps(windows: np.ndarray, masks: np.ndarray, metadata: Optional[np.ndarr
         draw.text((left - 4, map_top), "0", fill=(90, 90, 90), font=_font(), anchor="ra")
         draw.text((left - 4, map_top + image.height), str(shown - 1), fill=(90, 90, 90),
                   font=_font(), anchor="rd")
-        step = image.width / len(masks[r])
-        for i, real in enumerate(masks[r]):    # masked frames: a red tick under the map
-            if not real:
-                x = left + i * step
-                draw.rectangle([x, map_top + image.height + 2, x + step,
-                                map_top + image.height + 7], fill=(220, 40, 40))
+        _masked_ticks(draw, masks[r], left, map_top + image.height, image.width)
         draw.text((left, map_top + image.height + 8), f"frame 0 ... {len(masks[r]) - 1}",
                   fill=(90, 90, 90), font=_font())
         top += height
     return sheet
+
+
+def _masked_ticks(draw: ImageDraw.ImageDraw, mask: np.ndarray, left: int, bottom: int,
+                  width: int) -> None:
+    """A red tick under each masked frame of a heatmap `width` wide whose bottom edge
+    is at `bottom`."""
+    step = width / len(mask)
+    for i, real in enumerate(mask):
+        if not real:
+            x = left + i * step
+            draw.rectangle([x, bottom + 2, x + step, bottom + 7], fill=(220, 40, 40))
 
 
 def decoded_frames(windows: np.ndarray, decode: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
