@@ -172,20 +172,25 @@ def collect(path: str, spec: data_format.DatasetSpec, guarded: Guard = _unguarde
     through `guarded`, so that a broken file leaves its part out (readers.report.build);
     by default its ValueError or OSError goes up."""
     files = DatasetFiles(path)
-    shards = [s for split in spec.splits.values() for s in split.shards]
-    if all(s.bytes is not None for s in shards):
-        shard_bytes = {s.file: s.bytes for s in shards if s.bytes is not None}   # all
-    else:
-        listed = guarded("the shards' sizes", files.sizes, {})
-        shard_bytes = {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
-                       for s in shards}
     return Collected(
-        shard_bytes,
+        _shard_bytes(files, spec, guarded),
         guarded("the videos file", lambda: _videos(files, spec),
                 {name: SplitVideos() for name in spec.splits}),
         *(guarded(f"the {kind.replace('_', ' ')} file",
                   functools.partial(side_file, files, spec, kind), SideFile(None))
           for kind in ("failures", "bad_frames")))
+
+
+def _shard_bytes(files: DatasetFiles, spec: data_format.DatasetSpec, guarded: Guard
+                 ) -> dict[str, int]:
+    """Each shard's size: dataset.json's where it records every one (uncompressed
+    shards), else from one listing (through `guarded`; 0 for a shard it lacks)."""
+    shards = [s for split in spec.splits.values() for s in split.shards]
+    if all(s.bytes is not None for s in shards):
+        return {s.file: s.bytes for s in shards if s.bytes is not None}   # all
+    listed = guarded("the shards' sizes", files.sizes, {})
+    return {s.file: s.bytes if s.bytes is not None else listed.get(s.file, 0)
+            for s in shards}
 
 
 def _videos(files: DatasetFiles, spec: data_format.DatasetSpec) -> dict[str, SplitVideos]:
