@@ -284,22 +284,10 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
     args, rest = parser.parse_known_args(argv)
     command_line.refuse_repeats(list(argv if argv is not None else sys.argv[1:]), parser)
     pipeline_args = command_line.pipeline_args(parser, rest)
-    if args.append and args.overwrite:
-        raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
-                      "it: give one")
-    if args.retry_failed and not args.append:
-        raise Refused("--retry_failed reads again the failed videos of the dataset an "
-                      "--append adds to: give --append too")
+    _refuse_flags_that_conflict(args)
     output_dir = _output_dir(args.output_dir)
     patterns = tuple(inputs.absolute(p) for p in args.input)
-    try:   # before the files are listed: a glob over the output is that, not "mixed kinds"
-        check_inputs(output_dir, (), patterns)
-    except OutputDirError as e:
-        raise Refused(str(e)) from None
-    try:
-        input_files, input_kind = inputs.resolve(patterns)
-    except inputs.InputError as e:
-        raise Refused(f"--input: {e}") from None
+    input_files, input_kind = _input_files(output_dir, patterns)
     _check_encoder(args.encoder, encoder_handler, input_kind)
     values = {**vars(args), "input": patterns, "output_dir": output_dir,
               "stride": args.window if args.stride is None else args.stride}
@@ -310,6 +298,32 @@ def parse_args(argv: Optional[list[str]] = None, encoder_handler: Any = None
         dataclasses.replace(groups[EncoderConfig], handler=encoder_handler),
         groups[WindowConfig], groups[ShardsConfig],
         Inputs(tuple(input_files), input_kind, paths.common_root(patterns))), pipeline_args
+
+
+def _refuse_flags_that_conflict(args: argparse.Namespace) -> None:
+    """`Refused` for --append with --overwrite, or --retry_failed without --append."""
+    if args.append and args.overwrite:
+        raise Refused("--append adds to the dataset in --output_dir, --overwrite replaces "
+                      "it: give one")
+    if args.retry_failed and not args.append:
+        raise Refused("--retry_failed reads again the failed videos of the dataset an "
+                      "--append adds to: give --append too")
+
+
+def _input_files(output_dir: str, patterns: tuple[str, ...]
+                 ) -> tuple[list[tuple[str, int]], str]:
+    """The (path, size) of the input's files and their kind (inputs.resolve); `Refused`
+    for a pattern that reaches into the output directory (checked before the files are
+    listed: a glob over the output is that, not "mixed kinds"), or inputs that cannot
+    be read as one dataset."""
+    try:
+        check_inputs(output_dir, (), patterns)
+    except OutputDirError as e:
+        raise Refused(str(e)) from None
+    try:
+        return inputs.resolve(patterns)
+    except inputs.InputError as e:
+        raise Refused(f"--input: {e}") from None
 
 
 # What a dataset's homepage may be: a page, a bucket, a local directory. Not javascript:,
