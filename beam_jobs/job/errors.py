@@ -14,7 +14,7 @@ import errno
 import logging
 import os
 import re
-from typing import Optional
+from typing import Iterator, Optional
 
 import apache_beam
 
@@ -42,31 +42,46 @@ def os_error_line(exception: Optional[BaseException], directory: str) -> Optiona
     read-only file system...) that ended the run, found in the chain of exceptions Beam
     wraps it in; None for any other exception. An error without a path (a write to a
     full disk) names `directory`, where the run writes, and the step it was in."""
+    for error in _chain(exception):
+        line = _os_error_said(error, directory)
+        if line is not None:
+            return line
+    return None
+
+
+def _os_error_said(error: BaseException, directory: str) -> Optional[str]:
+    """os_error_line's line for one exception of the chain: an OSError in OS_ERRNOS, or
+    a worker's text naming such an errno (with its path, or `directory` and the step);
+    None for any other."""
+    if isinstance(error, OSError) and error.errno in OS_ERRNOS:
+        return f"{error.filename or directory}: {error.strerror}"
+    match = _ERRNO_TEXT.search(str(error))
+    if match and int(match[1]) in OS_ERRNOS:
+        step = f" (in step {match[3]})" if match[3] and not match[2] else ""
+        return f"{match[2] or directory}: {os.strerror(int(match[1]))}{step}"
+    return None
+
+
+def _chain(exception: Optional[BaseException]) -> Iterator[BaseException]:
+    """An exception, then the one it was raised from (or while handling), and so on,
+    each once."""
     seen = set()
     while exception is not None and id(exception) not in seen:
         seen.add(id(exception))
-        if isinstance(exception, OSError) and exception.errno in OS_ERRNOS:
-            return f"{exception.filename or directory}: {exception.strerror}"
-        match = _ERRNO_TEXT.search(str(exception))
-        if match and int(match[1]) in OS_ERRNOS:
-            step = f" (in step {match[3]})" if match[3] and not match[2] else ""
-            return f"{match[2] or directory}: {os.strerror(int(match[1]))}{step}"
+        yield exception
         exception = exception.__cause__ or exception.__context__
-    return None
 
 
 def one_line(exception: Optional[BaseException], kind: type) -> Optional[str]:
     """The message of an exception of `kind` (whose message is one line, said as it is)
     in the chain Beam wraps it in, in this process or as a worker's text; or None."""
-    seen, marker = set(), f"{kind.__name__}: "
-    while exception is not None and id(exception) not in seen:
-        seen.add(id(exception))
-        if isinstance(exception, kind):
-            return str(exception)
-        text = str(exception)
+    marker = f"{kind.__name__}: "
+    for error in _chain(exception):
+        if isinstance(error, kind):
+            return str(error)
+        text = str(error)
         if marker in text:
             return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
-        exception = exception.__cause__ or exception.__context__
     return None
 
 
