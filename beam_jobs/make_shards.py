@@ -55,12 +55,12 @@ def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers
     source, cut_config, io = launch.source, launch.cut_config(), launch.config.io
     known = None if base is None else read_known(pipeline, run.output_dir, base, io.retry_failed)
     videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(known and known.ids)
-    known_digests = known.digests if known else pipeline | "NoDigests" >> beam.Create([])
+    known_digests = known.digests if known else None   # a new dataset: no steps for them
     cut = videos | "CutWindows" >> CutWindows(
         source.features, cut_config, source.pad_frame, source.encoder,
         launch.progress_config(workers), io.allow_nonfinite, known_digests)
-    duplicates = ((cut.videos, cut.abandoned, cut.bad_frames, known_digests)
-                  | "FindDuplicates" >> FindDuplicates(cut_config))
+    duplicates = ((cut.videos, cut.abandoned, cut.bad_frames)
+                  | "FindDuplicates" >> FindDuplicates(cut_config, known_digests))
     shards = cut.examples | "WriteShards" >> WriteShuffledShards(
         run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped, default_value={}))
     failures = (read_failures, cut.failures, duplicates.failures) | "AllFailures" >> beam.Flatten()

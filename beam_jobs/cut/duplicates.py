@@ -21,7 +21,7 @@ than once (and their copies) go on, and the side input holds only the keys to dr
 from __future__ import annotations
 
 import logging
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Optional
 
 import apache_beam as beam
 
@@ -90,7 +90,7 @@ def _keep_one(element):
     dataset has the content), then each other as an alias of the one kept."""
     _, groups = element
     videos = sorted(groups["new"], key=lambda v: v.video_id)
-    kept = min(groups["known"], default=None)
+    kept = min(groups.get("known", ()), default=None)
     for video in videos:
         if kept is None:
             kept = video.video_id
@@ -115,16 +115,17 @@ class _LogAliases(beam.DoFn):
 
 
 class FindDuplicates(beam.PTransform):
-    """(VideoCounts, Abandoned, bad frame rows, known) -> `Duplicates`. `known`: (digest,
-    video id) of each video the dataset an --append adds to has (none: a new dataset)."""
+    """(VideoCounts, Abandoned, bad frame rows) -> `Duplicates`. `known`: a PCollection of
+    (digest, video id), each video the dataset an --append adds to has (None: a new
+    dataset)."""
 
-    def __init__(self, config: CutConfig):
+    def __init__(self, config: CutConfig, known: Optional[beam.PCollection] = None):
         super().__init__()
-        self._config = config
+        self._config, self._known = config, known
 
     def expand(self, inputs) -> Duplicates:
-        videos, abandoned, bad_frames, known = inputs
-        config = self._config
+        videos, abandoned, bad_frames = inputs
+        config, known = self._config, self._known
         repeated = (
             (videos | "VideoIds" >> beam.Map(lambda v: v.video_id),
              abandoned | "AbandonedIds" >> beam.Map(lambda a: a.video_id))
@@ -136,9 +137,11 @@ class FindDuplicates(beam.PTransform):
                               else v], beam.pvalue.AsDict(repeated)).with_outputs(
                                   "copies", main="unique")
         copies = parted.copies
+        by_digest = {"new": parted.unique | "ByDigest" >> beam.Map(lambda v: (v.digest, v))}
+        if known is not None:
+            by_digest["known"] = known
         by_content = (
-            {"new": parted.unique | "ByDigest" >> beam.Map(lambda v: (v.digest, v)),
-             "known": known}
+            by_digest
             | "GroupByDigest" >> beam.CoGroupByKey()
             | "KeepOne" >> beam.FlatMap(_keep_one).with_outputs(_ALIASES, main="unique"))
         aliases = by_content[_ALIASES]
