@@ -165,17 +165,21 @@ def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseExc
     refusal, a failure that said its line already, or a bug, which keeps its
     traceback)."""
     run = claim.run
-    interrupted = isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set()
-    lost = claim.lease is not None and claim.lease.lost
-    if not interrupted and (lost or one_line(error, outdir.LeaseLost)):
+    if isinstance(error, KeyboardInterrupt) or INTERRUPTED.is_set():
+        return _interrupt_error(error)
+    if (claim.lease is not None and claim.lease.lost) or one_line(error, outdir.LeaseLost):
         return Failed(str(outdir.LeaseLost(run.output_dir)))
-    reason = None if interrupted else os_error_line(error, run.output_dir)
-    if not interrupted and (reason is None or isinstance(error, (Refused, Failed))):
+    reason = os_error_line(error, run.output_dir)
+    if reason is None or isinstance(error, (Refused, Failed)):
         return None
-    if interrupted:   # with its own line, when it has one (a job not known to stop)
-        return KeyboardInterrupt(str(error) if isinstance(error, KeyboardInterrupt) and
-                                 error.args else directory_state())
     return Failed(f"{reason}; {directory_state()}")
+
+
+def _interrupt_error(error: BaseException) -> KeyboardInterrupt:
+    """What an interrupted run ends with: the interrupt's own line, when it has one (a
+    job not known to stop), else what the directory holds."""
+    return KeyboardInterrupt(str(error) if isinstance(error, KeyboardInterrupt) and
+                             error.args else directory_state())
 
 
 @contextlib.contextmanager
