@@ -105,6 +105,21 @@ class FrameCodec:
         stores JPEG (decoded once to check it, never re-encoded: the histogram is of
         exactly the pixels a reader decodes).
         """
+        image, draft = self._decoded(data)
+        if draft is not None:   # resampled the rest of the way, before it is turned
+            size, box = draft
+            image = image.resize(size, Image.Resampling.LANCZOS, box=box,
+                                 reducing_gap=_REDUCING_GAP)
+        turned = self.oriented(image)
+        if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
+                and turned is image and image.size == self.size[::-1] and draft is None):
+            return Stored(without_exif(data), histogram(image))
+        return self.store_image(turned)
+
+    def _decoded(self, data: bytes
+                 ) -> tuple[Image.Image, Optional[tuple[tuple[int, int], tuple]]]:
+        """An image file's bytes decoded (at a JPEG's draft scale, `_draft`, returned
+        too); BadFrame for bytes Pillow cannot decode, or an animated image."""
         try:
             image: Image.Image = Image.open(io.BytesIO(data))
             draft = self._draft(image)
@@ -117,15 +132,7 @@ class FrameCodec:
         if frames > 1:   # Pillow would give its first frame alone
             raise BadFrame(f"an animated image of {frames} frames is a video, not a frame: "
                            "give it as a video file")
-        if draft is not None:   # resampled the rest of the way, before it is turned
-            size, box = draft
-            image = image.resize(size, Image.Resampling.LANCZOS, box=box,
-                                 reducing_gap=_REDUCING_GAP)
-        turned = self.oriented(image)
-        if (self.encoding == "jpeg" and data[:2] == JPEG_MAGIC and image.mode == self.mode
-                and turned is image and image.size == self.size[::-1] and draft is None):
-            return Stored(without_exif(data), histogram(image))
-        return self.store_image(turned)
+        return image, draft
 
     def _draft(self, image: Image.Image) -> Optional[tuple[tuple[int, int], tuple]]:
         """With --resize fast, asks a JPEG's decoder (before it decodes) for the smallest
