@@ -366,10 +366,16 @@ def video_images(path: str, fps: Optional[float] = None, info: Optional[dict] = 
                 image = image or _upright(frame, orient, info, size)
                 yield image, next_time
                 next_time += 1.0 / fps
-        if declared and decoded < declared - max(_SHORTFALL_FRAMES,
-                                                 _SHORTFALL_FRACTION * declared):
-            raise BadRecord(f"decoded {decoded} of the {declared} frames that {path} "
-                            "declares: the file is cut short or damaged")
+        _check_not_cut_short(decoded, declared, path)
+
+
+def _check_not_cut_short(decoded: int, declared: int, path: str) -> None:
+    """BadRecord when a video decoded fewer of the frames its container declares than a
+    tolerance allows: the file is cut short or damaged."""
+    if declared and decoded < declared - max(_SHORTFALL_FRAMES,
+                                             _SHORTFALL_FRACTION * declared):
+        raise BadRecord(f"decoded {decoded} of the {declared} frames that {path} "
+                        "declares: the file is cut short or damaged")
 
 
 def _check_time(time: float, latest: float, end: Optional[float], max_gap: float) -> None:
