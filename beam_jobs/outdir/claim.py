@@ -30,7 +30,7 @@ from beam_jobs.outdir.cleanup import (
     mark_lost,
 )
 from beam_jobs.outdir.derived import repair as repair_derived
-from beam_jobs.outdir.inventory import OutputDirError, take_inventory
+from beam_jobs.outdir.inventory import OutputDirError, PastRun, take_inventory
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.outdir")
@@ -203,31 +203,48 @@ def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] =
     entries, runs, _, committed = take_inventory(out)
     if in_pipeline:
         _refuse_a_dataset(out, entries, dataset_may_stay)
-        for past in runs:   # this machine's temp data: the workers cannot reach it
-            if _temp_elsewhere(out, past):
-                delete_local_temp(past.temp_dir, past.run_id)
-        marker = None
-        if took_over is not None:
-            marker = lease.lost_marker(took_over)
-            if all(p.run_id != took_over.run_id for p in runs):
-                mark_lost(out, took_over.run_id, marker)
-        return sorted(committed), tuple(
-            (p.run_id, marker if took_over and p.run_id == took_over.run_id else p.lost_lease)
-            for p in runs)
+        return sorted(committed), _left_to_the_pipeline(out, runs, took_over)
     for past in runs:
-        try:
-            storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
-                                        if name in entries), out)
-            if _temp_elsewhere(out, past):   # else it goes with the folder
-                delete_local_temp(past.temp_dir, past.run_id)
-            clear_folder(out, past.run_id, past.lost_lease)
-        except OSError as e:
-            _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
-                         "run tries again", past.run_id, out, e)
+        _remove_leftovers(out, past, entries, committed)
     if took_over is not None:
         mark_lost(out, took_over.run_id, lease.lost_marker(took_over))
     _refuse_a_dataset(out, entries, dataset_may_stay)
     return sorted(committed), ()
+
+
+def _left_to_the_pipeline(out: str, runs: list[PastRun], took_over: Optional[lease.Holder]
+                          ) -> tuple[tuple[str, Optional[bytes]], ...]:
+    """_clear's part in a distributed run: this machine's temp data of earlier runs
+    deleted (the workers cannot reach it), and the runs whose leftovers the pipeline
+    removes, with whether each lost its lease (`took_over`'s run marked so, also where
+    it has no folder yet)."""
+    for past in runs:
+        if _temp_elsewhere(out, past):
+            delete_local_temp(past.temp_dir, past.run_id)
+    marker = None
+    if took_over is not None:
+        marker = lease.lost_marker(took_over)
+        if all(p.run_id != took_over.run_id for p in runs):
+            mark_lost(out, took_over.run_id, marker)
+    return tuple(
+        (p.run_id, marker if took_over and p.run_id == took_over.run_id else p.lost_lease)
+        for p in runs)
+
+
+def _remove_leftovers(out: str, past: PastRun, entries: dict[str, storage.Entry],
+                      committed: set[str]) -> None:
+    """An earlier run's files (those of the committed dataset aside), its temp data and
+    its folder removed, best-effort: an OSError is logged, and the next run tries
+    again."""
+    try:
+        storage.delete_files(sorted(paths.join(out, name) for name in past.files - committed
+                                    if name in entries), out)
+        if _temp_elsewhere(out, past):   # else it goes with the folder
+            delete_local_temp(past.temp_dir, past.run_id)
+        clear_folder(out, past.run_id, past.lost_lease)
+    except OSError as e:
+        _LOG.warning("could not remove the leftovers of run %s in %s (%s); the next "
+                     "run tries again", past.run_id, out, e)
 
 
 def _temp_elsewhere(out: str, past) -> bool:
