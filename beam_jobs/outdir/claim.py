@@ -102,53 +102,29 @@ def prepare(request: ClaimRequest) -> Claim:
     refused before anything is written to it.
     """
     out, job, local_temp = request.out, request.job, request.local_temp
-    if not storage.supported(out):
-        raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
-    found = storage.kind(out)
-    if found not in ("missing", "dir"):
-        raise OutputDirError(f"--output_dir: {out} is a {'file' if found == 'file' else found}"
-                             ", not a directory")
+    found = _directory_kind(out)
     check_inputs(out, request.input_files, request.patterns)
     take_inventory(out)
     storage.make_dirs(out)
     created = found == "missing"
     run_id = uuid.uuid4().hex[:12]
     run = RunDir(out, run_id, "")
-    try:
-        held = lease.Lease(run.lease_path, run_id, job, request.ask,
-                           request.break_lease).acquire()
-    except lease.LeaseHeld as e:
-        raise OutputDirError(f"--output_dir: {out} is being written by {e}") from None
-    except lease.LeaseUnreadable as e:
-        raise OutputDirError(f"--output_dir: {e}") from None
+    held = _lease(run, request)
     if job is not None:
         run = dataclasses.replace(run, releases_lease=True)
     base = None
     try:
-        # A committed dataset's derived files first: one a kill left stale names the
-        # shards of the dataset before, which clearing the leftovers deletes.
-        committed = _committed_spec(out)
-        if committed is not None:
-            repair_derived(out, committed)
+        committed = _repaired_committed_spec(out)
         if not held.still_held():   # paused past its expiry: deleting is not its part now
             raise OutputDirError(_taken_over(out))
         replaces, leftovers = _clear(out, request.overwrite or request.append,
                                      held.took_over, in_pipeline=job is not None)
         if request.append and committed is not None:
             base = committed   # the dataset to add a generation to
-        temp = paths.join(run.run_path, TEMP)
-        if local_temp is not None:
-            temp = os.path.join(local_temp, f"make_shards-{run_id}")
-            os.makedirs(temp)
-            with open(os.path.join(temp, TEMP_MARKER), "w") as f:
-                json.dump({"run_id": run_id, "output_dir": out}, f)
+        temp = _temp_dir(run, local_temp)
         run = dataclasses.replace(run, temp_dir=temp, dataset_generation=storage.generation(
             paths.join(out, data_format.DATASET_JSON)), leftovers=leftovers)
-        storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
-            {"run_id": run_id, "temp_dir": temp,
-             "sidecars": [data_format.sidecar_name(kind, run_id)
-                          for kind in data_format.SIDECAR_KINDS],
-             "replaces": replaces}).encode("utf-8"))
+        _write_run_json(run, replaces)
     except BaseException as e:
         # paused past its expiry later on: the run that took over removed its folder, or
         # committed between this run's listing of the directory and its dataset.json read
@@ -158,6 +134,62 @@ def prepare(request: ClaimRequest) -> Claim:
             raise OutputDirError(_taken_over(out)) from None
         raise
     return Claim(run, held, created, base)
+
+
+def _directory_kind(out: str) -> str:
+    """What `out` is now, "missing" or "dir"; OutputDirError for a store this job does
+    not write to, or a file (or anything else) in the way."""
+    if not storage.supported(out):
+        raise OutputDirError(f"--output_dir: {out}: only local paths and gs:// are supported")
+    found = storage.kind(out)
+    if found not in ("missing", "dir"):
+        raise OutputDirError(f"--output_dir: {out} is a {'file' if found == 'file' else found}"
+                             ", not a directory")
+    return found
+
+
+def _lease(run: RunDir, request: ClaimRequest) -> lease.Lease:
+    """The directory's lease, taken for `run`; OutputDirError saying who holds it, or
+    why it cannot be read."""
+    try:
+        return lease.Lease(run.lease_path, run.run_id, request.job, request.ask,
+                           request.break_lease).acquire()
+    except lease.LeaseHeld as e:
+        raise OutputDirError(f"--output_dir: {request.out} is being written by {e}") from None
+    except lease.LeaseUnreadable as e:
+        raise OutputDirError(f"--output_dir: {e}") from None
+
+
+def _temp_dir(run: RunDir, local_temp: Optional[str]) -> str:
+    """Where a run keeps its temp data: its run folder's, or a new folder under
+    `local_temp` marked with the run and its output directory."""
+    if local_temp is None:
+        return paths.join(run.run_path, TEMP)
+    temp = os.path.join(local_temp, f"make_shards-{run.run_id}")
+    os.makedirs(temp)
+    with open(os.path.join(temp, TEMP_MARKER), "w") as f:
+        json.dump({"run_id": run.run_id, "output_dir": run.output_dir}, f)
+    return temp
+
+
+def _repaired_committed_spec(out: str) -> Optional[data_format.DatasetSpec]:
+    """The committed dataset's spec (None without one), its derived files repaired
+    first: one a kill left stale names the shards of the dataset before, which clearing
+    the leftovers deletes."""
+    committed = _committed_spec(out)
+    if committed is not None:
+        repair_derived(out, committed)
+    return committed
+
+
+def _write_run_json(run: RunDir, replaces: list[str]) -> None:
+    """The run folder's run.json: the run, its temp data, its side files and the
+    committed files it replaces once it commits (inventory.past_runs reads it)."""
+    storage.write_bytes(paths.join(run.run_path, RUN_JSON), json.dumps(
+        {"run_id": run.run_id, "temp_dir": run.temp_dir,
+         "sidecars": [data_format.sidecar_name(kind, run.run_id)
+                      for kind in data_format.SIDECAR_KINDS],
+         "replaces": replaces}).encode("utf-8"))
 
 
 def _taken_over(out: str) -> str:
