@@ -2,7 +2,7 @@
 count, seed, step, index or size (`whole_number`, for a value given to a reader) and its
 command-line form (`whole_number_type`, an argparse type for the job's flags, the sample
 and readers.inspect), so that a number out of range is refused in the same words
-everywhere. Here, the leaf both sides import, because the job may not import readers."""
+everywhere. Here, in the format package: the leaf that the job and every reader import."""
 from __future__ import annotations
 
 import argparse
