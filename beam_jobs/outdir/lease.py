@@ -193,6 +193,15 @@ def _parse(data: bytes) -> Holder:
     """The holder a lease file names; ValueError saying what is wrong with it. Every
     field is checked here, so that deciding whether it is stale, and naming it, cannot
     fail on a hand-edited or foreign file."""
+    found = _holder_fields(data)
+    _check_names(found)
+    _check_times(found)
+    return found
+
+
+def _holder_fields(data: bytes) -> Holder:
+    """A lease file's JSON as a Holder, its job a Job (a lease from before jobs were
+    asked names only the job); ValueError naming the fields when it is none."""
     try:
         fields = json.loads(data.decode("utf-8"))
         found = Holder(**fields)
@@ -203,19 +212,29 @@ def _parse(data: bytes) -> Holder:
     except (ValueError, TypeError):
         raise ValueError("not a JSON object with the fields "
                          f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
+    return found
+
+
+def _check_names(found: Holder) -> None:
+    """ValueError unless the run id, host and the job's fields are strings (or None),
+    and the pid a process id."""
     job_fields = () if found.job is None else dataclasses.astuple(found.job)
     if not (isinstance(found.run_id, str) and isinstance(found.host, str)
             and all(v is None or isinstance(v, str) for v in job_fields)):
         raise ValueError("run_id, host or a field of job is not a string")
     if type(found.pid) is not int or not 0 < found.pid < 2**31:
         raise ValueError(f"pid {found.pid!r:.40} is not a process id")
+
+
+def _check_times(found: Holder) -> None:
+    """ValueError unless the start, and the expiry where there is one (a job's lease
+    never expires), are times this machine can show."""
     times: dict[str, Optional[float]] = {"started": found.started}
     if found.job is None or found.expires is not None:
         times["expires"] = found.expires
     for name, value in times.items():
         if not _is_time(value):
             raise ValueError(f"{name} {value!r:.40} is not a time")
-    return found
 
 
 def _is_time(value) -> bool:
