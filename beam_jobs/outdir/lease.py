@@ -287,32 +287,43 @@ class Lease:
         for _ in range(5):
             self._token = swap.create_exclusive(self.path, self._content())
             if self._token is not None:
-                _remove_leftovers(self.path)
-                if self._break and not self._broke:
-                    _LOG.warning("%s: no lease of a job on a distributed runner to break on "
-                                 "%s; the flag had nothing to do", BREAK_FLAG,
-                                 os.path.dirname(os.path.dirname(self.path)))
-                if self.job is None:
-                    self._thread = threading.Thread(target=self._heartbeat, daemon=True,
-                                                    name="make_shards-lease")
-                    self._thread.start()
+                self._taken()
                 return self
             current = swap.read_with_token(self.path)
             if current is None:
                 continue  # released meanwhile: try again
             data, token = current
-            try:
-                other = _parse(data)
-            except ValueError as e:
-                raise LeaseUnreadable(
-                    f"{self.path} is not a lease this job can read ({e}): if no run is "
-                    f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
-                ) from None
+            other = self._holder(data)
             may_write = (self._take_from_job(other, other.job) if other.job is not None
                          else self._take_from_launcher(other))
             if swap.delete_if(self.path, token) and may_write:
                 self.took_over = other
         raise LeaseHeld("another run keeps taking the lease")
+
+    def _taken(self) -> None:
+        """Once the lease file is this run's: a lost run's leftovers removed, a word when
+        --break_lease had nothing to break, and a launcher's lease renewed in the
+        background."""
+        _remove_leftovers(self.path)
+        if self._break and not self._broke:
+            _LOG.warning("%s: no lease of a job on a distributed runner to break on "
+                         "%s; the flag had nothing to do", BREAK_FLAG,
+                         os.path.dirname(os.path.dirname(self.path)))
+        if self.job is None:
+            self._thread = threading.Thread(target=self._heartbeat, daemon=True,
+                                            name="make_shards-lease")
+            self._thread.start()
+
+    def _holder(self, data: bytes) -> Holder:
+        """The holder the lease file names; LeaseUnreadable when it is none this job
+        wrote."""
+        try:
+            return _parse(data)
+        except ValueError as e:
+            raise LeaseUnreadable(
+                f"{self.path} is not a lease this job can read ({e}): if no run is "
+                f"writing {os.path.dirname(os.path.dirname(self.path))}, delete it"
+            ) from None
 
     def _take_from_launcher(self, other: Holder) -> bool:
         """Take a launcher's lease: LeaseHeld unless it is stale. Returns whether that
