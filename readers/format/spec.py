@@ -238,27 +238,15 @@ _EXPANSION = {"none": 1, "gzip": 1032}
 def _parse(d: Any) -> dict:
     """DatasetSpec's fields from dataset.json's parsed JSON; Bad when anything is not
     as the job writes it."""
-    version = typed(d, dict, "the top level").get("format_version")
-    if type(version) is not int or version not in READABLE_VERSIONS:
-        raise Bad(f"unknown format version {version!r}; this reader reads versions "
-                   f"{list(READABLE_VERSIONS)}")
-    window = get(d, "window", dict, "")
-    length = count(window, "length", "window", least=1)
-    count(window, "stride", "window", least=1)
-    get(window, "tail", str, "window")
+    version = _format_version(d)
+    window, length = _window(d)
     features = tuple(_feature(f, at("features", i))
                      for i, f in enumerate(get(d, "features", list, "")))
     _check_features(features, length)
-    compression = get(d, "compression", str, "")
-    if compression not in COMPRESSIONS:
-        raise Bad(f"compression: {compression!r} is not one of {list(COMPRESSIONS)}")
-    run_id = get(d, "run_id", str, "", None)
-    if run_id is not None and not RUN_ID.fullmatch(run_id):
-        raise Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
+    compression = _compression(d)
+    run_id = _run_id(d)
     raw_splits = get(d, "splits", dict, "")
-    generations = (tuple(parse_generation(g, at("generations", i))
-                         for i, g in enumerate(get(d, "generations", list, "")))
-                   if version >= 4 else None)
+    generations = _generations(d, version)
     run_ids = check_generations(generations, run_id)
     splits = {name: _split(split, at("splits", name), name, compression, run_ids)
               for name, split in raw_splits.items()}
@@ -267,16 +255,8 @@ def _parse(d: Any) -> dict:
                                      get(d, "job_version", str, "", None))
     else:
         check_generation_counts(generations, splits)
-    listed = [name for split in splits.values() for shard in split.shards
-              for name in (shard.file, shard.index, shard.table) if name]
-    if len(set(listed)) < len(listed):
-        twice = next(name for name in listed if listed.count(name) > 1)
-        raise Bad(f"splits: {twice!r} is listed twice")
-    files = tuple(get(d, "files", list, "", []))
-    for i, name in enumerate(files):
-        if not is_dataset_file(name):
-            raise Bad(f"{at('files', i)}: {shown(name)} is not the plain name of "
-                       "a shard, an index or a side file")
+    _check_listed_once(splits)
+    files = _files(d)
     sidecars = _sidecars(d, version, run_id, files)
     return dict(window=window, features=features, compression=compression, splits=splits,
                 failures=count(d, "failures", "", 0), flags=get(d, "flags", dict, "", {}),
@@ -286,6 +266,68 @@ def _parse(d: Any) -> dict:
                 frame=get(d, "frame", dict, "", {}), labels=get(d, "labels", dict, "", None),
                 generations=generations, sidecars=sidecars,
                 stats=parse_stats(d.get("stats"), splits, features))
+
+
+def _format_version(d: Any) -> int:
+    """The format version of a top level that must be an object; Bad for one this
+    reader does not read."""
+    version = typed(d, dict, "the top level").get("format_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise Bad(f"unknown format version {version!r}; this reader reads versions "
+                   f"{list(READABLE_VERSIONS)}")
+    return version
+
+
+def _window(d: dict) -> tuple[dict, int]:
+    """The window object and its length, its length, stride and tail checked."""
+    window = get(d, "window", dict, "")
+    length = count(window, "length", "window", least=1)
+    count(window, "stride", "window", least=1)
+    get(window, "tail", str, "window")
+    return window, length
+
+
+def _compression(d: dict) -> str:
+    compression = get(d, "compression", str, "")
+    if compression not in COMPRESSIONS:
+        raise Bad(f"compression: {compression!r} is not one of {list(COMPRESSIONS)}")
+    return compression
+
+
+def _run_id(d: dict) -> Optional[str]:
+    run_id = get(d, "run_id", str, "", None)
+    if run_id is not None and not RUN_ID.fullmatch(run_id):
+        raise Bad(f"run_id: {run_id!r} is not a run id (12 hex digits)")
+    return run_id
+
+
+def _generations(d: dict, version: int) -> Optional[tuple[Generation, ...]]:
+    """The generations dataset.json lists (since version 4), each checked; None
+    before."""
+    if version < 4:
+        return None
+    return tuple(parse_generation(g, at("generations", i))
+                 for i, g in enumerate(get(d, "generations", list, "")))
+
+
+def _check_listed_once(splits: dict[str, SplitInfo]) -> None:
+    """Bad for a shard, index or window table that the splits list twice."""
+    listed = [name for split in splits.values() for shard in split.shards
+              for name in (shard.file, shard.index, shard.table) if name]
+    if len(set(listed)) < len(listed):
+        twice = next(name for name in listed if listed.count(name) > 1)
+        raise Bad(f"splits: {twice!r} is listed twice")
+
+
+def _files(d: dict) -> tuple[str, ...]:
+    """The files dataset.json lists (none before they were listed); Bad for a name that
+    is not the plain name of one of the dataset's files."""
+    files = tuple(get(d, "files", list, "", []))
+    for i, name in enumerate(files):
+        if not is_dataset_file(name):
+            raise Bad(f"{at('files', i)}: {shown(name)} is not the plain name of "
+                       "a shard, an index or a side file")
+    return files
 
 
 def _sidecars(d: dict, version: int, run_id: Optional[str], files: tuple[str, ...]) -> dict:
