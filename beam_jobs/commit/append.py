@@ -20,7 +20,7 @@ every window, and one generation.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
@@ -97,27 +97,42 @@ def check(spec: data_format.DatasetSpec, output_dir: str, run: DatasetConfig,
     if spec.input_kind and input_kind != spec.input_kind:
         raise AppendError(f"--append: --input holds {input_kind} here, {where} was made "
                           f"from {spec.input_kind}")
-    for name in sorted(set(flags) | set(spec.flags)):
-        if name in FREE_FLAGS or _moot(name, flags, spec.flags):
-            continue
-        mine, theirs = flags.get(name), spec.flags.get(name, defaults.get(name))
-        if mine != theirs:
-            raise AppendError(f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in "
-                              f"{where}; an append must make the windows its first run "
-                              "made (or rebuild with --overwrite)")
-    mine = [f.to_json() for f in run.features]
-    theirs = [f.to_json() for f in spec.features]
-    if mine != theirs:
-        mine_by, theirs_by = {f["name"]: f for f in mine}, {f["name"]: f for f in theirs}
-        name = next(n for n in [*mine_by, *theirs_by] if mine_by.get(n) != theirs_by.get(n))
-        raise AppendError(f"--append: the inputs' {name!r} is {_feature(mine_by.get(name))}, "
-                          f"{where}'s is {_feature(theirs_by.get(name))}")
+    _check_flags(flags, spec.flags, defaults, where)
+    _check_features(run.features, spec.features, where)
     if (labels or None) != (spec.labels or None):
         raise AppendError(f"--append: the inputs' labels are {_shown(labels)}, {where}'s "
                           f"{_shown(spec.labels)}")
     if _model(encoder) != _model(spec.encoder):
         raise AppendError(f"--append: the --encoder model is not the one that made {where} "
                           "(its checksum or shapes differ)")
+
+
+def _check_flags(flags: Mapping[str, Any], theirs_flags: Mapping[str, Any], defaults: dict,
+                 where: str) -> None:
+    """AppendError naming the first flag, by name, that this run sets otherwise than
+    the dataset was made with (a flag it lacks: its default), but those free to differ
+    and those moot for both."""
+    for name in sorted(set(flags) | set(theirs_flags)):
+        if name in FREE_FLAGS or _moot(name, flags, theirs_flags):
+            continue
+        mine, theirs = flags.get(name), theirs_flags.get(name, defaults.get(name))
+        if mine != theirs:
+            raise AppendError(f"--append: --{name} {_shown(mine)} here, {_shown(theirs)} in "
+                              f"{where}; an append must make the windows its first run "
+                              "made (or rebuild with --overwrite)")
+
+
+def _check_features(features: Sequence[data_format.FeatureSpec],
+                    theirs_features: Sequence[data_format.FeatureSpec], where: str) -> None:
+    """AppendError naming the first feature that the inputs give otherwise than the
+    dataset holds it (or one only either has)."""
+    mine = [f.to_json() for f in features]
+    theirs = [f.to_json() for f in theirs_features]
+    if mine != theirs:
+        mine_by, theirs_by = {f["name"]: f for f in mine}, {f["name"]: f for f in theirs}
+        name = next(n for n in [*mine_by, *theirs_by] if mine_by.get(n) != theirs_by.get(n))
+        raise AppendError(f"--append: the inputs' {name!r} is {_feature(mine_by.get(name))}, "
+                          f"{where}'s is {_feature(theirs_by.get(name))}")
 
 
 def _moot(name: str, mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
