@@ -207,12 +207,26 @@ def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.n
     if name is None:
         raise ValueError(f"{path} has no videos file, so select= cannot choose videos")
     files = DatasetFiles(path)
+    every, mine, keep, found = _read_videos_file(select, selection, files, name)
+    _check_ids_known(select, found, path)
+    _refuse_shared_hashes(every, selection, files, name)
+    mine_hashes = np.frombuffer(mine, np.uint64)
+    order = np.argsort(mine_hashes)
+    return mine_hashes[order], np.frombuffer(keep, np.bool_)[order]
+
+
+def _read_videos_file(select: Select, selection: Selection, files: DatasetFiles, name: str
+                      ) -> tuple[array.array, array.array, bytearray, set[str]]:
+    """One pass over the videos file `name`, a row at a time: the hash of every video's
+    id, the hashes of the split's videos and whether `select` keeps each, and which of
+    the ids `select` gives are there. DatasetChanged when the file is gone, ValueError
+    naming it when a row is bad."""
     wanted = None if select.videos is None else set(select.videos)
     unwanted = set(select.exclude_videos or ())
     asked, found = (wanted or set()) | unwanted, set()
     every, mine, keep = array.array("Q"), array.array("Q"), bytearray()
     try:
-        for row in videos_file.rows(lambda: files.reader(name), spec.splits):
+        for row in videos_file.rows(lambda: files.reader(name), selection.spec.splits):
             video_id = row["video_id"]
             every.append(window_table.video_hash(video_id))
             if video_id in asked:
@@ -223,18 +237,32 @@ def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.n
     except FileNotFoundError:
         raise selection.gone_error(name) from None
     except ValueError as e:
-        raise ValueError(f"{os.path.join(path, name)}: {e}") from None
+        raise ValueError(f"{os.path.join(selection.path, name)}: {e}") from None
+    return every, mine, keep, found
+
+
+def _check_ids_known(select: Select, found: set[str], path: str) -> None:
+    """ValueError when an id `select` gives (to keep or to leave out) is no video of the
+    dataset."""
     for given in ("videos", "exclude_videos"):
         unknown = sorted(set(getattr(select, given) or ()) - found)
         if unknown:
             raise ValueError(f"Select({given}=...): {len(unknown)} of its ids are no video of "
                              f"{path}, e.g. {unknown[0]!r} (its ids are the videos file's "
                              "video_id)")
+
+
+def _refuse_shared_hashes(every: array.array, selection: Selection, files: DatasetFiles,
+                          name: str) -> None:
+    """ValueError when two of the dataset's videos share a 64-bit hash (the window
+    tables could not tell their windows apart), or one is listed twice (a damaged
+    dataset); the ids are found by a second pass over the videos file."""
+    path = selection.path
     hashes = np.sort(np.frombuffer(every, np.uint64))
     same = hashes[1:][hashes[1:] == hashes[:-1]]
     if same.size:
         twice = [row["video_id"] for row in videos_file.rows(lambda: files.reader(name),
-                                                              spec.splits)
+                                                              selection.spec.splits)
                  if window_table.video_hash(row["video_id"]) == int(same[0])]
         a, b = twice[:2]
         raise ValueError(
@@ -243,9 +271,6 @@ def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.n
             f"videos {a!r} and {b!r} of {path} share one 64-bit hash in its window tables, "
             "so select= cannot tell their windows apart: select by min_valid_frames alone, "
             "or rename one of them and rebuild")
-    mine_hashes = np.frombuffer(mine, np.uint64)
-    order = np.argsort(mine_hashes)
-    return mine_hashes[order], np.frombuffer(keep, np.bool_)[order]
 
 
 def _keeps(select: Select, row: dict, wanted: Optional[set], unwanted: set) -> bool:
