@@ -362,14 +362,7 @@ class EpochBatches:
         ValueError naming a field the state lacks or whose value is of the wrong type, and
         ValueError when `source` is not the run, split, size, features, clip and selection
         the state was saved on."""
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
-                            f"{type(state).__name__}")
-        missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
-        if missing:
-            raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
-                             "EpochBatches.state gave (or one of a version before these "
-                             "fields); start the epoch at step 0")
+        _check_state_fields(state)
         try:
             saved = _saved_reading(state)
             given = _arguments(**{key: state[key] for key in ARGUMENTS})
@@ -379,17 +372,36 @@ class EpochBatches:
         differ = [key for key in (*READING, SELECTION)
                   if key != "dataset" and saved[key] != now[key]]
         if differ:
-            changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)"
-                                for key in differ)
-            since = ": an --append or a rebuild since" if "run_id" in differ else ""
-            raise ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
-                             f"{source.path} split {source.split!r}: they differ in {changes}"
-                             f"{since}; the same step would not give the same batch: resume "
-                             "it on what it was saved on, or start the epoch at step 0")
+            raise _mismatch_error(saved, now, differ, source)
         try:
             return cls(source, **given)
         except ValueError as e:   # its start_step past the epoch's end, known only now
             raise ValueError(f"this state's {e}") from None
+
+
+def _check_state_fields(state: Any) -> None:
+    """TypeError for a state that is no dict, ValueError for one that lacks a field of
+    the reading or of EpochBatches' arguments."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
+                        f"{type(state).__name__}")
+    missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
+    if missing:
+        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                         "EpochBatches.state gave (or one of a version before these "
+                         "fields); start the epoch at step 0")
+
+
+def _mismatch_error(saved: dict[str, Any], now: dict[str, Any], differ: list[str],
+                    source: WindowSource) -> ValueError:
+    """The error for a state resumed on a source whose reading `differ`s from the one
+    it was saved on: both, and each difference (a run id's: an append or a rebuild)."""
+    changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)" for key in differ)
+    since = ": an --append or a rebuild since" if "run_id" in differ else ""
+    return ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
+                      f"{source.path} split {source.split!r}: they differ in {changes}"
+                      f"{since}; the same step would not give the same batch: resume "
+                      "it on what it was saved on, or start the epoch at step 0")
 
 
 def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_index: Any,
