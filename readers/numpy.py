@@ -422,17 +422,8 @@ def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_in
 
 def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:
     """The reading a state names, each field checked for its type."""
-    for key in ("dataset", "split", "run_id"):
-        if not (isinstance(state[key], str) or (key == "run_id" and state[key] is None)):
-            raise TypeError(f"{key} must be a string, not {state[key]!r}")
-    features = state["features"]
-    if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
-        raise TypeError(f"features must be a list of feature names, not {features!r}")
-    clip = state["clip"]
-    if clip is not None:
-        if not (isinstance(clip, dict) and set(clip) == {f.name for f in dataclasses.fields(Clip)}):
-            raise TypeError(f"clip must be None or a Clip's fields, not {clip!r}")
-        clip = dataclasses.asdict(Clip(**clip))
+    _check_names(state)
+    clip = _saved_clip(state["clip"])
     selection = state.get(SELECTION)
     if not (selection is None or isinstance(selection, dict)):
         raise TypeError(f"{SELECTION} must be None or what a selection's reading names, "
@@ -440,6 +431,27 @@ def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:
     return {key: state[key] for key in READING} | {
         "windows": whole_number("windows", state["windows"], 0), "clip": clip,
         SELECTION: selection}
+
+
+def _check_names(state: dict[str, Any]) -> None:
+    """TypeError unless a state's dataset, split and run id (or None) are strings, and
+    its features a list of names."""
+    for key in ("dataset", "split", "run_id"):
+        if not (isinstance(state[key], str) or (key == "run_id" and state[key] is None)):
+            raise TypeError(f"{key} must be a string, not {state[key]!r}")
+    features = state["features"]
+    if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
+        raise TypeError(f"features must be a list of feature names, not {features!r}")
+
+
+def _saved_clip(clip: Any) -> Optional[dict[str, Any]]:
+    """A state's clip, None or a Clip's fields, as the Clip they make names it (its
+    checks applied); TypeError for anything else."""
+    if clip is None:
+        return None
+    if not (isinstance(clip, dict) and set(clip) == {f.name for f in dataclasses.fields(Clip)}):
+        raise TypeError(f"clip must be None or a Clip's fields, not {clip!r}")
+    return dataclasses.asdict(Clip(**clip))
 
 
 def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
