@@ -175,13 +175,8 @@ class DatasetSpec:
             **{f"{kind}_file": self.sidecars.get(kind) for kind in SIDECAR_KINDS},
             "failures": self.failures,
             "encoder": self.encoder,
-            "splits": {name: {"videos": s.videos, "windows": s.windows,
-                              "skipped_short": s.skipped_short, "frames": s.frames,
-                              "bad_frames": s.bad_frames,
-                              "shards": [_shard_json(sh) for sh in s.shards]}
-                       for name, s in self.splits.items()},
-            **({"stats": {split: {name: stats.to_json() for name, stats in features.items()}
-                          for split, features in self.stats.items()}} if self.stats else {}),
+            "splits": {name: _split_json(s) for name, s in self.splits.items()},
+            **({"stats": _stats_json(self.stats)} if self.stats else {}),
             "flags": dict(self.flags),
             "run_id": self.run_id,
             "generations": [g.to_json() for g in self.generations or generations_of(
@@ -424,6 +419,20 @@ def _shard(d: Any, where: str, split: str, compression: str,
                    f"shard's window table, {table_name(file)!r}")
     return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None),
                  table)
+
+
+def _split_json(split: SplitInfo) -> dict:
+    """A split's entry in dataset.json: its counts and its shards'."""
+    return {"videos": split.videos, "windows": split.windows,
+            "skipped_short": split.skipped_short, "frames": split.frames,
+            "bad_frames": split.bad_frames,
+            "shards": [_shard_json(sh) for sh in split.shards]}
+
+
+def _stats_json(stats: Mapping[str, Mapping[str, ChannelStats]]) -> dict:
+    """dataset.json's stats: per split, each feature's statistics."""
+    return {split: {name: s.to_json() for name, s in features.items()}
+            for split, features in stats.items()}
 
 
 def _shard_json(shard: Shard) -> dict:
