@@ -397,16 +397,7 @@ def _shard(d: Any, where: str, split: str, compression: str,
     absolute path is refused), of this split, compression and one of the dataset's runs
     (`run_ids`: its generations')."""
     typed(d, dict, where)
-    file = get(d, "file", str, where)
-    if not is_shard_name(file, split) or not file.endswith(shard_suffix(compression)):
-        raise Bad(f"{at(where, 'file')}: {shown(file)} is not the plain name of "
-                   f"a shard of split {split!r} ({split}-NNNNN-of-NNNNN-RUNID"
-                   f"{shard_suffix(compression)})")
-    if run_id_of(file) not in (None, *run_ids):
-        runs = (f"run {run_ids[0]}, the run" if len(run_ids) == 1 else
-                f"runs {', '.join(map(str, run_ids))}, the generations")
-        raise Bad(f"{at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
-                   f"not of {runs} dataset.json names")
+    file = _shard_file(d, where, split, compression, run_ids)
     index = get(d, "index", str, where, None)
     if index is not None and compression != "none":
         raise Bad(f"{at(where, 'index')}: {shown(index)}, where a gzip shard has none")
@@ -419,6 +410,23 @@ def _shard(d: Any, where: str, split: str, compression: str,
                    f"shard's window table, {table_name(file)!r}")
     return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None),
                  table)
+
+
+def _shard_file(d: dict, where: str, split: str, compression: str,
+                run_ids: tuple[Optional[str], ...]) -> str:
+    """A shard entry's file: Bad unless it is the plain name of a shard of this split
+    and compression, of one of the dataset's runs."""
+    file = get(d, "file", str, where)
+    if not is_shard_name(file, split) or not file.endswith(shard_suffix(compression)):
+        raise Bad(f"{at(where, 'file')}: {shown(file)} is not the plain name of "
+                   f"a shard of split {split!r} ({split}-NNNNN-of-NNNNN-RUNID"
+                   f"{shard_suffix(compression)})")
+    if run_id_of(file) not in (None, *run_ids):
+        runs = (f"run {run_ids[0]}, the run" if len(run_ids) == 1 else
+                f"runs {', '.join(map(str, run_ids))}, the generations")
+        raise Bad(f"{at(where, 'file')}: {file!r} is a shard of run {run_id_of(file)}, "
+                   f"not of {runs} dataset.json names")
+    return file
 
 
 def _split_json(split: SplitInfo) -> dict:
