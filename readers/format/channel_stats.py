@@ -129,22 +129,40 @@ def _operands(x: Any, channels: int, *arrays: np.ndarray) -> tuple:
     """x in a float dtype, and `arrays` as constants of that dtype and kind (numpy,
     TensorFlow or PyTorch, whichever x is); ValueError when x's last axis is not
     `channels` long (where x's shape is known)."""
+    _check_channels(x, channels)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.is_tensor(x):
+        return _tensorflow_operands(tf, x, arrays)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return _torch_operands(torch, x, arrays)
+    x = np.asarray(x)
+    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+    return (x.astype(dtype, copy=False), *(a.astype(dtype) for a in arrays))
+
+
+def _check_channels(x: Any, channels: int) -> None:
+    """ValueError when x's last axis is not `channels` long (where x's shape says it,
+    and there is more than one channel)."""
     last = _last_axis(x)
     if channels > 1 and last is not None and last != channels:
         raise ValueError(f"the last axis of the values is {last} long; these statistics "
                          f"have {channels} channels (the last axis of a frame)")
-    tf = sys.modules.get("tensorflow")
-    if tf is not None and tf.is_tensor(x):
-        dtype = x.dtype if x.dtype.is_floating else tf.float32
-        return (tf.cast(x, dtype), *(tf.constant(a, dtype) for a in arrays))
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        dtype = x.dtype if x.is_floating_point() else torch.float32
-        return (x.to(dtype), *(torch.as_tensor(a, dtype=dtype, device=x.device)
-                               for a in arrays))
-    x = np.asarray(x)
-    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
-    return (x.astype(dtype, copy=False), *(a.astype(dtype) for a in arrays))
+
+
+def _tensorflow_operands(tf: Any, x: Any, arrays: tuple[np.ndarray, ...]) -> tuple:
+    """A tensor in a float dtype (float32 unless it is one) and `arrays` as constants of
+    that dtype."""
+    dtype = x.dtype if x.dtype.is_floating else tf.float32
+    return (tf.cast(x, dtype), *(tf.constant(a, dtype) for a in arrays))
+
+
+def _torch_operands(torch: Any, x: Any, arrays: tuple[np.ndarray, ...]) -> tuple:
+    """A PyTorch tensor in a float dtype (float32 unless it is one) and `arrays` as
+    tensors of that dtype on its device."""
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    return (x.to(dtype), *(torch.as_tensor(a, dtype=dtype, device=x.device)
+                           for a in arrays))
 
 
 def _last_axis(x: Any) -> Optional[int]:
