@@ -29,6 +29,7 @@ from typing import Callable, Optional
 
 from readers.format.names import DATASET_INFO_JSON, FEATURES_JSON, run_id_of, shard_name
 from readers.format.spec import DatasetSpec, FeatureSpec
+from readers.format.splits import Shard
 
 NAME = "video_window_shards"      # the builder's name TFDS shows
 READABLE_COMPRESSIONS = ("none",)
@@ -86,17 +87,25 @@ def _split(spec: DatasetSpec, name: str, run_id: Optional[str], tfds_name: str) 
     write)."""
     shards = [s for s in spec.splits[name].shards if run_id_of(s.file) == run_id]
     run = f"-{run_id}" if run_id else ""
-    expected = [shard_name(name, i, len(shards), spec.compression, run_id or "")
-                for i in range(len(shards))]
-    if [shard.file for shard in shards] != expected:
-        raise ValueError(f"split {name!r}: its shards are not named {name}-NNNNN-of-"
-                         f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
+    _check_tfds_names(shards, name, spec.compression, run_id)
     info = {"name": tfds_name, "shardLengths": [str(shard.examples) for shard in shards],
             "filepathTemplate": f"{name}-{{SHARD_X_OF_Y}}{run}.{{FILEFORMAT}}"}
     sizes = [shard.bytes for shard in shards if shard.bytes is not None]
     if len(sizes) == len(shards):   # builder.info.dataset_size
         info["numBytes"] = str(sum(sizes))
     return info
+
+
+def _check_tfds_names(shards: list[Shard], name: str, compression: str,
+                      run_id: Optional[str]) -> None:
+    """ValueError unless `shards` are named, in order, as TFDS opens split `name`'s
+    shards of run `run_id`."""
+    expected = [shard_name(name, i, len(shards), compression, run_id or "")
+                for i in range(len(shards))]
+    if [shard.file for shard in shards] != expected:
+        run = f"-{run_id}" if run_id else ""
+        raise ValueError(f"split {name!r}: its shards are not named {name}-NNNNN-of-"
+                         f"{len(shards):05d}{run}.tfrecord in order, as TFDS would open them")
 
 
 def shards_of(info: dict) -> list[tuple[str, int]]:
