@@ -69,6 +69,22 @@ def parse_tensor(buf: Buffer, start: int = 0, end: Optional[int] = None) -> np.n
 
 
 def _parse(buf: Buffer, start: int, end: int) -> np.ndarray:
+    dtype_enum, dims, content, values = _fields(buf, start, end)
+    name = _dtype_name(dtype_enum, values)
+    dtype = numpy_dtype(name)
+    count = 1
+    for size in dims:
+        count *= size
+    if content is not None and content[1] > content[0]:
+        return _from_content(buf, content, name, dtype, dims, count)
+    return _from_values(buf, values, name, dtype, dims, count)
+
+
+def _fields(buf: Buffer, start: int, end: int
+            ) -> tuple[int, list[int], Optional[tuple[int, int]], list[tuple[int, int, int, int]]]:
+    """A TensorProto's dtype enum, dims, tensor_content's (first, last) if any, and its
+    typed value fields (field, wire, first, last); TensorProtoError for a known field of
+    the wrong wire type."""
     dtype_enum, dims, content = 0, [], None
     values: list[tuple[int, int, int, int]] = []    # (field, wire, first, last)
     for number, wire, first, last in message_fields(buf, start, end, _WHAT):
@@ -83,6 +99,12 @@ def _parse(buf: Buffer, start: int, end: int) -> np.ndarray:
             content = (first, last)
         elif number >= 5:
             values.append((number, wire, first, last))
+    return dtype_enum, dims, content, values
+
+
+def _dtype_name(dtype_enum: int, values: list[tuple[int, int, int, int]]) -> str:
+    """The numeric dtype's name; TensorProtoError for one this reader does not know, or
+    a value field that is not that dtype's."""
     name = DTYPES.get(dtype_enum)
     if name is None:
         raise TensorProtoError(f"its dtype is {_REFUSED.get(dtype_enum, f'enum {dtype_enum}')}"
@@ -92,18 +114,18 @@ def _parse(buf: Buffer, start: int, end: int) -> np.ndarray:
         if number != own_field:   # TF would parse it (and may refuse it); it is not ours
             raise TensorProtoError(f"not {_WHAT}: field {number} is not a field of a {name} "
                                    "tensor")
-    dtype = numpy_dtype(name)
-    count = 1
-    for size in dims:
-        count *= size
-    if content is not None and content[1] > content[0]:
-        size = content[1] - content[0]
-        if size != count * dtype.itemsize:
-            raise TensorProtoError(f"tensor_content holds {size} bytes, but {name} "
-                                   f"{dims} needs {count * dtype.itemsize}")
-        return np.frombuffer(buf, dtype, count, content[0]).reshape(dims)
-    return _from_values(buf, values, name, dtype, dims, count)
+    return name
 
+
+def _from_content(buf: Buffer, content: tuple[int, int], name: str, dtype: np.dtype,
+                  dims: list[int], count: int) -> np.ndarray:
+    """The long form: tensor_content's bytes as the array, a view of `buf`;
+    TensorProtoError unless they are exactly the dims' values."""
+    size = content[1] - content[0]
+    if size != count * dtype.itemsize:
+        raise TensorProtoError(f"tensor_content holds {size} bytes, but {name} "
+                               f"{dims} needs {count * dtype.itemsize}")
+    return np.frombuffer(buf, dtype, count, content[0]).reshape(dims)
 
 def _expect(wire: int, expected: int, name: str) -> None:
     if wire != expected:
