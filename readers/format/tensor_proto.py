@@ -162,21 +162,8 @@ def _from_values(buf: Buffer, fields: list, name: str, dtype: np.dtype, dims: li
         raise TensorProtoError(f"{name} {dims} without tensor_content would expand to "
                                f"{count * dtype.itemsize:,} bytes, more than "
                                f"{MAX_EXPANDED_BYTES:,}")
-    chunks = []
-    for field_number, wire, first, last in fields:
-        if field_number != number:
-            continue
-        if carrier.kind == "f":          # fixed width: one value, or packed
-            if wire not in (2, 1 if carrier.itemsize == 8 else 5):
-                raise TensorProtoError(f"not {_WHAT}: field {number} has wire type {wire}")
-            if (last - first) % carrier.itemsize:
-                raise TensorProtoError(f"not {_WHAT}: field {number} holds a part of a value")
-            chunks.append(np.frombuffer(buf, carrier, (last - first) // carrier.itemsize,
-                                        first))
-        elif wire in (0, 2):             # varints: one value, or packed
-            chunks.append(_varints(buf, first, last if wire == 2 else None, carrier))
-        else:
-            raise TensorProtoError(f"not {_WHAT}: field {number} has wire type {wire}")
+    chunks = [_values_of(buf, number, wire, first, last, carrier)
+              for field_number, wire, first, last in fields if field_number == number]
     stored = np.concatenate(chunks) if chunks else np.zeros(0, carrier)
     if stored.size > count:
         raise TensorProtoError(f"it holds {stored.size} values, but {name} {dims} has "
@@ -188,6 +175,21 @@ def _from_values(buf: Buffer, fields: list, name: str, dtype: np.dtype, dims: li
     if name in ("float16", "bfloat16"):
         return stored.view(dtype).reshape(dims)
     return stored.astype(dtype, copy=False).reshape(dims)
+
+
+def _values_of(buf: Buffer, number: int, wire: int, first: int, last: int,
+               carrier: np.dtype) -> np.ndarray:
+    """The values of one typed field: fixed-width floats (one, or packed) or varints;
+    TensorProtoError for another wire type, or a part of a value."""
+    if carrier.kind == "f":          # fixed width: one value, or packed
+        if wire not in (2, 1 if carrier.itemsize == 8 else 5):
+            raise TensorProtoError(f"not {_WHAT}: field {number} has wire type {wire}")
+        if (last - first) % carrier.itemsize:
+            raise TensorProtoError(f"not {_WHAT}: field {number} holds a part of a value")
+        return np.frombuffer(buf, carrier, (last - first) // carrier.itemsize, first)
+    if wire in (0, 2):               # varints: one value, or packed
+        return _varints(buf, first, last if wire == 2 else None, carrier)
+    raise TensorProtoError(f"not {_WHAT}: field {number} has wire type {wire}")
 
 
 def _varints(buf: Buffer, pos: int, end: Optional[int], carrier: np.dtype) -> np.ndarray:
