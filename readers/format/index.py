@@ -106,16 +106,26 @@ def _numbers(data: bytes) -> Optional[np.ndarray]:
         return np.zeros(0, np.int64)
     text = np.frombuffer(data, np.uint8)
     separators = np.flatnonzero(text < _ZERO)     # all that is not a digit, or above one
-    if (text.max() > _NINE or not len(separators) or len(separators) % 2
-            or separators[-1] != len(text) - 1 or (text[separators[0::2]] != _SPACE).any()
-            or (text[separators[1::2]] != _NEWLINE).any()):
-        return None
-    first = np.concatenate(([0], separators[:-1] + 1))
-    widths = separators - first
-    if (widths.min() < 1 or widths.max() > _DIGITS
-            or (text[first[widths > 1]] == _ZERO).any()):
+    if not (_space_then_newline(text, separators) and _plain_numbers(text, separators)):
         return None
     return np.fromstring(data, np.int64, sep=" ")
+
+
+def _space_then_newline(text: np.ndarray, separators: np.ndarray) -> bool:
+    """Whether `text` is digits but at `separators`, which alternate a space and a
+    newline, the last one its last byte."""
+    return not (text.max() > _NINE or not len(separators) or len(separators) % 2
+                or separators[-1] != len(text) - 1 or (text[separators[0::2]] != _SPACE).any()
+                or (text[separators[1::2]] != _NEWLINE).any())
+
+
+def _plain_numbers(text: np.ndarray, separators: np.ndarray) -> bool:
+    """Whether every number between the separators has 1 to _DIGITS digits and no
+    leading zero."""
+    first = np.concatenate(([0], separators[:-1] + 1))
+    widths = separators - first
+    return not (widths.min() < 1 or widths.max() > _DIGITS
+                or (text[first[widths > 1]] == _ZERO).any())
 
 
 def _refuse_lines(data: bytes, name: str, records: int) -> NoReturn:
