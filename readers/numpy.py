@@ -234,14 +234,20 @@ class WindowSource:
             if len(array) != size:
                 raise IndexError(f"a boolean mask of {len(array)} values for {size} windows")
             return np.flatnonzero(array)
-        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-            raise TypeError(f"windows are selected by integers, a slice or a boolean mask "
-                            f"of {size} values, not {array.dtype} of shape {array.shape}")
-        array = array.astype(np.int64)
-        if array.size and not (-size <= array.min() and array.max() < size):
-            bad = array[(array < -size) | (array >= size)][0]
-            raise IndexError(f"window {bad} is out of range for {size} windows")
-        return np.where(array < 0, array + size, array)
+        return _window_numbers(array, size)
+
+
+def _window_numbers(array: np.ndarray, size: int) -> np.ndarray:
+    """Integers as window numbers of `size` windows, negative ones from the end;
+    TypeError for anything but a flat array of integers, IndexError out of range."""
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"windows are selected by integers, a slice or a boolean mask "
+                        f"of {size} values, not {array.dtype} of shape {array.shape}")
+    array = array.astype(np.int64)
+    if array.size and not (-size <= array.min() and array.max() < size):
+        bad = array[(array < -size) | (array >= size)][0]
+        raise IndexError(f"window {bad} is out of range for {size} windows")
+    return np.where(array < 0, array + size, array)
 
 
 def _row(column: Any, row: int) -> Any:
