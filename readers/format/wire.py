@@ -202,18 +202,31 @@ def layout(features: Sequence[Feature], record: Buffer, start: int = 0,
     for f in features:
         if f.name not in entries:
             raise ValueError(f"feature {f.name!r} is missing")
-    direct = sorted((span for f in features
-                     if (span := _direct_span(f, entries[f.name], record, start))),
-                    key=lambda span: span.first)
+    direct = _direct_spans(features, entries, record, start)
     rest = b"".join(bytes(record[start + a:start + b])
                     for a, b in _gaps([(s.first, s.last) for s in direct], end - start))
-    lists = {name: ListSpan(entry.kind, _in_rest(entry.first, direct),
-                            _in_rest(entry.last, direct))
-             for name, entry in entries.items()
-             if name not in {span.name for span in direct}}
+    lists = _lists_in_rest(entries, direct)
     fixed = tuple(FixedSpan(a, b, rest[a:b]) for a, b in _gaps(
         sorted((span.first, span.last) for span in lists.values()), len(rest)))
     return Layout(end - start, tuple(direct), lists, fixed)
+
+
+def _direct_spans(features: Sequence[Feature], entries: dict[str, ListSpan], record: Buffer,
+                  start: int) -> list[DirectSpan]:
+    """The direct spans of `features` (`_direct_span`), in the record's order."""
+    return sorted((span for f in features
+                   if (span := _direct_span(f, entries[f.name], record, start))),
+                  key=lambda span: span.first)
+
+
+def _lists_in_rest(entries: dict[str, ListSpan], direct: list[DirectSpan]
+                   ) -> dict[str, ListSpan]:
+    """Where each list but the direct ones lies in the rest (the direct spans cut
+    out)."""
+    return {name: ListSpan(entry.kind, _in_rest(entry.first, direct),
+                           _in_rest(entry.last, direct))
+            for name, entry in entries.items()
+            if name not in {span.name for span in direct}}
 
 
 def _direct_span(feature: Feature, entry: ListSpan, record: Buffer,
