@@ -188,26 +188,40 @@ class Batch:
                  window: int = 0):
         self.clip, self.window = clip, window
         cut = [name for name in fixed_width if clip is not None and name in PER_FRAME]
-        self.columns, self.rows, self._frame_bytes, self._storage = {}, {}, {}, {}
+        self.columns: dict[str, np.ndarray] = {}
+        self._frame_bytes: dict[str, int] = {}
+        self._storage: dict[str, np.ndarray] = {}
         for name, (shape, dtype) in columns.items():
             if name not in cut or clip is None:   # (cut holds names only with a clip)
                 self.columns[name] = np.empty((n, *shape), dtype)
-                continue
-            size = self._frame_bytes[name] = math.prod(shape[1:]) * dtype.itemsize
-            storage = self._storage[name] = np.empty(
-                (n * clip.length + window - clip.length) * size, np.uint8)
-            self.columns[name] = storage[:n * clip.length * size].view(dtype).reshape(
-                n, *shape)
+            else:
+                self._add_cut_column(name, shape, dtype, n, clip)
         self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
                      np.uint8) for name in fixed_width}
         self._skipped = {name: np.empty(window * size, np.uint8)
                          for name, size in self._frame_bytes.items()}
-        if clip is not None and clip.step > 1:
-            self._window_frames = {name: self._skipped[name].reshape(window, size)
-                                   for name, size in self._frame_bytes.items()}
-            self._clip_frames = {name: self.rows[name].reshape(n, clip.length, size)
-                                 for name, size in self._frame_bytes.items()}
+        self._add_step_views(n)
         self._rests: dict[Plan, Rest] = {}
+
+    def _add_cut_column(self, name: str, shape: tuple[int, ...], dtype: np.dtype, n: int,
+                        clip: Clip) -> None:
+        """A clipped per-frame column over storage with room for the frames after the
+        last row's clip (they spill over, and are read with it in one piece)."""
+        size = self._frame_bytes[name] = math.prod(shape[1:]) * dtype.itemsize
+        storage = self._storage[name] = np.empty(
+            (n * clip.length + self.window - clip.length) * size, np.uint8)
+        self.columns[name] = storage[:n * clip.length * size].view(dtype).reshape(n, *shape)
+
+    def _add_step_views(self, n: int) -> None:
+        """With a clip's frame step: the scratch buffer as a window's frames, and the
+        rows as their clips' frames, for `store` to copy the kept frames across."""
+        clip = self.clip
+        if clip is None or clip.step <= 1:
+            return
+        self._window_frames = {name: self._skipped[name].reshape(self.window, size)
+                               for name, size in self._frame_bytes.items()}
+        self._clip_frames = {name: self.rows[name].reshape(n, clip.length, size)
+                             for name, size in self._frame_bytes.items()}
 
     def rest(self, plan: Plan) -> Rest:
         rest = self._rests.get(plan)
