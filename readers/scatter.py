@@ -75,26 +75,34 @@ class Decoder:
                 if layout is not None:
                     batch.store(plan, layout, row, rest, offset)
                     continue
-            frame, size = shards.frame(shard, in_shard, data)
-            try:
-                layout = data_format.layout(self.features, frame, HEADER_BYTES,
-                                            size - FOOTER_BYTES)
-            except ValueError as e:
-                raise ValueError(f"shard {shards.name(shard)}, record {in_shard}: "
-                                 f"{e}") from None
-            plan = self._plans.learn(size, layout)
-            rest = batch.rest(plan)
-            done = 0
-            for piece in batch.pieces(plan, row, rest, offset)[0]:
-                piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
-                done += len(piece)
-            batch.store(plan, layout, row, rest, offset)
+            self._read_whole(shards, shard, in_shard, data, batch, row, offset)
         columns = {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
                                           keep_float16=self.keep_float16)
                    for f in self.features}
         if self.clip is not None:
             columns[CLIP_OFFSET] = np.asarray(offsets, np.int64)
         return columns
+
+    def _read_whole(self, shards: Shards, shard: int, in_shard: int, data: Any,
+                    batch: Batch, row: int, offset: Optional[int]) -> None:
+        """A record no plan fits, read whole into row `row`: its layout learnt (a plan
+        for its size), its pieces copied out of the frame as a planned read would have
+        put them, and stored. ValueError naming the shard and record when it is no
+        example of the features."""
+        frame, size = shards.frame(shard, in_shard, data)
+        try:
+            layout = data_format.layout(self.features, frame, HEADER_BYTES,
+                                        size - FOOTER_BYTES)
+        except ValueError as e:
+            raise ValueError(f"shard {shards.name(shard)}, record {in_shard}: "
+                             f"{e}") from None
+        plan = self._plans.learn(size, layout)
+        rest = batch.rest(plan)
+        done = 0
+        for piece in batch.pieces(plan, row, rest, offset)[0]:
+            piece[:] = np.frombuffer(frame, np.uint8, len(piece), done)
+            done += len(piece)
+        batch.store(plan, layout, row, rest, offset)
 
 
 # Records of one size read the same way as long as their direct features sit in the same
