@@ -286,7 +286,8 @@ def feature_lists(record: Buffer, start: int = 0, end: Optional[int] = None
 
 def _walk(record: Buffer, start: int,
           end: int) -> dict[bytes, tuple[str, int, int]]:
-    """One flat loop over the map entries of an Example, reading tags and lengths only."""
+    """One loop over the map entries of an Example, reading tags and lengths only (an
+    entry's key and value by `_map_entry`, the value's list by `_list_of`)."""
     read = read_varint
     entries = {}
     for number, _, first, last in message_fields(record, start, end):
@@ -303,30 +304,44 @@ def _walk(record: Buffer, start: int,
                 continue
             length = record[pos]
             length, pos = (length, pos + 1) if length < 0x80 else read(record, pos)
-            entry_end = pos + length
-            key = value = None
-            while pos < entry_end:                   # key = 1, value = 2: nothing else
-                tag = record[pos]
-                if tag not in (0x0A, 0x12):
-                    raise ValueError(f"not a tf.train.Example: a map entry holds tag {tag}")
-                length = record[pos + 1]
-                length, pos = (length, pos + 2) if length < 0x80 else read(record, pos + 1)
-                if tag == 0x0A:
-                    key = bytes(record[pos:pos + length])
-                else:
-                    value = pos, pos + length
-                pos += length
-            if key is not None and value is not None and value[0] == value[1]:
-                entries[key] = ("", value[0] - start, value[0] - start)  # an empty Feature
-            elif key is not None and value is not None:
-                at = value[0]
-                kind_tag, length = record[at], record[at + 1]   # Feature: one list field
-                length, at = (length, at + 2) if length < 0x80 else read(record, at + 1)
-                if at + length > value[1]:
-                    raise ValueError("not a tf.train.Example: a list overruns its feature")
-                entries[key] = (_LIST_KINDS.get(kind_tag >> 3, "?"), at - start,
-                                at + length - start)
+            key, value, pos = _map_entry(record, pos, pos + length)
+            if key is not None and value is not None:
+                entries[key] = _list_of(record, value, start)
     return entries
+
+
+def _map_entry(record: Buffer, pos: int, end: int
+               ) -> tuple[Optional[bytes], Optional[tuple[int, int]], int]:
+    """The key and the value's (first, last) of the map entry at record[pos:end] (None
+    for either it lacks), and where its last field ends (past `end` when it overruns);
+    ValueError for a field that is neither."""
+    key = value = None
+    while pos < end:                                 # key = 1, value = 2: nothing else
+        tag = record[pos]
+        if tag not in (0x0A, 0x12):
+            raise ValueError(f"not a tf.train.Example: a map entry holds tag {tag}")
+        length = record[pos + 1]
+        length, pos = (length, pos + 2) if length < 0x80 else read_varint(record, pos + 1)
+        if tag == 0x0A:
+            key = bytes(record[pos:pos + length])
+        else:
+            value = pos, pos + length
+        pos += length
+    return key, value, pos
+
+
+def _list_of(record: Buffer, value: tuple[int, int], start: int) -> tuple[str, int, int]:
+    """(kind, first, last) of the list a Feature message at record[value[0]:value[1]]
+    holds, relative to `start`; ("", at, at) for an empty Feature. ValueError when the
+    list overruns the Feature."""
+    at = value[0]
+    if at == value[1]:
+        return ("", at - start, at - start)   # an empty Feature
+    kind_tag, length = record[at], record[at + 1]   # Feature: one list field
+    length, at = (length, at + 2) if length < 0x80 else read_varint(record, at + 1)
+    if at + length > value[1]:
+        raise ValueError("not a tf.train.Example: a list overruns its feature")
+    return (_LIST_KINDS.get(kind_tag >> 3, "?"), at - start, at + length - start)
 
 
 def list_values(kind: str, record: Buffer, start: int, end: int) -> list:
