@@ -311,10 +311,11 @@ def _same_keys(parts: list, names: list[str]) -> list[str]:
 def _check_arrays(key: str, parts: list, values: list, names: list[str]) -> None:
     """TypeError naming the first source whose `key` (`values`, a part each) is no
     numpy array."""
-    bad = next((i for (_, i, _), v in zip(parts, values, strict=True)
+    bad = next(((i, v) for (_, i, _), v in zip(parts, values, strict=True)
                 if not isinstance(v, np.ndarray)), None)
     if bad is not None:
-        raise TypeError(f"{names[bad]} gave {type(values[0]).__name__} for {key!r}: a "
+        source, value = bad
+        raise TypeError(f"{names[source]} gave {type(value).__name__} for {key!r}: a "
                         "mixture joins numpy arrays (return them from the transform)")
 
 

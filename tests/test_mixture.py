@@ -268,3 +268,15 @@ def test_the_docs_latent_mixtures_run(kinds, tmp_path, monkeypatch):
     shown = {}
     exec(docs_code("readers.md", "Mixtures in tf.data"), shown)
     assert shown["batch"]["source"].shape == (64,)
+
+
+def _window_as_list(batch: dict) -> dict:
+    return {**batch, "window": batch["window"].tolist()}
+
+
+def test_a_source_whose_transform_gives_no_array_is_named_with_what_it_gave(kinds):
+    mixture = Mixture([(WindowSource(kinds["latent"], "train"), 1),
+                       (WindowSource(kinds["latent"], "test", transform=_window_as_list), 1)])
+    with pytest.raises(TypeError, match=r"^\S*latent split 'test' gave list for 'window': "
+                                        r"a mixture joins numpy arrays"):
+        mixture[np.arange(len(mixture))]
