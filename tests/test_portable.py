@@ -18,6 +18,7 @@ from typing import Iterator
 
 import grpc
 import numpy as np
+import psutil
 import pytest
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from helpers import (
@@ -238,21 +239,48 @@ def _pool_group(root, name: str) -> int:
         return int(f.read())
 
 
-def test_a_job_whose_workers_are_killed_ends_in_one_line(portable, tmp_path, latents):
-    """The worker pool is killed (SIGKILL, its whole process group) while the job runs:
-    the job fails on the runner, and the launcher says so in its last line, with what
-    the directory holds, and no traceback before it."""
-    out = tmp_path / "out"
+def _holds_a_file_under(group: int, roots: tuple[str, ...]) -> bool:
+    """Whether a process of `group` has a file under one of `roots` open: a worker
+    inside a bundle that reads an input or writes a sorted file or a shard."""
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.pid) == group and any(
+                    f.path.startswith(roots) for f in process.open_files()):
+                return True
+    return False
+
+
+def _freeze_inside_a_bundle(group: int, roots: tuple[str, ...], launcher: JobProcess
+                            ) -> None:
+    """SIGSTOP the pool's group at a moment one of its workers is inside a bundle (it
+    has a file under one of `roots` open); else let it go on a moment and look again. Beam's
+    job service notices a worker that dies in a bundle (its bundle fails), but not one
+    that dies between two (it waits for the next bundle's answer for ever): the
+    failure this test is about is the first."""
+    deadline = time.monotonic() + 120
+    while True:
+        os.killpg(group, signal.SIGSTOP)
+        if _holds_a_file_under(group, roots):
+            return
+        os.killpg(group, signal.SIGCONT)
+        assert launcher.poll() is None and time.monotonic() < deadline, \
+            "no worker was ever caught inside a bundle"
+        time.sleep(0.005)
+
+
+def test_a_job_whose_workers_are_killed_ends_in_one_line(portable, tmp_path, rng):
+    """The worker pool is killed (SIGKILL, its whole process group) while its worker is
+    inside a bundle: the job fails on the runner, and the launcher says so in its last
+    line, with what the directory holds, and no traceback before it. The videos are long
+    enough (about 16,000 windows) for a worker to be caught reading them."""
+    out, inputs = tmp_path / "out", tmp_path / "in"
+    write_videos(str(inputs), random_videos(rng, 32, lengths=(1200, 1800)), files=2)
     with worker_pool(str(tmp_path), "doomed") as pool:
-        launcher = JobProcess(["--input", latents, "--output_dir", out, *FLAGS,
+        launcher = JobProcess(["--input", inputs / "*.tfrecord", "--output_dir", out, *FLAGS,
                                *options(portable["jobs"], pool)])
         job = _job_of_lease(out)
-        deadline = time.monotonic() + 120
-        while not list((out / "_make_shards" / "runs").glob("*/shards.json")):
-            assert time.monotonic() < deadline, "the job never started writing"
-            time.sleep(0.05)
         group = _pool_group(tmp_path, "doomed")
-        os.killpg(group, signal.SIGSTOP)   # its worker is frozen inside a bundle, then
+        _freeze_inside_a_bundle(group, (str(inputs), str(out)), launcher)
         os.killpg(group, signal.SIGKILL)   # gone: the job service sees the bundle fail
         assert launcher.wait(300) == 1
     said = launcher.stderr.read()
