@@ -67,8 +67,9 @@ def plain_loop(pattern: str, output_dir: str) -> int:
     outputs = [open(os.path.join(output_dir, f"windows-{i}-of-{OUTPUTS}.tfrecord"), "wb")
                for i in range(OUTPUTS)]
     count = 0
+    encode = data_format.ExampleEncoder(FEATURES)
     for values in windows(pattern):
-        outputs[count % OUTPUTS].write(frame(data_format.encode_example(FEATURES, values)))
+        outputs[count % OUTPUTS].write(frame(encode(values)))
         count += 1
     for f in outputs:
         f.close()

@@ -36,8 +36,11 @@ def _tf_example(features, values) -> bytes:
     data_format.FeatureSpec("window", (5, 4, 4, 3), "uint8", "jpeg"),
 ])
 def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
+    """One encoder serves every example of its features (each fixed-width feature's
+    framing worked out once, the rest per example), and so does `encode_example`."""
     rng = np.random.default_rng(0)
     features = data_format.window_features(window, metadata_length=4, label_shape=(2,))
+    encode = data_format.ExampleEncoder(features)
     for start in (0, 7, 2**40, -3):
         values = {"mask": np.array([1, 1, 0, 1, 0], np.float32),
                   "labels": rng.standard_normal((5, 2)), "metadata": rng.random(4),
@@ -49,10 +52,22 @@ def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
             values["window"] = rng.integers(0, 255, window.shape, np.uint8)
         else:
             values["window"] = rng.standard_normal(window.shape).astype(window.dtype)
-        ours = data_format.encode_example(features, values)
+        ours = encode(values)
         assert ours == _tf_example(features, values)
+        assert data_format.encode_example(features, values) == ours
         parsed = tf.io.parse_example([ours], {f.name: f.codec.parse_feature() for f in features})
         assert int(parsed["start"][0]) == start
+
+
+def test_a_feature_of_no_values_is_framed_as_tensorflow_frames_it():
+    """A fixed-width feature of shape [0] (an empty packed list: no inner field) and one
+    of zero raw bytes (an inner field of length 0)."""
+    features = [data_format.FeatureSpec("none", (0,), "float32", "float"),
+                data_format.FeatureSpec("raw", (0, 2), "uint8", "raw"),
+                data_format.FeatureSpec("x", (2,), "float32", "float")]
+    values = {"none": np.zeros(0, np.float32), "raw": np.zeros((0, 2), np.uint8),
+              "x": np.array([1.5, -2], np.float32)}
+    assert data_format.ExampleEncoder(features)(values) == _tf_example(features, values)
 
 
 def test_encode_example_refuses_a_value_of_another_shape():

@@ -134,6 +134,7 @@ class _CutVideo(beam.DoFn):
                  progress_config: ProgressConfig = ProgressConfig(),
                  allow_nonfinite: bool = False):
         self._features = features
+        self._encode_example = data_format.ExampleEncoder(features)
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
         # pixel frames come with their histograms (sources/media.py), latents without
@@ -248,7 +249,7 @@ class _CutVideo(beam.DoFn):
         """A window's keyed example; `values` holds window, mask (and labels)."""
         values.update(metadata=video.metadata, video_id=cut.id_bytes, start=np.int64(start))
         return KeyedExample(split, self._config.key(video.video_id, start),
-                            data_format.encode_example(self._features, values),
+                            self._encode_example(values),
                             cut.video_hash, int(np.count_nonzero(values["mask"])))
 
     def _window_values(self, frames: list[Frame]) -> dict:

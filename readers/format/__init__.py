@@ -82,4 +82,4 @@ from readers.format.spec import (  # noqa: F401
     load_spec,
     window_features,
 )
-from readers.format.wire import Layout, encode_example, layout  # noqa: F401
+from readers.format.wire import ExampleEncoder, Layout, encode_example, layout  # noqa: F401

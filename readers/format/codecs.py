@@ -102,6 +102,18 @@ class Codec:
         window's parts once); an array codec hands the array's own buffer."""
         return [self.encode(value)]
 
+    def fixed_head(self) -> Optional[bytes]:
+        """The Feature's bytes before its values' buffer (`values_buffer`), where they
+        are the same for every value: a fixed number of fixed-width values (float32,
+        raw). `wire.ExampleEncoder` frames such a feature once, not once an example.
+        None: each value's Feature comes whole from `encode_parts`."""
+        return None
+
+    def values_buffer(self, value: Any) -> Union[bytes, memoryview]:
+        """The Feature's bytes after `fixed_head` (the value's own buffer where it can
+        be), for a codec whose `fixed_head` is not None."""
+        raise NotImplementedError
+
     def stored_as(self) -> dict:
         """How the feature sits in a tf.train.Example, for readers in other codebases:
         the list kind, how many values, and what they hold."""
@@ -160,11 +172,15 @@ class _ArrayCodec(Codec):
         return b"".join(self.encode_parts(value))
 
     def encode_parts(self, value: Any) -> list:
+        return self._encode(self._array(value))
+
+    def _array(self, value: Any) -> np.ndarray:
+        """`value` as an array of the feature's dtype; ValueError if not of its shape."""
         f = self.feature
         array = np.asarray(value, dtype=f.dtype)
         if array.shape != f.shape:
             raise ValueError(f"feature {f.name!r}: shape {array.shape} != {f.shape}")
-        return self._encode(array)
+        return array
 
     def _encode(self, array: np.ndarray) -> list:
         """The Feature's parts (`encode_parts`) for an array of the feature's shape."""
@@ -174,10 +190,15 @@ class _ArrayCodec(Codec):
 def _list_parts(list_field: int, payload, packed: bool = True) -> list:
     """A Feature's parts whose list (field `list_field`) holds `payload` as its one
     field 1: packed values (none when the payload is empty), or one byte string."""
-    if packed and not len(payload):
-        return [header(list_field, 0)]
-    inner = header(1, len(payload))
-    return [header(list_field, len(inner) + len(payload)) + inner, payload]
+    return [_list_head(list_field, len(payload), packed), payload]
+
+
+def _list_head(list_field: int, size: int, packed: bool = True) -> bytes:
+    """The bytes of such a Feature before its payload of `size` bytes."""
+    if packed and not size:
+        return header(list_field, 0)
+    inner = header(1, size)
+    return header(list_field, len(inner) + size) + inner
 
 
 def _little_endian_bytes(array: np.ndarray, dtype) -> memoryview:
@@ -221,6 +242,12 @@ class FloatCodec(_NumberListCodec):
 
     def _payload(self, array: np.ndarray) -> memoryview:
         return _little_endian_bytes(array, "<f4")
+
+    def fixed_head(self) -> bytes:
+        return _list_head(self.list_field, self.min_bytes())
+
+    def values_buffer(self, value: Any) -> memoryview:
+        return self._payload(self._array(value))
 
     def _value(self, record: Buffer, start: int, end: int) -> np.ndarray:
         at = _one_field(record, start, end)
@@ -313,8 +340,17 @@ class RawCodec(_ArrayCodec):
         return math.prod(self.feature.shape) * self.column_dtype.itemsize   # = stored
 
     def _encode(self, array: np.ndarray) -> list:
-        return _list_parts(1, _little_endian_bytes(array, array.dtype.newbyteorder("<")),
-                           packed=False)
+        return _list_parts(1, self._bytes(array), packed=False)
+
+    def fixed_head(self) -> bytes:
+        return _list_head(1, self.min_bytes(), packed=False)
+
+    def values_buffer(self, value: Any) -> memoryview:
+        return self._bytes(self._array(value))
+
+    @staticmethod
+    def _bytes(array: np.ndarray) -> memoryview:
+        return _little_endian_bytes(array, array.dtype.newbyteorder("<"))
 
     def stored_as(self) -> dict:
         return {"list": "bytes_list", "values": 1, "value_dtype": self.feature.dtype,

@@ -53,22 +53,53 @@ def field(number: int, payload: bytes) -> bytes:
 
 
 def encode_example(features: Sequence[Feature], values: Mapping[str, Any]) -> bytes:
-    """Serialize one window as a tf.train.Example; `values` holds one value per feature.
-    The bytes are those TensorFlow's `SerializeToString(deterministic=True)` gives (map
-    entries sorted by key). Each codec hands its Feature as parts (`Codec.encode_parts`:
-    headers, and an array's own buffer), joined once: a window's values are copied once,
-    not once per level of nesting."""
-    entries = sorted(((f.name.encode("utf-8"), f.codec.encode_parts(values[f.name]))
-                      for f in features), key=lambda entry: entry[0])
-    parts: list = []
-    size = 0
-    for key, feature in entries:
-        feature_size = sum(len(part) for part in feature)
-        head = field(1, key) + header(2, feature_size)
-        entry = header(1, len(head) + feature_size)
-        parts += [entry, head, *feature]
-        size += len(entry) + len(head) + feature_size
-    return b"".join([header(1, size), *parts])
+    """Serialize one window as a tf.train.Example; `values` holds one value per feature
+    (`ExampleEncoder`, for one example: a writer of many keeps an encoder)."""
+    return ExampleEncoder(features)(values)
+
+
+class ExampleEncoder:
+    """Serializes windows of `features` as tf.train.Example, giving the bytes
+    TensorFlow's `SerializeToString(deterministic=True)` gives (map entries sorted by
+    key). Each codec hands its Feature as parts (`Codec.encode_parts`: headers, and an
+    array's own buffer), joined once: a window's values are copied once, not once per
+    level of nesting.
+
+    What every example shares is worked out here, once: the entries' order, each key,
+    and all the framing of a feature whose Feature is the same but for its values'
+    buffer (`Codec.fixed_head`: a fixed-shape float32 or raw array). Such a feature then
+    costs an example its buffer and nothing more: a latent window's five features take
+    about a third of the time they took framed field by field."""
+
+    def __init__(self, features: Sequence[Feature]):
+        self._entries: list[tuple[str, Any, bytes, Optional[int]]] = []
+        for f in sorted(features, key=lambda f: f.name.encode("utf-8")):
+            key = field(1, f.name.encode("utf-8"))
+            head = f.codec.fixed_head()
+            if head is None:       # framed per value: (name, codec, key, None)
+                self._entries.append((f.name, f.codec, key, None))
+                continue
+            # the Feature's size, every time (a fixed-width value's fewest bytes are all)
+            size = len(head) + f.codec.min_bytes()
+            entry = key + header(2, size)
+            prefix = header(1, len(entry) + size) + entry + head
+            self._entries.append((f.name, f.codec, prefix, len(prefix) - len(head) + size))
+
+    def __call__(self, values: Mapping[str, Any]) -> bytes:
+        parts: list = []
+        size = 0
+        for name, codec, head, entry_size in self._entries:
+            if entry_size is not None:       # head: all of the entry before the values
+                parts += (head, codec.values_buffer(values[name]))
+                size += entry_size
+                continue
+            feature = codec.encode_parts(values[name])
+            feature_size = sum(len(part) for part in feature)
+            entry = head + header(2, feature_size)
+            outer = header(1, len(entry) + feature_size)
+            parts += (outer, entry, *feature)
+            size += len(outer) + len(entry) + feature_size
+        return b"".join([header(1, size), *parts])
 
 
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
