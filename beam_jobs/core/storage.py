@@ -19,6 +19,7 @@ import io
 import os
 import shutil
 import stat
+import threading
 import time
 import uuid
 from typing import BinaryIO, Iterable, NamedTuple, Optional
@@ -249,6 +250,37 @@ def size(path: str) -> int:
             raise FileNotFoundError(path)
         return int(blob.size)
     return os.path.getsize(path)
+
+
+def start_writeback(path: str) -> None:
+    """Have the kernel start writing a complete local file to disk now, in a thread of
+    its own, rather than when its dirty pages pass a threshold (POSIX_FADV_DONTNEED:
+    Linux writes the file's dirty pages back, and drops those already clean).
+
+    Why: a local run writes its temp files (the spill) and then its shards, together
+    more than the kernel lets wait in memory (10% of it, by default). Left alone, it
+    writes back the oldest first, the temp files, which the run deletes seconds later;
+    deleting blocks so written then waits for that I/O and frees and discards them.
+    Started as each shard is complete, the writeback goes to the shards, which must
+    reach the disk anyway, and the temp files are gone before any of them is written
+    (docs/benchmarks.md). Advice only: where it is missing or fails, nothing changes."""
+    if is_gcs(path) or paths.is_remote(path) or not hasattr(os, "posix_fadvise"):
+        return
+    threading.Thread(target=_write_back, args=(path,), daemon=True,
+                     name="start_writeback").start()
+
+
+def _write_back(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:   # gone already (a test's tmp_path): nothing to write
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_range(path: str, start: int, end: int) -> bytes:
