@@ -1,0 +1,298 @@
+"""An epoch's batches over a `WindowSource`: `EpochBatches`, the plan (a pure function
+of seed and epoch, cut per host, resumable from its state), and `batches`, which reads
+the plan's batches ahead in threads (readers.numpy is the API).
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from readers import streaming
+from readers.clips import Clip
+from readers.selection import flag, optional_whole_number, whole_number
+from readers.subset import Select
+from readers.window_source import SELECTION, Transform, WindowSource
+
+
+def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
+                num_shards: int) -> np.ndarray:
+    """This host's windows for an epoch: a permutation of all of them (a pure function
+    of seed and epoch), cut into `num_shards` equal contiguous slices (the few windows
+    left over are left out, so that every host takes the same number of steps)."""
+    order = (np.random.default_rng([seed, epoch]).permutation(size) if shuffle
+             else np.arange(size))
+    return _host_slice(order, shard_index, num_shards)
+
+
+def _host_slice(order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
+    num_shards = whole_number("num_shards", num_shards, 1)
+    shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
+    per_host = len(order) // num_shards
+    return order[shard_index * per_host:(shard_index + 1) * per_host]
+
+
+# What a resume state holds: the reading it was saved on (checked against the source it
+# resumes on; the dataset's path only told, since a copy of a run is the same run), and
+# the arguments of EpochBatches that make its batches (given back to it).
+READING = ("dataset", "run_id", "split", "windows", "features", "clip")
+ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
+             "drop_remainder", "order", "buffer_bytes", "start_step")
+
+
+class EpochBatches:
+    """The batches of one epoch as lists of window numbers, in `batches()`'s order: a
+    pure function of (seed, epoch), cut per host, from `start_step` on. As a DataLoader's
+    sampler with `batch_size=None`, its workers read whole batches, and the DataLoader
+    keeps their order, so a run resumed with `start_step=k` (or `resume(state)`) gets the
+    batches a run never stopped got from step k on, whatever its workers.
+
+    `source` is the source for the epoch's DataLoader: a copy of the one given, reading
+    the epoch's clips (`WindowSource.for_epoch`), so that a plan and the clips its
+    batches get never disagree, a resumed plan's included. It keeps the given source's
+    transform, which each worker then runs on the batches it reads; a state does not
+    name the transform (a function is not JSON): resume on a source with the same one.
+
+    `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
+    refuses a state of another run, split, size, features, clip or selection (an
+    --append or a rebuild since changes the permutation; another split, clip or
+    selection other windows or frames: the same step would not give the same batch).
+    Over a source with a selection, the order is of its selected windows (0..n-1),
+    and the streaming order reads only the chunks that hold one.
+    """
+
+    def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
+                 drop_remainder: bool = True, start_step: int = 0, order: str = "random",
+                 buffer_bytes: Optional[int] = None):
+        given = _arguments(batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                           shard_index=shard_index, num_shards=num_shards,
+                           drop_remainder=drop_remainder, order=order,
+                           buffer_bytes=buffer_bytes, start_step=start_step)
+        self.batch_size = batch_size = given["batch_size"]
+        self._given = given   # what a state names (`state`)
+        self.source = source.for_epoch(given["epoch"])
+        shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
+        self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
+        # the streaming order's chunks (readers.streaming), None in the random-access one
+        selected = source.selected
+        self.chunks = (streaming.chunks_of(source.shards, windows=selected)
+                       if order == "stream" else None)
+        if self.chunks is not None and shuffle:
+            self._order = _host_slice(streaming.stream_order(
+                self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes,
+                selected=selected), given["shard_index"], given["num_shards"])
+        else:
+            self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
+                                      shard_index=given["shard_index"],
+                                      num_shards=given["num_shards"])
+        size = len(self._order)
+        self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
+        if self.steps == 0:
+            raise source.no_batch_error(size, batch_size, holder="gives this host")
+        self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
+
+    def __len__(self) -> int:
+        return self.steps - self.start_step
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.start_step, self.steps):
+            yield self.batch(step)
+
+    def windows(self) -> np.ndarray:
+        """The windows of the batches from `start_step` on, in order."""
+        return self._order[self.start_step * self.batch_size:self.steps * self.batch_size]
+
+    def batch(self, step: int) -> list[int]:
+        return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
+
+    def state(self, step: int) -> dict[str, Any]:
+        """What resumes the epoch after `step` steps were taken (JSON-ready): the reading
+        (`WindowSource.reading`) and the arguments that resume it (`start_step` = step)."""
+        step = whole_number("step", step, 0, self.steps)
+        return {**self.source.reading, **self._given, "start_step": step}
+
+    @classmethod
+    def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":
+        """The batches after `state`'s step, on `source`. In one line: TypeError or
+        ValueError naming a field the state lacks or whose value is of the wrong type, and
+        ValueError when `source` is not the run, split, size, features, clip and selection
+        the state was saved on."""
+        _check_state_fields(state)
+        try:
+            saved = _saved_reading(state)
+            given = _arguments(**{key: state[key] for key in ARGUMENTS})
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"this state's {e}") from None
+        now = source.reading
+        differ = [key for key in (*READING, SELECTION)
+                  if key != "dataset" and saved[key] != now[key]]
+        if differ:
+            raise _mismatch_error(saved, now, differ, source)
+        try:
+            return cls(source, **given)
+        except ValueError as e:   # its start_step past the epoch's end, known only now
+            raise ValueError(f"this state's {e}") from None
+
+
+def _check_state_fields(state: Any) -> None:
+    """TypeError for a state that is no dict, ValueError for one that lacks a field of
+    the reading or of EpochBatches' arguments."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
+                        f"{type(state).__name__}")
+    missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
+    if missing:
+        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                         "EpochBatches.state gave (or one of a version before these "
+                         "fields); start the epoch at step 0")
+
+
+def _mismatch_error(saved: dict[str, Any], now: dict[str, Any], differ: list[str],
+                    source: WindowSource) -> ValueError:
+    """The error for a state resumed on a source whose reading `differ`s from the one
+    it was saved on: both, and each difference (a run id's: an append or a rebuild)."""
+    changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)" for key in differ)
+    since = ": an --append or a rebuild since" if "run_id" in differ else ""
+    return ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
+                      f"{source.path} split {source.split!r}: they differ in {changes}"
+                      f"{since}; the same step would not give the same batch: resume "
+                      "it on what it was saved on, or start the epoch at step 0")
+
+
+def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_index: Any,
+               num_shards: Any, drop_remainder: Any, order: Any, buffer_bytes: Any,
+               start_step: Any) -> dict[str, Any]:
+    """EpochBatches' arguments checked, as Python values (start_step's end is the
+    epoch's, checked once it is known)."""
+    num_shards = whole_number("num_shards", num_shards, 1)
+    buffer_bytes = optional_whole_number("buffer_bytes", buffer_bytes, 1)
+    return {"batch_size": whole_number("batch_size", batch_size, 1),
+            "shuffle": flag("shuffle", shuffle), "seed": whole_number("seed", seed, 0),
+            "epoch": whole_number("epoch", epoch, 0),
+            "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
+            "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
+            "order": streaming.check_order(order, buffer_bytes), "buffer_bytes": buffer_bytes,
+            "start_step": whole_number("start_step", start_step, 0)}
+
+
+def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:
+    """The reading a state names, each field checked for its type."""
+    _check_names(state)
+    clip = _saved_clip(state["clip"])
+    selection = state.get(SELECTION)
+    if not (selection is None or isinstance(selection, dict)):
+        raise TypeError(f"{SELECTION} must be None or what a selection's reading names, "
+                        f"not {selection!r}")
+    return {key: state[key] for key in READING} | {
+        "windows": whole_number("windows", state["windows"], 0), "clip": clip,
+        SELECTION: selection}
+
+
+def _check_names(state: dict[str, Any]) -> None:
+    """TypeError unless a state's dataset, split and run id (or None) are strings, and
+    its features a list of names."""
+    for key in ("dataset", "split", "run_id"):
+        if not (isinstance(state[key], str) or (key == "run_id" and state[key] is None)):
+            raise TypeError(f"{key} must be a string, not {state[key]!r}")
+    features = state["features"]
+    if not (isinstance(features, list) and all(isinstance(name, str) for name in features)):
+        raise TypeError(f"features must be a list of feature names, not {features!r}")
+
+
+def _saved_clip(clip: Any) -> Optional[dict[str, Any]]:
+    """A state's clip, None or a Clip's fields, as the Clip they make names it (its
+    checks applied); TypeError for anything else."""
+    if clip is None:
+        return None
+    if not (isinstance(clip, dict) and set(clip) == {f.name for f in dataclasses.fields(Clip)}):
+        raise TypeError(f"clip must be None or a Clip's fields, not {clip!r}")
+    return dataclasses.asdict(Clip(**clip))
+
+
+def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
+            epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
+            drop_remainder: bool = True, start_step: int = 0,
+            features: Optional[Sequence[str]] = None, float_pixels: bool = False,
+            keep_float16: bool = False, clip: Optional[Clip] = None, order: str = "random",
+            buffer_bytes: Optional[int] = None, threads: Optional[int] = None,
+            prefetch: int = 4, transform: Optional[Transform] = None,
+            select: Optional[Select] = None) -> Iterator[dict[str, Any]]:
+    """Batches of one epoch, in an order that is a pure function of (seed, epoch): step k
+    of an epoch is always the same batch, so `start_step=k` resumes exactly where a run
+    that stopped after k steps would have gone on.
+
+    Args:
+      path, split, features, float_pixels, keep_float16, clip, transform, select: as
+        `WindowSource`'s (a clip's random offsets are those of `epoch`); the transform
+        runs in the `threads` that read the batches, on each as read (a clip's
+        included), before the loop gets it; with a selection, the epoch is of the
+        windows it keeps.
+      batch_size: windows a batch.
+      shuffle: a new permutation each epoch (False: the split's order).
+      seed, epoch: which permutation.
+      shard_index, num_shards: this host's slice of the epoch; every host gets the same
+        number of steps (the few windows left over are left out).
+      drop_remainder: leave out a last partial batch.
+      start_step: the first step to give (a resume).
+      order: "random" (each batch drawn from the whole split, a window at a time) or
+        "stream" (windows read in chunks of 8 MB of their shards, one request each, and
+        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.streaming).
+      threads: a pool that reads and parses batches ahead (default: one for latents,
+        whose parsing holds Python's lock; one per core for PNG and JPEG frames, which
+        Pillow decodes without it).
+      prefetch: batches read ahead.
+
+    Returns:
+      An iterator of dicts of numpy arrays ([batch_size, ...]; `video_id` a numpy bytes
+      (`S`) array), or of what `transform` returns.
+
+    Raises:
+      ValueError, TypeError: as `WindowSource` and `EpochBatches`, or fewer windows on
+        this host than a batch: when `batches` is called, before the first batch is
+        asked for.
+    """
+    threads = optional_whole_number("threads", threads, 1)
+    prefetch = whole_number("prefetch", prefetch, 0)
+    source = WindowSource(path, split, features, float_pixels=float_pixels,
+                          keep_float16=keep_float16, clip=clip, transform=transform,
+                          select=select)
+    plan = EpochBatches(source, batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                        shard_index=shard_index, num_shards=num_shards,
+                        drop_remainder=drop_remainder, start_step=start_step, order=order,
+                        buffer_bytes=buffer_bytes)
+    if threads is None:
+        images = any(f.codec.decodes_images for f in source.features)
+        threads = (os.cpu_count() or 1) if images else 1
+    return _read_ahead(plan, threads, prefetch)
+
+
+def _read_ahead(plan: EpochBatches, threads: int, prefetch: int) -> Iterator[dict[str, Any]]:
+    """The batches of `plan`, read by `threads` threads, `prefetch` ahead."""
+    source = plan.source     # the epoch's clips
+    chunks = (streaming.Chunks(source.shards, plan.chunks, source.in_split(plan.windows()),
+                               plan.batch_size, 2 * plan.buffer_bytes)
+              if plan.chunks is not None and source.shards.remote else None)
+
+    def read(windows: list[int], reads: Optional[dict]) -> dict[str, Any]:
+        in_split = source.in_split(np.asarray(windows, np.int64))
+        return source.read_split_windows(
+            in_split, None if reads is None or chunks is None else chunks.records(reads, in_split))
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        try:
+            pending: collections.deque = collections.deque()
+            for k, windows in enumerate(plan):
+                reads = chunks.fetch(k) if chunks is not None else None
+                pending.append(pool.submit(read, windows, reads))
+                if len(pending) > prefetch:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            if chunks is not None:
+                chunks.close()
