@@ -5,7 +5,8 @@ things real GCS does that it does not.
   must not exist), answered 412 as GCS does. The job's lease relies on them.
 - With `running(latency_s=...)`, each request waits that long and requests are served
   concurrently, as on GCS, for benchmarks of how a reader copes with a remote store;
-  without it the emulator serves one request at a time, with no wait.
+  `running(concurrent=True)` serves them concurrently with no wait (a test that reads
+  what it uploaded); without either, the emulator serves one connection at a time.
 - A count of the requests served, by kind (create, upload, read, metadata, list,
   delete, batch; objects_deleted, each object deleted alone or inside a batch
   request; bytes_read, the bytes of object data served), so that tests and
@@ -183,11 +184,15 @@ def anonymous_beam() -> None:
 
 
 @contextlib.contextmanager
-def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
+def running(bucket: str = "bkt", latency_s: float = 0.0,
+            concurrent: bool = False) -> Iterator[str]:
     """Serve an in-memory emulator with bucket `bucket`; gcsfs, google-cloud-storage and
     Beam's gs:// all point at it while the context lasts. Yields its address. With a
-    `latency_s`, each request waits that long and requests are served at once (for
-    benchmarks that read: the emulator's storage is not meant for concurrent writes)."""
+    `latency_s`, each request waits that long. With a latency or `concurrent`, requests
+    are served at once, a thread each (for tests and benchmarks that read: the
+    emulator's storage is not meant for concurrent writes); else one connection at a
+    time, so that a reader's concurrent ranged reads (gcsfs keeps each connection open)
+    wait for each other's connections to idle out."""
     global _latency_s
     import fsspec
 
@@ -199,7 +204,7 @@ def running(bucket: str = "bkt", latency_s: float = 0.0) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     srv = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket=bucket)
-    if latency_s:
+    if latency_s or concurrent:
         srv._api = _ConcurrentAPI("127.0.0.1", port, srv._storage)
     _latency_s = latency_s
     srv.start()
