@@ -280,7 +280,8 @@ def wait_for_writebacks() -> None:
 
 
 # (the process that made it, its queue of paths): a forked child makes its own, since
-# the parent's thread does not run there
+# the parent's thread does not run there. Two first calls at once, from two threads, may
+# each start one; both serve their paths.
 _writebacks: Optional[tuple[int, queue.Queue]] = None
 
 
