@@ -1,11 +1,11 @@
-"""storage.start_writeback: advice to the kernel, given by one thread a process; it never
+"""writeback.start_writeback: advice to the kernel, given by one thread a process; it never
 changes a file, and never fails or slows a run."""
 import os
 import threading
 
 import pytest
 
-from beam_jobs.core import storage
+from beam_jobs.core import writeback
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def test_complete_shards_are_handed_to_writeback_unchanged(tmp_path, thread_erro
     data = [os.urandom(1 << 20) for _ in shards]
     for path, content in zip(shards, data, strict=True):
         path.write_bytes(content)
-        storage.start_writeback(str(path))
-    storage.wait_for_writebacks()
+        writeback.start_writeback(str(path))
+    writeback.wait_for_writebacks()
     assert not thread_errors and not caplog.records
     assert [path.read_bytes() for path in shards] == data
 
@@ -30,10 +30,10 @@ def test_complete_shards_are_handed_to_writeback_unchanged(tmp_path, thread_erro
 def test_a_file_gone_before_its_writeback_is_no_error(tmp_path, thread_errors, caplog):
     path = tmp_path / "deleted"
     path.write_bytes(b"x")
-    storage.start_writeback(str(path))
+    writeback.start_writeback(str(path))
     path.unlink()
-    storage.start_writeback(str(tmp_path / "never-there"))
-    storage.wait_for_writebacks()
+    writeback.start_writeback(str(tmp_path / "never-there"))
+    writeback.wait_for_writebacks()
     assert not thread_errors and not caplog.records
 
 
@@ -41,6 +41,6 @@ def test_thousands_of_shards_take_one_thread():
     """Small shards written fast, on a busy disk, must not make a thread each."""
     before = threading.active_count()
     for _ in range(2000):
-        storage.start_writeback(os.devnull)
+        writeback.start_writeback(os.devnull)
     assert threading.active_count() <= before + 1
-    storage.wait_for_writebacks()
+    writeback.wait_for_writebacks()

@@ -39,7 +39,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs.core import paths, progress, storage
+from beam_jobs.core import paths, progress, writeback
 from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.records import KeyedExample, WrittenShard
 from beam_jobs.core.run_dir import RunDir
@@ -216,7 +216,7 @@ class WriteShard(beam.DoFn):
                     offsets.append(offsets[-1] + len(frame))
                     videos.append(video)
                     valid.append(frames)
-        storage.start_writeback(path)
+        writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
