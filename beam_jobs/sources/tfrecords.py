@@ -107,16 +107,14 @@ def _not_a_tfrecord_file(raw: BinaryIO, path: str, size: int, typical_record: in
     """The whole file as one Lost when its first bytes say it is no TFRecord file: a
     media file (a glob of latents may catch one under another name), or a file named .gz
     that is no gzip file; else None, the file back at its start."""
-    kind = _media_kind(raw.read(12))
+    head = raw.read(12)   # one read: on GCS, one request
     raw.seek(0)
+    kind = _media_kind(head)
     if kind is not None:   # a file named like no media, read as latents
         return Lost(f"by its first bytes, a {kind} file, not a TFRecord file: not read",
                     1, size, True)
-    if path.endswith(".gz"):
-        magic = raw.read(2)
-        raw.seek(0)
-        if magic != _GZIP_MAGIC:
-            return _rest_lost("named .gz but not a gzip file", size, 0, 0, typical_record)
+    if path.endswith(".gz") and head[:2] != _GZIP_MAGIC:
+        return _rest_lost("named .gz but not a gzip file", size, 0, 0, typical_record)
     return None
 
 
