@@ -300,18 +300,23 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
     selections existed restores on a reader of every window)."""
     part = ("" if input_context is None else f", input pipeline "
             f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
-    return {"dataset": f"{path if '://' in path else os.path.abspath(path)} (run "
-                       f"{selection.spec.run_id or 'without an id'})",
+    return {"dataset": dataset_named(path, selection.spec.run_id),
             "split": f"split {selection.split!r}{part}",
             "features": f"features {[f.name for f in selection.features]}"
-                        f"{_values_named(float_pixels, keep_float16)}",
+                        f"{values_named(float_pixels, keep_float16)}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": _order_named(batch_size, drop_remainder=drop_remainder,
                                   shuffle=shuffle, seed=seed, repeat=repeat),
             **({} if kept is None else {"selection": kept.said()})}
 
 
-def _values_named(float_pixels: bool, keep_float16: bool) -> str:
+def dataset_named(path: str, run_id: Optional[str]) -> str:
+    """How an identity names a dataset: its directory (absolute where local) and run
+    (both readers' checkpoints, readers.mixed_dataset's too)."""
+    return f"{path if '://' in path else os.path.abspath(path)} (run {run_id or 'without an id'})"
+
+
+def values_named(float_pixels: bool, keep_float16: bool) -> str:
     """How an identity's features name the values' options ("" for neither)."""
     return "".join(text for wanted, text in ((float_pixels, ", float pixels"),
                                              (keep_float16, ", float16 kept")) if wanted)

@@ -22,7 +22,6 @@ checkpoint of the iterator (readers.checkpoints names the mixture in it) resumes
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ import tensorflow as tf
 
 from readers import checkpoints
 from readers.clips import Clip
-from readers.dataset import make_dataset
+from readers.dataset import dataset_named, make_dataset, values_named
 from readers.mixture import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
 from readers.selection import Selection, flag, optional_whole_number, whole_number
 
@@ -158,8 +157,7 @@ def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_si
     """What the iterator's checkpoint names (readers.checkpoints): the sources (each
     dataset's directory and run, and its split), the weights, features, clip and order."""
     sources = _sources_named(entries, selections)
-    values = "".join(text for wanted, text in ((float_pixels, ", float pixels"),
-                                                (keep_float16, ", float16 kept")) if wanted)
+    values = values_named(float_pixels, keep_float16)
     return {"dataset": f"a mixture of {sources}",
             "weights": f"weights {[w for _, _, w in entries]}",
             "features": f"features {[f.name for f in selections[0].features]}{values}",
@@ -172,6 +170,5 @@ def _sources_named(entries: list, selections: list) -> str:
     """How the identity names the sources: each dataset's directory (absolute where
     local) and run, and its split."""
     return "; ".join(
-        f"{path if '://' in path else os.path.abspath(path)} (run "
-        f"{selection.spec.run_id or 'without an id'}) split {split!r}"
+        f"{dataset_named(path, selection.spec.run_id)} split {split!r}"
         for (path, split, _), selection in zip(entries, selections, strict=True))
