@@ -168,17 +168,10 @@ def _innermost(fs, path: str):
     return fs, path
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
 def _seed(text: str) -> int:
     """A seed both numpy (--report) and tf.data (--preview, --stats) take: checked here,
     so that a wrong one is blamed on --seed, not on what uses it."""
-    value = _integer(text)
+    value = whole_number_type()(text)
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1, got {value}")
     return value

@@ -11,13 +11,11 @@ few values standing for all, the last one repeated), and `parse_tensor` reads th
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
 
-from readers.format.wire import message_fields, read_varint, signed
-
-Buffer = Union[bytes, bytearray, memoryview]
+from readers.format.wire import Buffer, message_fields, read_varint, signed
 
 # DataType enum (tensorflow/core/framework/types.proto) -> numpy dtype name.
 DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8",
