@@ -27,7 +27,8 @@ where the batch is read: in `batches`' threads, in a DataLoader's or Grain's wor
 keeps, numbered 0..n-1, resolved when the source opens from the window tables beside
 the shards (readers.subset), never by reading a record.
 
-`Mixture` and `MixtureBatches` (readers.mixture, exported here) mix sources by weight.
+`Mixture` and `MixtureBatches` (readers.mixture and readers.mixture_batches, exported
+here) mix sources by weight.
 
 This module is the API only: `WindowSource` is readers.window_source's, `EpochBatches`
 and `batches` readers.epoch_batches'; the request is checked by readers.selection (as
@@ -37,9 +38,10 @@ batches by readers.scatter.
 from __future__ import annotations
 
 # The API, from the modules that hold it: the source (readers.window_source), an
-# epoch's plan and its reader (readers.epoch_batches), mixtures (readers.mixture) and
-# selections (readers.subset).
+# epoch's plan and its reader (readers.epoch_batches), mixtures and their plans
+# (readers.mixture, readers.mixture_batches) and selections (readers.subset).
 from readers.epoch_batches import EpochBatches, batches, epoch_order  # noqa: F401
-from readers.mixture import Mixture, MixtureBatches  # noqa: F401
+from readers.mixture import Mixture  # noqa: F401
+from readers.mixture_batches import MixtureBatches  # noqa: F401
 from readers.subset import Select  # noqa: F401
 from readers.window_source import Transform, WindowSource  # noqa: F401
