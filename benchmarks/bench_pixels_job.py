@@ -14,11 +14,12 @@ each manifest. Every run is a subprocess, so each wall time includes its start-u
 
   floor          `python benchmarks/bench_pixels_job.py --inner floor ...`: the decoder's
                  floor, one process that only decodes, resizes and encodes each frame, with
-                 the job's own code (beam_jobs/sources/media.py, --resize fast): a JPEG
+                 the job's own code (beam_jobs/sources/media.py and video_files.py,
+                 --resize fast): a JPEG
                  through `FrameCodec.store_bytes` (Pillow `draft` to the smallest DCT scale
                  at least 270x480, then Lanczos for the rest), a video frame through
-                 `media.video_images` (PyAV, swscale scaling it to 270x480 as it converts
-                 it to RGB) then `FrameCodec.store_image`; stored as JPEG quality 90 (and
+                 `video_files.video_images` (PyAV, swscale scaling it to 270x480 as it
+                 converts it to RGB) then `FrameCodec.store_image`; stored as JPEG quality 90 (and
                  each frame's histogram made, as the job makes it), counted,
                  dropped. No windows, no Examples, no shards, no TensorFlow import
                  (importing beam_jobs.sources imports Beam: start-up, which cancels).
@@ -161,14 +162,14 @@ def floor_frames(manifest: str):
     by the job's own functions: the same decode work, and the histogram of its pixels the
     job counts for the dataset's statistics, without windows or shards."""
     sys.path.insert(0, REPO)
-    from beam_jobs.sources import media
+    from beam_jobs.sources import media, video_files
 
     codec = media.FrameCodec(FRAME_SIZE, encoding="jpeg", jpeg_quality=JPEG_QUALITY,
                              resize=True, fast_resize=True)
     for row in _rows(manifest):
         if "video" in row:
-            for image, _ in media.video_images(row["video"], orient=codec.orient,
-                                               size=codec.video_scale()):
+            for image, _ in video_files.video_images(row["video"], orient=codec.orient,
+                                                     size=codec.video_scale()):
                 yield codec.store_image(image)
         else:
             for path in frame_paths(row["frames"]):
@@ -238,7 +239,7 @@ def inner_main(name: str, manifest: str, output: str) -> None:
         import tensorflow  # noqa: F401  (the loop's start-up cost, as the job's)
     else:
         sys.path.insert(0, REPO)
-        from beam_jobs.sources import media  # noqa: F401
+        from beam_jobs.sources import media, video_files  # noqa: F401
     start = time.perf_counter()
     if name == "loop":
         result = plain_loop(manifest, output)

@@ -5,7 +5,7 @@
 Writes --frames 540x960 JPEG frames of one video (benchmarks/pixel_sample.py, as the
 second user story's), the same frames as PNG (compress level 1), and an h264 mp4 of
 them (yuv420p, CRF 23, libx264's default). Each input is stored at 270x480 through the
-job's own code (`FrameCodec.store_bytes` for images, `media.video_images` then
+job's own code (`FrameCodec.store_bytes` for images, `video_files.video_images` then
 `FrameCodec.store` for the video, as `PixelVideo` does), raw, once with --resize fast
 and once with --resize exact, in-process.
 
@@ -33,11 +33,11 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pixel_sample import frame_paths, write_frame_manifest  # noqa: E402
 
-from beam_jobs.sources import media  # noqa: E402
+from beam_jobs.sources import media, video_files  # noqa: E402
 
 SIZE = (270, 480)   # H, W
 _SWS = av.video.reformatter.Interpolation
-CANDIDATES = {"AREA + full chroma (the job's)": media.SWSCALE_INTERPOLATION,
+CANDIDATES = {"AREA + full chroma (the job's)": video_files.SWSCALE_INTERPOLATION,
               "AREA": _SWS.AREA, "BILINEAR": _SWS.BILINEAR, "BICUBIC": _SWS.BICUBIC,
               "LANCZOS": _SWS.LANCZOS, "BICUBIC + full chroma":
                   _SWS.BICUBIC | _SWS.FULL_CHR_H_INT, "FAST_BILINEAR": _SWS.FAST_BILINEAR}
@@ -80,7 +80,7 @@ def video_frames(path: str, fast: bool) -> Iterable[np.ndarray]:
     """The video's frames as the job stores them."""
     stored = codec(fast)
     return (stored.store(image) for image, _ in
-            media.video_images(path, size=stored.video_scale()))
+            video_files.video_images(path, size=stored.video_scale()))
 
 
 def scaled(decoded: list, interpolation) -> Iterable[np.ndarray]:

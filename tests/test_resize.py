@@ -23,7 +23,7 @@ from PIL import Image
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Refused
-from beam_jobs.sources import media
+from beam_jobs.sources import media, video_files
 
 BOUND_DB = 35.0   # the bound docs/benchmarks.md states
 
@@ -130,11 +130,11 @@ def test_a_frame_in_two_windows_is_decoded_resized_and_stored_once(tmp_path, mon
         Image.fromarray(frame).save(tmp_path / "f" / f"f{i}.png")
     write_video(tmp_path / "v.mp4", _scenes(10, size=(48, 64)))
     opened, converted, stored = [], [], []
-    real_open, real_upright = Image.open, media._upright
+    real_open, real_upright = Image.open, video_files._upright
     real_store, real_store_image = media.FrameCodec.store, media.FrameCodec.store_image
     monkeypatch.setattr(Image, "open", lambda fp, *a, **k: opened.append(
         os.path.basename(str(getattr(fp, "name", "memory")))) or real_open(fp, *a, **k))
-    monkeypatch.setattr(media, "_upright", lambda frame, *a: converted.append(
+    monkeypatch.setattr(video_files, "_upright", lambda frame, *a: converted.append(
         frame.pts) or real_upright(frame, *a))
     monkeypatch.setattr(media.FrameCodec, "store", lambda codec, image: stored.append(
         image.size) or real_store(codec, image))

@@ -19,7 +19,7 @@ from beam_jobs.core.configs import (
 )
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.encoders import EncoderError, EncoderSpec, probe
-from beam_jobs.sources import media
+from beam_jobs.sources import media, video_files
 from beam_jobs.sources.base import JoinKnown, Source, SourceError
 from beam_jobs.sources.manifest import (
     ManifestError,
@@ -129,7 +129,7 @@ class PixelVideo:
         unreadable image, with the reason; `where` is its path, or its time in seconds."""
         codec = self.fmt.codec
         if self.entry.video:
-            for image, time in media.video_images(self.entry.video, self.fmt.fps, info,
+            for image, time in video_files.video_images(self.entry.video, self.fmt.fps, info,
                                                   self.fmt.max_timestamp_gap, codec.orient,
                                                   codec.video_scale()):
                 yield codec.store_image(image), round(time, 6), None
@@ -215,7 +215,7 @@ def _label_schema(entries: list[VideoEntry]
 def _first_image(entry: VideoEntry, max_bytes: int, codec: media.FrameCodec):
     """The first readable frame, oriented as the codec stores it."""
     if entry.video:
-        for image, _ in media.video_images(entry.video, orient=codec.orient):
+        for image, _ in video_files.video_images(entry.video, orient=codec.orient):
             return image
         raise BadRecord("no frames")
     for path in expand_frames(_frames_of(entry)):
@@ -241,7 +241,7 @@ def estimate_frames(entries: list[VideoEntry], fmt: PixelFormat, sample: int = 2
     for entry in entries[:sample]:
         try:
             if entry.video:
-                frames, seconds = media.video_length(entry.video)
+                frames, seconds = video_files.video_length(entry.video)
                 count = seconds * fmt.fps if fmt.fps else frames
             else:
                 count = len(expand_frames(_frames_of(entry)))
