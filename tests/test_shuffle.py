@@ -107,6 +107,23 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
                 e.valid for e in expected]
 
 
+def test_a_spill_that_cannot_be_written_fails_its_bundle(tmp_path):
+    """Sorted files are written on a thread of their own while the next buffer fills: a
+    write that fails there still fails the bundle, and so the run, with its error."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    (temp / "spill").write_text("a file where the spill folder goes")
+    run = RunDir(str(tmp_path / "out"), "r1", str(temp))
+    config = ShardConfig(splits=("train", "test"), num_shards=2, shard_bytes=1,
+                         num_buckets=3, spill_bytes=300, mode="spill")
+    with pytest.raises(Exception, match="spill"):
+        with BeamTestPipeline(runner="FnApiRunner") as p:
+            dropped = p | "NoneDropped" >> beam.Create([{}])
+            _ = (p | beam.Create(_examples(3))
+                 | WriteShuffledShards(run, config, beam.pvalue.AsSingleton(dropped)))
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
 def test_sorted_files_give_any_slice_from_their_index(tmp_path):
     rng = np.random.default_rng(3)
     records = sorted((int(rng.integers(0, 2**63)) * 2, os.urandom(n % 50),

@@ -27,10 +27,11 @@ the two modes, any runner and any number of workers give byte-identical shards.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import heapq
 import itertools
 import uuid
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -93,7 +94,15 @@ def _bucket_spans(records: list[Record], num_buckets: int) -> tuple[BucketSpan, 
 
 
 class _Spill(beam.DoFn):
-    """spill mode: buffers a bundle's examples and writes them as sorted files."""
+    """spill mode: buffers a bundle's examples and writes them as sorted files.
+
+    A full buffer is sorted here, then written on a thread of the bundle's own while the
+    next one fills: the writes (system calls that let the GIL go) overlap the cut that
+    feeds this step, on a second core. At most one buffer is being written, and it lets
+    each record go as it is written, so a worker holds at most about two buffers. The
+    bundle ends only once its files are written (or with the error of one that was not),
+    and nothing reads a sorted file before its bundle has ended: the files are gathered
+    first (PlanShards)."""
 
     def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int):
         self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
@@ -101,6 +110,8 @@ class _Spill(beam.DoFn):
     def start_bundle(self):
         self._buffers: dict[str, list[Record]] = collections.defaultdict(list)
         self._buffered = 0
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spill")
+        self._writing: Optional[concurrent.futures.Future] = None
 
     def process(self, element: KeyedExample):
         self._buffers[element.split].append(
@@ -110,20 +121,48 @@ class _Spill(beam.DoFn):
             yield from self._spill()
 
     def finish_bundle(self):
-        for written in self._spill():
+        try:
+            files = list(self._spill())
+            self._wait()
+        finally:
+            self._writer.shutdown()
+        for written in files:
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _spill(self) -> Iterable[SortedFile]:
+        if not self._buffered:
+            return
+        _sort_bytes().update(self._buffered)
         spill_id = uuid.uuid4().hex
-        if self._buffered:
-            _sort_bytes().update(self._buffered)
+        files = []
         for split, records in sorted(self._buffers.items()):
             records.sort()
             path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.sorted")
-            _count_temp(write_sorted(path, records))
+            files.append((path, records))
             yield SortedFile(split, path, _bucket_spans(records, self._num_buckets))
-        self._buffers.clear()
+        self._wait()
+        self._writing = self._writer.submit(_write_spill, files)
+        self._buffers = collections.defaultdict(list)
         self._buffered = 0
+
+    def _wait(self) -> None:
+        """Wait for the buffer being written, and count its files (Beam's counters count
+        on the bundle's own thread)."""
+        if self._writing is not None:
+            for written in self._writing.result():
+                _count_temp(written)
+            self._writing = None
+
+
+def _write_spill(files: list[tuple[str, list[Record]]]) -> list[Written]:
+    return [write_sorted(path, _letting_go(records)) for path, records in files]
+
+
+def _letting_go(records: list[Record]) -> Iterator[Record]:
+    """The records in order, each dropped from the list as it is handed out."""
+    records.reverse()
+    while records:
+        yield records.pop()
 
 
 class _WriteBucket(beam.DoFn):
