@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: %(default)s)")
     out.add_argument("--spill_buffer_mb", type=number(0.001, 1e6), default=32.0,
                      help="spill mode: what one worker buffers before it writes a sorted "
-                          "file (default: %(default)s)")
+                          "file, written while the next fills (default: %(default)s)")
     return p
 
 

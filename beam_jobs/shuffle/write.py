@@ -27,7 +27,6 @@ the two modes, any runner and any number of workers give byte-identical shards.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import heapq
 import itertools
 import uuid
@@ -42,6 +41,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs.core import paths, progress, writeback
 from beam_jobs.core.gather import ApplyToAll
+from beam_jobs.core.one_behind import OneBehind
 from beam_jobs.core.records import KeyedExample, WrittenShard
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
@@ -67,11 +67,13 @@ from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
 _COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
 
 
-def _count_temp(written: Written) -> None:
+def _count_temp(written: Optional[list[Written]]) -> None:
     """Beam counters of the temp data (Dataflow's monitoring shows them; the scale
-    benchmark reads them): files, and bytes with their framing and index."""
-    progress.counter("temp_files_written").inc()
-    progress.counter("temp_bytes_written").inc(written.size)
+    benchmark reads them): files, and bytes with their framing and index. Counted on
+    the bundle's own thread, where Beam's counters count."""
+    for each in written or ():
+        progress.counter("temp_files_written").inc()
+        progress.counter("temp_bytes_written").inc(each.size)
 
 
 def _sort_bytes():
@@ -96,10 +98,9 @@ def _bucket_spans(records: list[Record], num_buckets: int) -> tuple[BucketSpan, 
 class _Spill(beam.DoFn):
     """spill mode: buffers a bundle's examples and writes them as sorted files.
 
-    A full buffer is sorted here, then written on a thread of the bundle's own while the
-    next one fills: the writes (system calls that let the GIL go) overlap the cut that
-    feeds this step, on a second core. At most one buffer is being written, and it lets
-    each record go as it is written, so a worker holds at most about two buffers. The
+    A full buffer is sorted here and written behind (core/one_behind.py) while the next
+    one fills, the cut that feeds this step running meanwhile. The buffer being written
+    lets each record go once written, so a worker holds at most about two buffers. The
     bundle ends only once its files are written (or with the error of one that was not),
     and nothing reads a sorted file before its bundle has ended: the files are gathered
     first (PlanShards)."""
@@ -110,8 +111,7 @@ class _Spill(beam.DoFn):
     def start_bundle(self):
         self._buffers: dict[str, list[Record]] = collections.defaultdict(list)
         self._buffered = 0
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spill")
-        self._writing: Optional[concurrent.futures.Future] = None
+        self._behind = OneBehind("spill")
 
     def process(self, element: KeyedExample):
         self._buffers[element.split].append(
@@ -121,11 +121,9 @@ class _Spill(beam.DoFn):
             yield from self._spill()
 
     def finish_bundle(self):
-        try:
+        with self._behind:
             files = list(self._spill())
-            self._wait()
-        finally:
-            self._writer.shutdown()
+            _count_temp(self._behind.wait())
         for written in files:
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
@@ -140,18 +138,9 @@ class _Spill(beam.DoFn):
             path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.sorted")
             files.append((path, records))
             yield SortedFile(split, path, _bucket_spans(records, self._num_buckets))
-        self._wait()
-        self._writing = self._writer.submit(_write_spill, files)
+        _count_temp(self._behind.submit(_write_spill, files))
         self._buffers = collections.defaultdict(list)
         self._buffered = 0
-
-    def _wait(self) -> None:
-        """Wait for the buffer being written, and count its files (Beam's counters count
-        on the bundle's own thread)."""
-        if self._writing is not None:
-            for written in self._writing.result():
-                _count_temp(written)
-            self._writing = None
 
 
 def _write_spill(files: list[tuple[str, list[Record]]]) -> list[Written]:
@@ -178,7 +167,7 @@ class _WriteBucket(beam.DoFn):
         (split, bucket), records = element
         path = paths.join(self._temp_dir, "buckets", f"{split}-{bucket:07d}.sorted")
         written = write_sorted(path, sort_bounded(records, self._budget, _sort_bytes().update))
-        _count_temp(written)
+        _count_temp([written])
         yield SortedFile(split, path, (BucketSpan(bucket, 0, written.records,
                                                   written.frame_bytes),))
 
@@ -233,9 +222,19 @@ def _counted(piece: SortedSlice) -> Iterator[tuple[bytes, int, int]]:
         progress.counter("temp_bytes_read").inc(read)
 
 
+_WRITE_BATCH_BYTES = 4 * 2**20
+
+
+def _write_all(f, pieces: list[bytes]) -> None:
+    for piece in pieces:   # (Beam's compressed file has no writelines)
+        f.write(piece)
+
+
 class WriteShard(beam.DoFn):
     """A shard task -> its shard, its offset index (uncompressed shards) and its window
-    table (readers.format.window_table), written in the output directory."""
+    table (readers.format.window_table), written in the output directory. The shard's
+    frames are written behind (core/one_behind.py), about 4 MB at a time, while the next
+    are read from the sorted files."""
 
     def __init__(self, run: RunDir, compression: str, num_buckets: int):
         self._run, self._output_dir, self._compression = run, run.output_dir, compression
@@ -247,14 +246,22 @@ class WriteShard(beam.DoFn):
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
         offsets, videos, valid = [0], [], []
-        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
+        with (FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f,
+              OneBehind("shard") as behind):
+            batch: list[bytes] = []
+            held = 0
             for segment in task.segments:
                 for frame, video, frames in segment_frames(segment, task.dropped,
                                                            self._num_buckets):
-                    f.write(frame)
+                    batch.append(frame)
+                    held += len(frame)
                     offsets.append(offsets[-1] + len(frame))
                     videos.append(video)
                     valid.append(frames)
+                    if held >= _WRITE_BATCH_BYTES:
+                        behind.submit(_write_all, f, batch)
+                        batch, held = [], 0
+            behind.submit(_write_all, f, batch)
         writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
