@@ -1,6 +1,7 @@
 """Work handed to a thread of its own while the caller prepares the next: writes (system
 calls that let the GIL go) overlap the Python that makes what they write, on a second
-core. One call runs at a time, and the caller waits for it before it hands over the
+core (the spill's sorted files, shuffle/write.py; a shard task's writes gained nothing
+so, bound as they are by the reads beside them: docs/benchmarks.md). One call runs at a time, and the caller waits for it before it hands over the
 next: so at most one piece is in flight beside the one being made, and the pieces run in
 the order given. The thread lives as long as the block: nothing is left running after it.
 """

@@ -222,19 +222,9 @@ def _counted(piece: SortedSlice) -> Iterator[tuple[bytes, int, int]]:
         progress.counter("temp_bytes_read").inc(read)
 
 
-_WRITE_BATCH_BYTES = 4 * 2**20
-
-
-def _write_all(f, pieces: list[bytes]) -> None:
-    for piece in pieces:   # (Beam's compressed file has no writelines)
-        f.write(piece)
-
-
 class WriteShard(beam.DoFn):
     """A shard task -> its shard, its offset index (uncompressed shards) and its window
-    table (readers.format.window_table), written in the output directory. The shard's
-    frames are written behind (core/one_behind.py), about 4 MB at a time, while the next
-    are read from the sorted files."""
+    table (readers.format.window_table), written in the output directory."""
 
     def __init__(self, run: RunDir, compression: str, num_buckets: int):
         self._run, self._output_dir, self._compression = run, run.output_dir, compression
@@ -246,22 +236,14 @@ class WriteShard(beam.DoFn):
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
         offsets, videos, valid = [0], [], []
-        with (FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f,
-              OneBehind("shard") as behind):
-            batch: list[bytes] = []
-            held = 0
+        with FileSystems.create(path, compression_type=_COMPRESSION[self._compression]) as f:
             for segment in task.segments:
                 for frame, video, frames in segment_frames(segment, task.dropped,
                                                            self._num_buckets):
-                    batch.append(frame)
-                    held += len(frame)
+                    f.write(frame)
                     offsets.append(offsets[-1] + len(frame))
                     videos.append(video)
                     valid.append(frames)
-                    if held >= _WRITE_BATCH_BYTES:
-                        behind.submit(_write_all, f, batch)
-                        batch, held = [], 0
-            behind.submit(_write_all, f, batch)
         writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
         index = None
