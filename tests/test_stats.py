@@ -221,6 +221,48 @@ def test_statistics_round_trip_and_merge_as_one_set_of_frames(rng):
     assert json.loads(json.dumps(entry)) == entry and entry["count"] == 50
 
 
+def test_videos_sums_are_added_exactly_whatever_their_order_and_batches(rng):
+    """SplitStatsFn adds videos' float64 sums a batch at a time (vectorised, int64 per
+    binary exponent): the totals are the exact ones (Python's Fraction), and any split
+    into accumulators, any order and any merge give the same figures, bit for bit."""
+    from fractions import Fraction
+
+    from beam_jobs.commit.split_stats import SplitStatsFn
+    from beam_jobs.core.moments import VideoMoments, _exact_column_sums
+
+    odd = [0.0, -0.0, 5e-324, -3e-320, 2.2250738585072014e-308, 1.5, -1e300, 2.0 ** 60]
+    values = np.concatenate([rng.standard_normal((1500, 3)) * 10.0 ** rng.integers(
+        -300, 300, (1500, 3)), rng.choice(odd, (600, 3))])
+    values[:, 2] = 2.0 - 2.0 ** -52   # the largest mantissa: 2,100 of them overflow an int64
+    exact = [sum(int(Fraction(float(v)) * 2 ** 1074) for v in column) for column in values.T]
+    assert _exact_column_sums(values) == exact    # added as int64 1,023 rows at a time
+
+    def video(i: int) -> dict:
+        frames = rng.standard_normal((int(rng.integers(1, 9)), 3)) * 10.0 ** (i % 7 - 3) + i
+        if i == 5:
+            frames[0, 1] = np.nan                    # said as NaN, the rest kept exact
+        return {"window": VideoMoments.of_values(frames)}
+    videos = [video(i) for i in range(700)]          # past the 256 a batch holds
+    fn = SplitStatsFn()
+
+    def combined(order, cuts):
+        accumulators = []
+        for part in np.split(np.asarray(order), cuts):
+            accumulator = fn.create_accumulator()
+            for i in part:
+                accumulator = fn.add_input(accumulator, videos[i])
+            accumulators.append(fn.compact(accumulator) if len(accumulators) % 2 else
+                                accumulator)
+        return fn.extract_output(fn.merge_accumulators(accumulators))["window"]
+    first = combined(range(700), [])
+    for _ in range(3):
+        other = combined(rng.permutation(700), sorted(rng.choice(700, 4, replace=False)))
+        for a, b in zip(first.to_json().values(), other.to_json().values(), strict=True):
+            assert json.dumps(a) == json.dumps(b)
+    assert first.count == sum(v["window"].count for v in videos)
+    assert np.isnan(first.mean[1]) and np.isfinite(first.mean[[0, 2]]).all()
+
+
 def _numpy_stats(x: np.ndarray) -> ChannelStats:
     mean = x.mean(axis=0)
     return ChannelStats(len(x), len(x), mean, ((x - mean) ** 2).sum(axis=0), x.min(axis=0),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from readers.format.channel_stats import ChannelStats
 PIXEL_VALUES = 256         # a uint8 channel's values: a histogram's bins
 _UNIT_BITS = 1074          # every float64 is a whole number of 2**-1074
 _MANTISSA_BITS = 53
+_EXACT_ROWS = 1 << 10     # rows added as int64 at once: |m| < 2**53, so under 2**63
 
 
 class VideoMoments(NamedTuple):
@@ -116,13 +117,25 @@ class ExactMoments:
     @classmethod
     def of(cls, video: VideoMoments) -> "ExactMoments":
         """A video's sums, exact."""
-        channels = len(video.total)
-        if not video.count:
-            return dataclasses.replace(cls.empty(channels), frames=video.frames)
-        nonfinite = ~(np.isfinite(video.total) & np.isfinite(video.squares))
-        units = _units(np.concatenate([video.total, video.squares]), np.tile(nonfinite, 2))
-        return cls(video.frames, video.count, units[:channels], units[channels:], video.low,
-                   video.high, nonfinite)
+        return cls.of_videos([video])
+
+    @classmethod
+    def of_videos(cls, videos: Sequence[VideoMoments]) -> "ExactMoments":
+        """Videos' sums (of one set of channels) added exactly: what merging each one's
+        `of` gives, in one vectorised pass (_exact_column_sums)."""
+        frames = sum(video.frames for video in videos)
+        counted = [video for video in videos if video.count]
+        if not counted:
+            return dataclasses.replace(cls.empty(len(videos[0].total)), frames=frames)
+        sums = np.concatenate([np.stack([v.total for v in counted]),
+                               np.stack([v.squares for v in counted])], axis=1)
+        finite = np.isfinite(sums)
+        channels = sums.shape[1] // 2
+        nonfinite = ~(finite[:, :channels] & finite[:, channels:]).all(axis=0)
+        units = _exact_column_sums(np.where(finite, sums, 0.0))
+        return cls(frames, sum(video.count for video in counted), units[:channels],
+                   units[channels:], np.min([v.low for v in counted], axis=0),
+                   np.max([v.high for v in counted], axis=0), nonfinite)
 
     def merge(self, other: "ExactMoments") -> "ExactMoments":
         if not other.count:
@@ -159,14 +172,33 @@ def _ratio(numerator: int, denominator: int) -> float:
         return float("inf") if numerator > 0 else float("-inf")
 
 
-def _units(sums: np.ndarray, nonfinite: np.ndarray) -> list[int]:
-    """float64 sums as exact whole numbers of 2**-1074 (0 where not finite)."""
-    sums = np.where(nonfinite, 0.0, sums)
-    fractions, exponents = np.frexp(sums)      # sums = fractions * 2**exponents, |f| in [0.5, 1)
-    mantissas = (fractions * (1 << _MANTISSA_BITS)).astype(np.int64)   # exact
-    shifts = exponents.astype(np.int64) - _MANTISSA_BITS + _UNIT_BITS  # < 0: subnormal
-    if shifts.min(initial=0) < 0:   # a subnormal's mantissa ends in -shift zero bits
-        return [m << s if s >= 0 else m >> -s for m, s in zip(
-            mantissas.tolist(), shifts.tolist(), strict=True)]
-    return list(map(operator.lshift, mantissas.tolist(), shifts.tolist()))
+def _exact_column_sums(sums: np.ndarray) -> list[int]:
+    """The exact sum of each column of finite float64 `sums` [rows, C], in units of
+    2**-1074 (Python integers, whatever their size).
 
+    Each value is a whole number m * 2**s of units (|m| < 2**53, frexp's mantissa). In a
+    column, values whose s lies the same distance r above the column's lowest are added
+    as int64, exactly while there are under 2**10 rows (done in such batches); the few
+    sums, one per distinct r, are then added as Python integers. So a video costs a
+    handful of numpy operations on its row, not a Python integer per channel."""
+    if len(sums) >= _EXACT_ROWS:
+        return [sum(column) for column in zip(*(
+            _exact_column_sums(sums[i:i + _EXACT_ROWS - 1])
+            for i in range(0, len(sums), _EXACT_ROWS - 1)), strict=True)]
+    fractions, exponents = np.frexp(sums)          # sums = fractions * 2**exponents
+    mantissas = (fractions * (1 << _MANTISSA_BITS)).astype(np.int64)   # exact
+    shifts = exponents.astype(np.int64) + (_UNIT_BITS - _MANTISSA_BITS)
+    subnormal = shifts < 0          # a subnormal's mantissa ends in -shift zero bits
+    if subnormal.any():
+        mantissas[subnormal] >>= -shifts[subnormal]
+        shifts[subnormal] = 0
+    present = mantissas != 0
+    lowest = np.where(present, shifts, np.iinfo(np.int64).max).min(axis=0)
+    lowest[~present.any(axis=0)] = 0
+    above = np.where(present, shifts - lowest, 0)
+    totals = [0] * sums.shape[1]
+    for distance in np.unique(above[present]).tolist():
+        part = np.where(above == distance, mantissas, 0).sum(axis=0)
+        for column in np.flatnonzero(part).tolist():
+            totals[column] += int(part[column]) << (int(lowest[column]) + distance)
+    return totals

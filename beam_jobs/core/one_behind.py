@@ -1,9 +1,12 @@
 """Work handed to a thread of its own while the caller prepares the next: writes (system
 calls that let the GIL go) overlap the Python that makes what they write, on a second
-core (the spill's sorted files, shuffle/write.py; a shard task's writes gained nothing
-so, bound as they are by the reads beside them: docs/benchmarks.md). One call runs at a time, and the caller waits for it before it hands over the
+core. One call runs at a time, and the caller waits for it before it hands over the
 next: so at most one piece is in flight beside the one being made, and the pieces run in
 the order given. The thread lives as long as the block: nothing is left running after it.
+
+The spill's sorted files are written so (shuffle/write.py). A shard task's writes are
+not: its stage is bound by the page cache's pace, not by its reads, and gained nothing
+(docs/benchmarks.md).
 """
 from __future__ import annotations
 
