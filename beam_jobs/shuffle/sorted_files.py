@@ -33,8 +33,6 @@ import tempfile
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs.core import storage
 from readers.format.tfrecord import (
@@ -66,7 +64,7 @@ class Written(NamedTuple):
 def write_sorted(path: str, records: Iterable[Record]) -> Written:
     """Write sorted (key, example, video, valid) `records` as a sorted file."""
     keys, offsets, videos, valid, at = [], [], [], [], 0
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with storage.create(path) as f:
         for key, example, video, frames in records:
             f.write(header(len(example)))   # three writes, no join: a window is not copied
             f.write(example)
