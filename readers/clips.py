@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from readers.format.spec import PER_FRAME
+from readers.format.features import PER_FRAME
 from readers.selection import one_of, whole_number
 
 OFFSETS = ("random", "start", "center")

@@ -4,8 +4,11 @@
 - `locations`: whether a path is on this machine or on a store (`is_remote`).
 - `numbers`: whole numbers as the readers and the command lines take them, checked in
   the same words (`whole_number`, `whole_number_type`).
-- `spec`: dataset.json: FeatureSpec, DatasetSpec and the rest, `load_spec`, and the checks
-  before a reader trusts it (`SpecError`).
+- `versions`: the format version the job writes, those a reader reads, and what each
+  changed.
+- `features`: a window example's features (`FeatureSpec`, `window_features`).
+- `spec`: dataset.json: DatasetSpec, written and read back, `load_spec`, `SpecError`.
+- `spec_checks`: dataset.json's values checked before a reader trusts them.
 - `channel_stats`: the dataset's statistics per split, feature and channel
   (`ChannelStats`, `DatasetSpec.stats`): exact, mergeable, and how to normalise with them.
 - `generations`: the runs that added a dataset's windows (`--append`), as dataset.json
@@ -40,6 +43,7 @@ from readers.format import (  # noqa: F401 (submodules)
 )
 from readers.format.channel_stats import ChannelStats  # noqa: F401
 from readers.format.encodings import CODECS, ENCODINGS, IMAGE_ENCODINGS, Codec  # noqa: F401
+from readers.format.features import PER_FRAME, FeatureSpec, window_features  # noqa: F401
 from readers.format.generations import Generation, generations_of  # noqa: F401
 from readers.format.locations import is_remote  # noqa: F401
 from readers.format.names import (  # noqa: F401
@@ -70,16 +74,12 @@ from readers.format.names import (  # noqa: F401
     tf_compression_type,
 )
 from readers.format.spec import (  # noqa: F401
-    FORMAT_VERSION,
     MASK_MEANING,
-    PER_FRAME,
-    READABLE_VERSIONS,
     DatasetSpec,
-    FeatureSpec,
     Shard,
     SpecError,
     SplitInfo,
     load_spec,
-    window_features,
 )
+from readers.format.versions import FORMAT_VERSION, READABLE_VERSIONS  # noqa: F401
 from readers.format.wire import ExampleEncoder, Layout, encode_example, layout  # noqa: F401

@@ -27,8 +27,9 @@ import json
 import pathlib
 from typing import Callable, Optional
 
+from readers.format.features import FeatureSpec
 from readers.format.names import DATASET_INFO_JSON, FEATURES_JSON, run_id_of, shard_name
-from readers.format.spec import DatasetSpec, FeatureSpec
+from readers.format.spec import DatasetSpec
 from readers.format.splits import Shard
 
 NAME = "video_window_shards"      # the builder's name TFDS shows
