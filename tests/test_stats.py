@@ -221,21 +221,29 @@ def test_statistics_round_trip_and_merge_as_one_set_of_frames(rng):
     assert json.loads(json.dumps(entry)) == entry and entry["count"] == 50
 
 
-def test_videos_sums_are_added_exactly_whatever_their_order_and_batches(rng):
+def test_videos_sums_are_added_exactly_whatever_their_order_and_batches(rng, monkeypatch):
     """SplitStatsFn adds videos' float64 sums a batch at a time (vectorised, int64 per
-    binary exponent): the totals are the exact ones (Python's Fraction), and any split
-    into accumulators, any order and any merge give the same figures, bit for bit."""
+    binary exponent; values of scales far apart one by one): the totals are the exact
+    ones (Python's Fraction), the figures rounded once from them, and any split into
+    accumulators, any order and any merge give the same figures, bit for bit."""
     from fractions import Fraction
 
     from beam_jobs.commit.split_stats import SplitStatsFn
+    from beam_jobs.core import moments
     from beam_jobs.core.moments import VideoMoments, _exact_column_sums
 
-    odd = [0.0, -0.0, 5e-324, -3e-320, 2.2250738585072014e-308, 1.5, -1e300, 2.0 ** 60]
-    values = np.concatenate([rng.standard_normal((1500, 3)) * 10.0 ** rng.integers(
-        -300, 300, (1500, 3)), rng.choice(odd, (600, 3))])
-    values[:, 2] = 2.0 - 2.0 ** -52   # the largest mantissa: 2,100 of them overflow an int64
-    exact = [sum(int(Fraction(float(v)) * 2 ** 1074) for v in column) for column in values.T]
-    assert _exact_column_sums(values) == exact    # added as int64 1,023 rows at a time
+    def exact(values):
+        return [sum(int(Fraction(float(v)) * 2 ** 1074) for v in column)
+                for column in values.T]
+    narrow = np.stack([rng.standard_normal(2100) * 1e3, rng.standard_normal(2100) * 1e-3,
+                       np.full(2100, 2.0 - 2.0 ** -52),   # 2,100 such overflow an int64
+                       rng.choice([0.0, -0.0, 5e-324, -3e-320, 1e-310], 2100)], axis=1)
+    wide = rng.standard_normal((300, 3)) * 10.0 ** rng.integers(-300, 300, (300, 3))
+    for most in (moments._MOST_DISTANCES, 0):     # the batched way, and one by one
+        monkeypatch.setattr(moments, "_MOST_DISTANCES", most)
+        assert _exact_column_sums(narrow) == exact(narrow)   # int64, 1,023 rows at a time
+        assert _exact_column_sums(wide) == exact(wide)
+    monkeypatch.undo()
 
     def video(i: int) -> dict:
         frames = rng.standard_normal((int(rng.integers(1, 9)), 3)) * 10.0 ** (i % 7 - 3) + i
@@ -259,8 +267,17 @@ def test_videos_sums_are_added_exactly_whatever_their_order_and_batches(rng):
         other = combined(rng.permutation(700), sorted(rng.choice(700, 4, replace=False)))
         for a, b in zip(first.to_json().values(), other.to_json().values(), strict=True):
             assert json.dumps(a) == json.dumps(b)
-    assert first.count == sum(v["window"].count for v in videos)
-    assert np.isnan(first.mean[1]) and np.isfinite(first.mean[[0, 2]]).all()
+    sums = [v["window"] for v in videos]
+    n = sum(v.count for v in sums)
+    assert first.count == n and first.frames == sum(v.frames for v in sums)
+    for channel in (0, 2):                           # each figure rounded once, exactly
+        total = sum(Fraction(float(v.total[channel])) for v in sums)
+        squares = sum(Fraction(float(v.squares[channel])) for v in sums)
+        assert first.mean[channel] == float(total / n)
+        assert first.m2[channel] == float(squares - total * total / n)
+        assert first.min[channel] == min(v.low[channel] for v in sums)
+        assert first.max[channel] == max(v.high[channel] for v in sums)
+    assert np.isnan(first.mean[1]) and np.isnan(first.m2[1])
 
 
 def _numpy_stats(x: np.ndarray) -> ChannelStats:

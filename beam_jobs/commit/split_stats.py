@@ -33,12 +33,17 @@ class _Sums:
         if len(self.waiting) >= _BATCH:
             self.fold()
 
+    def exact(self) -> ExactMoments:
+        """All of its sums added, itself unchanged."""
+        if not self.waiting:
+            assert self.added is not None   # made with one or given one
+            return self.added
+        batch = ExactMoments.of_videos(self.waiting)
+        return batch if self.added is None else self.added.merge(batch)
+
     def fold(self) -> ExactMoments:
-        if self.waiting:
-            batch = ExactMoments.of_videos(self.waiting)
-            self.added = batch if self.added is None else self.added.merge(batch)
-            self.waiting = []
-        assert self.added is not None   # made with one or given one
+        """The waiting videos added, here."""
+        self.added, self.waiting = self.exact(), []
         return self.added
 
 
@@ -58,11 +63,12 @@ class SplitStatsFn(beam.CombineFn):
         return totals
 
     def merge_accumulators(self, accumulators) -> dict[str, _Sums]:
+        """A new accumulator: those given are left as they are, as Beam asks."""
         merged: dict[str, _Sums] = {}
         for totals in accumulators:
             for name, sums in totals.items():
-                exact = sums.fold()
-                merged[name] = _Sums(merged[name].fold().merge(exact) if name in merged
+                exact = sums.exact()
+                merged[name] = _Sums(merged[name].exact().merge(exact) if name in merged
                                      else exact)
         return merged
 

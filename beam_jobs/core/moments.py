@@ -29,6 +29,7 @@ PIXEL_VALUES = 256         # a uint8 channel's values: a histogram's bins
 _UNIT_BITS = 1074          # every float64 is a whole number of 2**-1074
 _MANTISSA_BITS = 53
 _EXACT_ROWS = 1 << 10     # rows added as int64 at once: |m| < 2**53, so under 2**63
+_MOST_DISTANCES = 64      # passes over a batch, one per distance; past them, one by one
 
 
 class VideoMoments(NamedTuple):
@@ -180,7 +181,9 @@ def _exact_column_sums(sums: np.ndarray) -> list[int]:
     column, values whose s lies the same distance r above the column's lowest are added
     as int64, exactly while there are under 2**10 rows (done in such batches); the few
     sums, one per distinct r, are then added as Python integers. So a video costs a
-    handful of numpy operations on its row, not a Python integer per channel."""
+    handful of numpy operations on its row, not a Python integer per channel; values so
+    far apart in scale that the rows have over _MOST_DISTANCES distinct r are added one
+    by one instead."""
     if len(sums) >= _EXACT_ROWS:
         return [sum(column) for column in zip(*(
             _exact_column_sums(sums[i:i + _EXACT_ROWS - 1])
@@ -196,8 +199,12 @@ def _exact_column_sums(sums: np.ndarray) -> list[int]:
     lowest = np.where(present, shifts, np.iinfo(np.int64).max).min(axis=0)
     lowest[~present.any(axis=0)] = 0
     above = np.where(present, shifts - lowest, 0)
+    distances = np.unique(above[present]).tolist()
+    if len(distances) > _MOST_DISTANCES:   # scales far apart: a Python integer a value
+        return [sum(map(operator.lshift, column, steps)) for column, steps in zip(
+            mantissas.T.tolist(), shifts.T.tolist(), strict=True)]
     totals = [0] * sums.shape[1]
-    for distance in np.unique(above[present]).tolist():
+    for distance in distances:
         part = np.where(above == distance, mantissas, 0).sum(axis=0)
         for column in np.flatnonzero(part).tolist():
             totals[column] += int(part[column]) << (int(lowest[column]) + distance)

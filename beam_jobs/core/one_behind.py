@@ -33,14 +33,20 @@ class OneBehind:
         running, self._running = self._running, None
         return None if running is None else running.result()
 
+    def close(self) -> None:
+        """Wait for the call running (a running write cannot be stopped half way), drop
+        its result or error, and end the thread. Closing twice does nothing more."""
+        self._running = None
+        self._pool.shutdown(wait=True)
+
     def __enter__(self) -> "OneBehind":
         return self
 
     def __exit__(self, *error) -> None:
-        """Waits for the call running (a running write cannot be stopped half way);
-        its error is raised unless the block already raises one."""
+        """Waits for the call running; its error is raised unless the block already
+        raises one."""
         try:
             if error[0] is None:
                 self.wait()
         finally:
-            self._pool.shutdown(wait=True)
+            self.close()

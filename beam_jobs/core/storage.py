@@ -2,9 +2,10 @@
 
 Why not Beam's FileSystems here: its `match` and `delete` treat a path as a glob (so
 `out[1]` names other files), its local delete follows symbolic links in the path, and
-it has no create-if-absent. The job's data still goes through FileSystems (`create`
-gives local files a larger buffer); the few operations that decide what may be deleted
-go here, and the lease's compare and swap in `swap.py`, on top of this module:
+it has no create-if-absent. The job's data goes through FileSystems, or, streamed to a
+local file, through `create` (a larger buffer); the few operations that decide what may
+be deleted go here, and the lease's compare and swap in `swap.py`, on top of this
+module:
 
 - names are names: nothing is globbed;
 - a symbolic link is never followed for deleting, and nothing outside the tree given

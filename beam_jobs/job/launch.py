@@ -119,8 +119,9 @@ class Launch:
         windows, stored = self.config.windows, self.source.stored_bytes
         _LOG.warning("--shuffle group on %s holds every window in this machine's memory: "
                      "about %.1f GB for an estimated %.2f GB of windows (0.75 GB + 5x); "
-                     "--shuffle spill (auto's choice here) holds --spill_buffer_mb per "
-                     "worker", self.runner, shuffle_config.group_memory(windows, stored) / 2**30,
+                     "--shuffle spill (auto's choice here) holds up to twice "
+                     "--spill_buffer_mb per worker", self.runner,
+                     shuffle_config.group_memory(windows, stored) / 2**30,
                      shuffle_config.output_bytes(windows, stored) / 2**30)
 
     # The parts' configs.

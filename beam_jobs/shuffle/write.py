@@ -127,6 +127,14 @@ class _Spill(beam.DoFn):
         for written in files:
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
+    def teardown(self):
+        """A failed bundle never reaches finish_bundle: the write it left running is
+        waited for here, so that nothing writes into the run's folder after the failure
+        has cleaned it up (its error is the bundle's, raised already or moot)."""
+        behind = getattr(self, "_behind", None)
+        if behind is not None:
+            behind.close()
+
     def _spill(self) -> Iterable[SortedFile]:
         if not self._buffered:
             return

@@ -1,6 +1,6 @@
 """A feature as the code that encodes and reads it sees one: its name, shape, dtype and
 encoding, and its encoding's codec. Protocols, so that the codecs and the wire format
-take any such feature and import no spec (spec.FeatureSpec is the one dataset.json
+take any such feature and import no spec (features.FeatureSpec is the one dataset.json
 makes, and codecs.Codec the codec it binds)."""
 from __future__ import annotations
 
