@@ -31,6 +31,7 @@ from helpers import (
 from beam_jobs import make_shards, outdir
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.outdir import lease
+from beam_jobs.outdir.holder import Holder, Job, holder_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["--window", "8", "--stride", "4", "--num_shards", "3"]
@@ -166,7 +167,7 @@ def test_a_half_cleaned_run_folder_never_blocks_the_directory(old):
 
 def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     out = str(tmp_path / "out")
-    job = lease.Job("DataflowRunner", "make-shards-20261201-1", project="p", region="r")
+    job = Job("DataflowRunner", "make-shards-20261201-1", project="p", region="r")
     claim = outdir.prepare(outdir.ClaimRequest(out, job=job))
     path = os.path.join(out, "_make_shards", "lease.json")
     claim.lease.record_job_id("2026-12-01_01_02_03-123")
@@ -189,7 +190,7 @@ def test_a_distributed_jobs_lease_names_the_job_and_never_expires(tmp_path):
     assert "\n" not in message
     # what the message says to do
     second = outdir.prepare(outdir.ClaimRequest(out, break_lease=True))
-    assert lease.holder_of(open(path, "rb").read()) == second.run.run_id
+    assert holder_of(open(path, "rb").read()) == second.run.run_id
     outdir.abandon(second.run)
     outdir.release(second)
 
@@ -286,7 +287,7 @@ def test_a_later_run_asks_dataflow_about_the_job_that_holds_the_lease(tmp_path, 
 
     monkeypatch.setattr(JobsV1Beta3Client, "get_job", get_job)
     out = str(tmp_path / "out")
-    first = outdir.prepare(outdir.ClaimRequest(out, job=lease.Job(
+    first = outdir.prepare(outdir.ClaimRequest(out, job=Job(
         "DataflowRunner", "make-shards-1", project="p", region="europe-west4")))
     first.lease.record_job_id("2026-12-01_01_02_03-99")
     ask = job_states.asker(["--no_auth"])   # this run's own credentials options
@@ -331,7 +332,7 @@ def test_a_lost_lease_marker_goes_once_its_process_and_group_are_gone(tmp_path):
     markers = {"aaaaaaaaaaaa": os.getpgid(0),   # this test's own group: alive
                "bbbbbbbbbbbb": None, "cccccccccccc": gone.pid}
     for run_id, group in markers.items():
-        holder = lease.Holder(run_id, socket.gethostname(), gone.pid, time.time() - 300,
+        holder = Holder(run_id, socket.gethostname(), gone.pid, time.time() - 300,
                               time.time() - 100)
         (runs / run_id).mkdir(parents=True)
         (runs / run_id / "lost_lease.json").write_text(

@@ -248,7 +248,7 @@ def test_overwrite_on_gcs_swaps_datasets_at_the_commit_and_a_jobs_lease(gcs, tmp
     _download(gcs, "bkt/swap", tmp_path / "copy")
 
     from beam_jobs import outdir
-    from beam_jobs.outdir.lease import Job
+    from beam_jobs.outdir.holder import Job
     claim = outdir.prepare(outdir.ClaimRequest("gs://bkt/swap", overwrite=True,
                                                job=Job("PortableRunner", "make-shards-test")))
     held = json.loads(gcs.cat("bkt/swap/_make_shards/lease.json"))
@@ -297,7 +297,7 @@ def test_a_distributed_run_leaves_earlier_runs_leftovers_to_its_pipeline(gcs, tm
     (GCS batch requests of 100), and its folder last."""
     from beam_jobs import outdir
     from beam_jobs.commit.leftovers import ClearLeftovers
-    from beam_jobs.outdir.lease import Job
+    from beam_jobs.outdir.holder import Job
     from readers import format as data_format
 
     failed = "0123456789ab"

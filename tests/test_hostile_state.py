@@ -33,6 +33,7 @@ from beam_jobs import make_shards, outdir
 from beam_jobs.job import job_states
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
+from beam_jobs.outdir.holder import Job
 
 PROG = "python -m beam_jobs.make_shards: error:"
 FLAGS = ["--window", "5", "--stride", "3"]
@@ -351,7 +352,7 @@ def test_a_dataflow_jobs_lease_whose_runner_never_answers_is_one_line(old, input
     --break_lease, or with it takes over: one line either way, no retry's warning or
     traceback before it."""
     out = old
-    first = outdir.prepare(outdir.ClaimRequest(str(out), overwrite=True, job=lease.Job(
+    first = outdir.prepare(outdir.ClaimRequest(str(out), overwrite=True, job=Job(
         "DataflowRunner", "make-shards-1", project="test-project", region="us-central1")))
     first.lease.record_job_id("2026-12-04_00_00_00-1")
     before = read_dataset_json(out)["run_id"]

@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import PipelineResult
 
-from beam_jobs.outdir.lease import Ask, CannotAsk, Job, JobState
+from beam_jobs.outdir.holder import Ask, CannotAsk, Job, JobState
 
 TERMINAL = frozenset({"DONE", "FAILED", "CANCELLED", "DRAINED", "UPDATED"})
 PORTABLE_STOPPED = frozenset({"DONE", "FAILED", "DRAINED", "UPDATED"})

@@ -21,7 +21,7 @@ from beam_jobs.job import job_states, runners
 from beam_jobs.job.errors import Refused
 from beam_jobs.job.flags import flag_defaults, recorded_flags
 from beam_jobs.outdir import local_temp_base
-from beam_jobs.outdir.lease import Ask, Job
+from beam_jobs.outdir.holder import Ask, Job
 from beam_jobs.runtime import local_workers, staging
 from beam_jobs.shuffle import config as shuffle_config
 from beam_jobs.sources import Source

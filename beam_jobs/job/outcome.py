@@ -32,7 +32,8 @@ from beam_jobs.job import job_states, lifecycle
 from beam_jobs.job.errors import Failed, one_line, os_error_line
 from beam_jobs.job.launch import Launch
 from beam_jobs.outdir import Claim
-from beam_jobs.outdir.lease import Ask, CannotAsk, Job, LeaseLost
+from beam_jobs.outdir.holder import Ask, CannotAsk, Job
+from beam_jobs.outdir.lease import LeaseLost
 from readers import format as data_format
 
 _LOG = logging.getLogger("beam_jobs.make_shards")

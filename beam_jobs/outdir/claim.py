@@ -30,6 +30,7 @@ from beam_jobs.outdir.cleanup import (
     mark_lost,
 )
 from beam_jobs.outdir.derived import repair as repair_derived
+from beam_jobs.outdir.holder import Ask, Holder, Job, cannot_ask, lost_marker
 from beam_jobs.outdir.inventory import OutputDirError, PastRun, take_inventory
 from readers import format as data_format
 
@@ -86,8 +87,8 @@ class ClaimRequest:
     input_files: tuple[str, ...] = ()
     patterns: tuple[str, ...] = ()
     local_temp: Optional[str] = None
-    job: Optional[lease.Job] = None
-    ask: lease.Ask = lease.cannot_ask
+    job: Optional[Job] = None
+    ask: Ask = cannot_ask
     break_lease: bool = False
     keep_lease: bool = False
 
@@ -219,7 +220,7 @@ def release(claim: Claim) -> None:
         storage.remove_empty_dirs([run.output_dir], os.path.dirname(run.output_dir))
 
 
-def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] = None,
+def _clear(out: str, dataset_may_stay: bool, took_over: Optional[Holder] = None,
            in_pipeline: bool = False
            ) -> tuple[list[str], tuple[tuple[str, Optional[bytes]], ...]]:
     """Remove earlier runs' leftovers (best-effort: what stays is still listed by its
@@ -239,12 +240,12 @@ def _clear(out: str, dataset_may_stay: bool, took_over: Optional[lease.Holder] =
     for past in runs:
         _remove_leftovers(out, past, entries, committed)
     if took_over is not None:
-        mark_lost(out, took_over.run_id, lease.lost_marker(took_over))
+        mark_lost(out, took_over.run_id, lost_marker(took_over))
     _refuse_a_dataset(out, entries, dataset_may_stay)
     return sorted(committed), ()
 
 
-def _left_to_the_pipeline(out: str, runs: list[PastRun], took_over: Optional[lease.Holder]
+def _left_to_the_pipeline(out: str, runs: list[PastRun], took_over: Optional[Holder]
                           ) -> tuple[tuple[str, Optional[bytes]], ...]:
     """_clear's part in a distributed run: this machine's temp data of earlier runs
     deleted (the workers cannot reach it), and the runs whose leftovers the pipeline
@@ -255,7 +256,7 @@ def _left_to_the_pipeline(out: str, runs: list[PastRun], took_over: Optional[lea
             delete_local_temp(past.temp_dir, past.run_id)
     marker = None
     if took_over is not None:
-        marker = lease.lost_marker(took_over)
+        marker = lost_marker(took_over)
         if all(p.run_id != took_over.run_id for p in runs):
             mark_lost(out, took_over.run_id, marker)
     return tuple(

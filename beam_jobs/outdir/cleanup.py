@@ -19,7 +19,8 @@ from beam_jobs.core.run_dir import (
     STATE_DIR,
     RunDir,
 )
-from beam_jobs.outdir import lease, swap
+from beam_jobs.outdir import swap
+from beam_jobs.outdir.holder import holder_of
 from beam_jobs.outdir.inventory import committed_dataset, job_files, past_runs, read_json
 from readers import format as data_format
 
@@ -30,7 +31,7 @@ _LOG = logging.getLogger("beam_jobs.outdir")
 def _held_version(run: RunDir) -> Optional[str]:
     """The version (swap token) of the lease file when `run` holds it, else None."""
     current = swap.read_with_token(run.lease_path)
-    if current is not None and lease.holder_of(current[0]) == run.run_id:
+    if current is not None and holder_of(current[0]) == run.run_id:
         return current[1]
     return None
 
@@ -165,8 +166,8 @@ def delete_local_temp(temp_dir, run_id: str) -> None:
 
 def mark_lost(out: str, run_id: str, marker: bytes) -> None:
     """Mark the (cleared) folder of a run that lost its lease while it may still run;
-    the marker names its process (lease.lost_marker), so that a later run can tell
-    when it no longer may (lease.may_still_write) and clear the marker too."""
+    the marker names its process (holder.lost_marker), so that a later run can tell
+    when it no longer may (holder.may_still_write) and clear the marker too."""
     storage.write_bytes(paths.join(out, STATE_DIR, RUNS, run_id, LOST_LEASE), marker)
 
 

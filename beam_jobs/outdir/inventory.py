@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 
 from beam_jobs.core import paths, storage
 from beam_jobs.core.run_dir import LEASE_FILE, LOST_LEASE, RUN_JSON, RUNS, SHARDS_JSON, STATE_DIR
-from beam_jobs.outdir import lease
+from beam_jobs.outdir.holder import may_still_write
 from readers import format as data_format
 
 
@@ -89,7 +89,7 @@ def _lost_lease(marker: str) -> Optional[bytes]:
         return None
     except OSError:   # not a file, unreadable: kept, as one that names no process
         return b"{}"
-    return data if lease.may_still_write(data) else None
+    return data if may_still_write(data) else None
 
 
 def job_files(names) -> set[str]:

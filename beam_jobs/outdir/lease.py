@@ -23,16 +23,16 @@ trusted nor deleted, and the run is refused with a line saying what to do.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
 import socket
 import threading
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Optional
 
 from beam_jobs.outdir import swap
+from beam_jobs.outdir.holder import Ask, CannotAsk, Holder, Job, alive, cannot_ask, parse
 
 LEASE_SECONDS = 120.0
 HEARTBEAT_SECONDS = 20.0
@@ -40,103 +40,6 @@ _LOG = logging.getLogger("beam_jobs.outdir.lease")
 
 
 BREAK_FLAG = "--break_lease"
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """A job on a distributed runner, and where to ask its runner what state it is in."""
-    runner: str
-    name: str
-    id: Optional[str] = None         # the runner's id for it, known once it is submitted
-    endpoint: Optional[str] = None   # PortableRunner: its job service
-    project: Optional[str] = None    # DataflowRunner: its project and region
-    region: Optional[str] = None
-
-    def describe(self) -> str:
-        where = self.endpoint or "/".join(p for p in (self.project, self.region) if p)
-        return (f"job {self.id or self.name} on {self.runner or 'a distributed runner'}"
-                + (f" at {where}" if where else ""))
-
-
-class JobState(NamedTuple):
-    """What a runner says of a job: its state's name (RUNNING, DONE, CANCELLED...), and
-    whether that confirms the job writes nothing more."""
-    name: str
-    stopped: bool
-    terminal: bool
-
-
-class CannotAsk(Exception):
-    """The runner cannot be asked about a job (unreachable, or it does not know the id);
-    the message says why."""
-
-
-Ask = Callable[[Job], JobState]   # raises CannotAsk
-
-
-def cannot_ask(job: Job) -> JobState:
-    raise CannotAsk("no runner to ask was given")
-
-
-@dataclasses.dataclass(frozen=True)
-class Holder:
-    run_id: str
-    host: str
-    pid: int
-    started: float
-    expires: Optional[float]       # None: a job's lease, which never expires
-    job: Optional[Job] = None      # the job on a distributed runner that holds it
-
-    def describe(self) -> str:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
-        if self.job is not None:
-            return (f"run {self.run_id} ({self.job.describe()}, submitted from {self.host} "
-                    f"at {started})")
-        return (f"run {self.run_id} (pid {self.pid} on {self.host}, started {started}); "
-                "wait for it to finish or choose another directory")
-
-    def stale(self, now: float) -> bool:
-        """Whether a launcher's lease is stale (a job's is decided by its runner)."""
-        return self.dead() or (self.expires is not None and now > self.expires)
-
-    def dead(self) -> bool:
-        """Whether its process is known to be gone (on this host), so it writes nothing
-        more; a run whose lease merely expired may still be alive (paused, or on another
-        host whose clock or network failed)."""
-        return self.host == socket.gethostname() and not _alive(self.pid)
-
-    def to_json(self) -> bytes:
-        return json.dumps(dataclasses.asdict(self)).encode("utf-8")
-
-
-def lost_marker(holder: Holder) -> bytes:
-    """The marker of a run whose lease was taken over while it may still write: its
-    holder as its lease named it, and the process group of its process (its worker
-    processes', which may outlive it by a bundle), read while that process lives."""
-    group = None
-    if holder.job is None and holder.host == socket.gethostname():
-        try:
-            group = os.getpgid(holder.pid)
-        except ProcessLookupError:
-            pass
-    return json.dumps({**dataclasses.asdict(holder), "group": group}).encode("utf-8")
-
-
-def may_still_write(marker: bytes) -> bool:
-    """Whether the run a lost lease's marker (lost_marker) names may still write:
-    unless its launcher's process on this host is gone and so is every process of its
-    group (its workers'). A job on a distributed runner may (its launcher's end says
-    nothing of its workers), and so may the run of a marker that does not name its
-    process (a marker from before they did, or one that cannot be read)."""
-    try:
-        fields = json.loads(marker.decode("utf-8"))
-        group = fields.pop("group")
-        holder = _parse(json.dumps(fields).encode("utf-8"))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return True
-    if holder.job is not None or not holder.dead():
-        return True
-    return type(group) is int and group > 0 and _alive(group, group=True)
 
 
 LEFTOVER = re.compile(r"\.[0-9a-f]{32}\.(tmp|stale)")
@@ -159,17 +62,6 @@ def _remove_leftovers(path: str) -> None:
                 pass
 
 
-def _alive(pid: int, group: bool = False) -> bool:
-    """Whether the process `pid` (with `group`, any process of the group) is there."""
-    try:
-        (os.killpg if group else os.kill)(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class LeaseLost(RuntimeError):
     """This run's lease was taken over (it was paused, or stopped renewing past its
     expiry): it commits nothing, and what it wrote is left for the next run to remove."""
@@ -187,72 +79,6 @@ class LeaseHeld(Exception):
 class LeaseUnreadable(Exception):
     """The lease file is not one this job wrote (hand-edited, foreign, damaged): it is
     neither taken over nor trusted; the message names it and says what to do."""
-
-
-def _parse(data: bytes) -> Holder:
-    """The holder a lease file names; ValueError saying what is wrong with it. Every
-    field is checked here, so that deciding whether it is stale, and naming it, cannot
-    fail on a hand-edited or foreign file."""
-    found = _holder_fields(data)
-    _check_names(found)
-    _check_times(found)
-    return found
-
-
-def _holder_fields(data: bytes) -> Holder:
-    """A lease file's JSON as a Holder, its job a Job (a lease from before jobs were
-    asked names only the job); ValueError naming the fields when it is none."""
-    try:
-        fields = json.loads(data.decode("utf-8"))
-        found = Holder(**fields)
-        if isinstance(found.job, str):   # a lease from before jobs were asked: its name
-            found = dataclasses.replace(found, job=Job("", found.job))
-        elif found.job is not None:   # still the JSON object
-            found = dataclasses.replace(found, job=Job(**fields["job"]))
-    except (ValueError, TypeError):
-        raise ValueError("not a JSON object with the fields "
-                         f"{', '.join(f.name for f in dataclasses.fields(Holder))}") from None
-    return found
-
-
-def _check_names(found: Holder) -> None:
-    """ValueError unless the run id, host and the job's fields are strings (or None),
-    and the pid a process id."""
-    job_fields = () if found.job is None else dataclasses.astuple(found.job)
-    if not (isinstance(found.run_id, str) and isinstance(found.host, str)
-            and all(v is None or isinstance(v, str) for v in job_fields)):
-        raise ValueError("run_id, host or a field of job is not a string")
-    if type(found.pid) is not int or not 0 < found.pid < 2**31:
-        raise ValueError(f"pid {found.pid!r:.40} is not a process id")
-
-
-def _check_times(found: Holder) -> None:
-    """ValueError unless the start, and the expiry where there is one (a job's lease
-    never expires), are times this machine can show."""
-    times: dict[str, Optional[float]] = {"started": found.started}
-    if found.job is None or found.expires is not None:
-        times["expires"] = found.expires
-    for name, value in times.items():
-        if not _is_time(value):
-            raise ValueError(f"{name} {value!r:.40} is not a time")
-
-
-def _is_time(value) -> bool:
-    """Seconds since the epoch that this machine can show as a date (not 1e300, NaN, a
-    string or true)."""
-    try:
-        time.localtime(value)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return False
-    return type(value) in (int, float)
-
-
-def holder_of(data: bytes) -> Optional[str]:
-    """The run id of the lease file's holder (None for a lease it cannot read)."""
-    try:
-        return _parse(data).run_id
-    except ValueError:
-        return None
 
 
 class Lease:
@@ -318,7 +144,7 @@ class Lease:
         """The holder the lease file names; LeaseUnreadable when it is none this job
         wrote."""
         try:
-            return _parse(data)
+            return parse(data)
         except ValueError as e:
             raise LeaseUnreadable(
                 f"{self.path} is not a lease this job can read ({e}): if no run is "
@@ -341,7 +167,7 @@ class Lease:
         it stopped (or it cannot be asked and the lease is to be broken). Returns whether
         that job may still write."""
         if job.id is None:
-            if other.host == socket.gethostname() and _alive(other.pid):
+            if other.host == socket.gethostname() and alive(other.pid):
                 raise LeaseHeld(f"{other.describe()}, which is being submitted")
             why = "its launcher ended before it recorded the job's id"
         else:
