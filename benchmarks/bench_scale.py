@@ -58,7 +58,7 @@ MB = 2**20
 SCALE_DOWN = 32
 JOB_FLAGS = ["--window", "100", "--stride", "50", "--shuffle_bucket_mb", "4",
              "--spill_buffer_mb", "1", "--shard_size_mb", "6.25"]
-RANGE_CHUNK_SCALED = 256 << 10   # storage.RANGE_CHUNK (8 MB) / 32
+RANGE_CHUNK_SCALED = 256 << 10   # streams.RANGE_CHUNK (8 MB) / 32
 BEAM_UPLOAD_CHUNK = 16 * MB      # Beam's GCS writer uploads in chunks of this size
 VIDEO_OUTPUT_BYTES = 16 * (100 * 200 * 4 + 200)      # 16 windows of 100 x 200 float32
 DEFAULTS = {"bucket": 128 * MB, "spill": 32 * MB, "shard": 200 * MB}
@@ -355,13 +355,13 @@ def main() -> None:
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="bench_scale-")
-    from beam_jobs.core import storage
+    from beam_jobs.core import streams
 
-    storage.RANGE_CHUNK = RANGE_CHUNK_SCALED
+    streams.RANGE_CHUNK = RANGE_CHUNK_SCALED
     _count_index_uploads()
     with gcs_emulator.running("bkt"):
         jobs = measure_job([int(s) for s in args.sizes.split(",")], work_dir)
-        storage.RANGE_CHUNK = RANGE_CHUNK_SCALED * 32
+        streams.RANGE_CHUNK = RANGE_CHUNK_SCALED * 32
         tasks = measure_shard_task([int(s) for s in args.buckets_mb.split(",")])
     projection = project(jobs, tasks)
     print(json.dumps(projection, indent=2))

@@ -2,8 +2,8 @@
 
 Why not Beam's FileSystems here: its `match` and `delete` treat a path as a glob (so
 `out[1]` names other files), its local delete follows symbolic links in the path, and
-it has no create-if-absent. The job's data goes through FileSystems, or, streamed to a
-local file, through `create` (a larger buffer); the few operations that decide what may
+it has no create-if-absent. The job's data goes through FileSystems, or the shuffle's
+streams (`streams.py`, on top of this module); the few operations that decide what may
 be deleted go here, and the lease's compare and swap in `swap.py`, on top of this
 module:
 
@@ -16,16 +16,12 @@ module:
 from __future__ import annotations
 
 import functools
-import io
 import os
 import shutil
 import stat
 import time
 import uuid
-from typing import BinaryIO, Iterable, NamedTuple, Optional
-
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from typing import Iterable, NamedTuple, Optional
 
 from beam_jobs.core import paths
 
@@ -186,22 +182,6 @@ def write_bytes(path: str, data: bytes, make_dirs: bool = True) -> None:
     write_via_temp(path, data, os.replace, make_dirs)
 
 
-WRITE_BUFFER = 256 * 1024
-
-
-def create(path: str) -> BinaryIO:
-    """A new file to stream to, its local folders made: Beam's writer on GCS; on local
-    disk a file that writes WRITE_BUFFER a system call. Python's default buffer (8 KB)
-    passes a larger write straight through, so a window of 80 KB costs two calls (its
-    framing's bytes, then itself); at 256 KB a call the job's spill and shards take 10%
-    less system time (docs/benchmarks.md). Far larger calls cost more: 4 MB ones twice
-    the system time here."""
-    if paths.is_remote(path):
-        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return open(path, "wb", buffering=WRITE_BUFFER)
-
-
 def write_via_temp(path: str, data: bytes, put, make_dirs: bool = True) -> None:
     """Write `data` to a temp file beside `path`, then `put(temp, path)` it into place;
     the temp file is gone afterwards, also when the write fails (a full disk: the
@@ -254,62 +234,6 @@ def generation(path: str) -> Optional[int]:
 def make_dirs(path: str) -> None:
     if not is_gcs(path):
         os.makedirs(path, exist_ok=True)
-
-
-# --- ranges, for reading slices of sorted files ------------------------------------------
-
-RANGE_CHUNK = 8 << 20   # bytes per ranged GCS request when streaming a slice
-
-
-def size(path: str) -> int:
-    if is_gcs(path):
-        bucket, _, name = path[len("gs://"):].partition("/")
-        blob = gcs_client().bucket(bucket).get_blob(name)
-        if blob is None:
-            raise FileNotFoundError(path)
-        return int(blob.size)
-    return os.path.getsize(path)
-
-
-def read_range(path: str, start: int, end: int) -> bytes:
-    """Bytes [start, end) of a file: on GCS one ranged request, no more than asked."""
-    if end <= start:
-        return b""
-    if is_gcs(path):
-        return gcs_blob(path).download_as_bytes(start=start, end=end - 1)
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
-
-
-class _GcsRange(io.RawIOBase):
-    """Bytes [start, end) of a GCS object, fetched RANGE_CHUNK at a time on demand."""
-
-    def __init__(self, path: str, start: int, end: int):
-        self._path, self._at, self._end = path, start, end
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        size = min(len(buffer), self._end - self._at)
-        if size <= 0:
-            return 0
-        data = read_range(self._path, self._at, self._at + size)
-        buffer[:len(data)] = data
-        self._at += len(data)
-        return len(data)
-
-
-def open_range(path: str, start: int, end: int) -> BinaryIO:
-    """A reader of bytes [start, end) of a file. On GCS it requests exactly that range,
-    RANGE_CHUNK at a time (a seekable GCS reader fetches 16 MB past any position, which
-    a shard task would pay at the end of every slice it reads)."""
-    if is_gcs(path):
-        return io.BufferedReader(_GcsRange(path, start, end), buffer_size=RANGE_CHUNK)
-    f = open(path, "rb")
-    f.seek(start)
-    return f
 
 
 # --- deleting ----------------------------------------------------------------------

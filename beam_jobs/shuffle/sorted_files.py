@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from beam_jobs.core import storage
+from beam_jobs.core import streams
 from readers.format.tfrecord import (
     FRAME_OVERHEAD,
     HEADER_BYTES,
@@ -64,7 +64,7 @@ class Written(NamedTuple):
 def write_sorted(path: str, records: Iterable[Record]) -> Written:
     """Write sorted (key, example, video, valid) `records` as a sorted file."""
     keys, offsets, videos, valid, at = [], [], [], [], 0
-    with storage.create(path) as f:
+    with streams.create(path) as f:
         for key, example, video, frames in records:
             f.write(header(len(example)))   # three writes, no join: a window is not copied
             f.write(example)
@@ -89,12 +89,12 @@ class SortedSlice:
 
     def __init__(self, path: str, start: int, stop: int):
         self.path = path
-        size = storage.size(path)
-        count, magic = _TRAILER.unpack(storage.read_range(path, size - _TRAILER.size, size))
+        size = streams.size(path)
+        count, magic = _TRAILER.unpack(streams.read_range(path, size - _TRAILER.size, size))
         if magic != MAGIC or not 0 <= start <= stop <= count:
             raise OSError(f"{path} is not a sorted file of {stop} records or more")
         index = size - _TRAILER.size - _ENTRY.itemsize * count
-        entries = np.frombuffer(storage.read_range(
+        entries = np.frombuffer(streams.read_range(
             path, index + _ENTRY.itemsize * start,
             index + _ENTRY.itemsize * min(stop + 1, count)), _ENTRY)
         self.lookup_bytes = entries.nbytes + _TRAILER.size
@@ -111,7 +111,7 @@ class SortedSlice:
         """The slice's frames in order, each checked against its index entry."""
         if not self.lengths:
             return
-        with storage.open_range(self.path, self.begin, self.end) as f:
+        with streams.open_range(self.path, self.begin, self.end) as f:
             for length in self.lengths:
                 data = read_exactly(f, length)
                 if (len(data) != length
@@ -124,7 +124,7 @@ def read_sorted(path: str, start: int, stop: int) -> Iterator[Record]:
     """Records [start, stop) of a sorted file as (key, example, video, valid), each
     frame's CRCs checked (sort_bounded's merge: the examples go on to be framed again)."""
     piece = SortedSlice(path, start, stop)
-    with storage.open_range(path, piece.begin, piece.end) as f:
+    with streams.open_range(path, piece.begin, piece.end) as f:
         for key, video, valid in zip(piece.keys, piece.videos, piece.valid, strict=True):
             example = read_frame(f)
             if example is None or isinstance(example, Lost):   # a temp file of this job's:

@@ -39,7 +39,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_jobs.core import paths, progress, storage, writeback
+from beam_jobs.core import paths, progress, streams, writeback
 from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.one_behind import OneBehind
 from beam_jobs.core.records import KeyedExample, WrittenShard
@@ -244,7 +244,7 @@ class WriteShard(beam.DoFn):
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
         offsets, videos, valid = [0], [], []
-        with (storage.create(path) if self._compression == "none" else FileSystems.create(
+        with (streams.create(path) if self._compression == "none" else FileSystems.create(
                 path, compression_type=_COMPRESSION[self._compression])) as f:
             for segment in task.segments:
                 for frame, video, frames in segment_frames(segment, task.dropped,
