@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from readers.format import FeatureSpec, encode_example, tfrecord
+from readers.format import ExampleEncoder, FeatureSpec, tfrecord
 from readers.format.numbers import whole_number_type
 from readers.format.wire import field, varint
 
@@ -76,6 +76,7 @@ def write_latent_sample(directory: str, videos: int = 24, files: int = 3, dim: i
     projection = shapes.standard_normal((MODES + 1, dim)) / np.sqrt(MODES + 1)
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, f"latents-{i:03d}.tfrecord") for i in range(files)]
+    encode = ExampleEncoder(FEATURES)
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(open(p, "wb")) for p in paths]
         for v in range(videos):
@@ -84,8 +85,7 @@ def write_latent_sample(directory: str, videos: int = 24, files: int = 3, dim: i
             phases = shapes.uniform(0, 2 * np.pi, MODES)
             sequence = (trajectory(recipe, len(noise), projection, phases)
                         + NOISE * noise).astype(np.float32)
-            example = encode_example(FEATURES, {"frames": serialize_tensor(sequence),
-                                                "recipe": recipe})
+            example = encode({"frames": serialize_tensor(sequence), "recipe": recipe})
             writers[v % files].write(tfrecord.frame(example))
     return paths
 

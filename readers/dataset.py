@@ -312,7 +312,9 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
 
 def dataset_named(path: str, run_id: Optional[str]) -> str:
     """How an identity names a dataset: its directory (absolute where local) and run
-    (both readers' checkpoints, readers.mixed_dataset's too)."""
+    (both readers' checkpoints, readers.mixed_dataset's too). Any URL is kept as given,
+    file:// too (not `is_remote`, which counts file:// as local): saved checkpoints name
+    datasets so."""
     return f"{path if '://' in path else os.path.abspath(path)} (run {run_id or 'without an id'})"
 
 

@@ -2,7 +2,8 @@
 calls that let the GIL go) overlap the Python that makes what they write, on a second
 core. One call runs at a time, and the caller waits for it before it hands over the
 next: so at most one piece is in flight beside the one being made, and the pieces run in
-the order given. The thread lives as long as the block: nothing is left running after it.
+the order given. The thread lives until `close` (a DoFn's teardown, or the end of a
+`with` block): nothing is left running after it.
 
 The spill's sorted files are written so (shuffle/write.py). A shard task's writes are
 not: its stage is bound by the page cache's pace, not by its reads, and gained nothing

@@ -33,8 +33,6 @@ import uuid
 from typing import Iterable, Iterator, Optional
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
@@ -63,8 +61,6 @@ from beam_jobs.shuffle.sorted_files import (
 )
 from readers import format as data_format
 from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
-
-_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP}
 
 
 def _count_temp(written: Optional[list[Written]]) -> None:
@@ -108,10 +104,12 @@ class _Spill(beam.DoFn):
     def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int):
         self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
 
+    def setup(self):
+        self._behind = OneBehind("spill")
+
     def start_bundle(self):
         self._buffers: dict[str, list[Record]] = collections.defaultdict(list)
         self._buffered = 0
-        self._behind = OneBehind("spill")
 
     def process(self, element: KeyedExample):
         self._buffers[element.split].append(
@@ -121,9 +119,8 @@ class _Spill(beam.DoFn):
             yield from self._spill()
 
     def finish_bundle(self):
-        with self._behind:
-            files = list(self._spill())
-            _count_temp(self._behind.wait())
+        files = list(self._spill())
+        _count_temp(self._behind.wait())
         for written in files:
             yield WindowedValue(written, MIN_TIMESTAMP, [GlobalWindow()])
 
@@ -131,9 +128,7 @@ class _Spill(beam.DoFn):
         """A failed bundle never reaches finish_bundle: the write it left running is
         waited for here, so that nothing writes into the run's folder after the failure
         has cleaned it up (its error is the bundle's, raised already or moot)."""
-        behind = getattr(self, "_behind", None)
-        if behind is not None:
-            behind.close()
+        self._behind.close()
 
     def _spill(self) -> Iterable[SortedFile]:
         if not self._buffered:
@@ -244,8 +239,7 @@ class WriteShard(beam.DoFn):
         # at a shard before dataset.json lists it.
         path = paths.join(self._output_dir, name)
         offsets, videos, valid = [0], [], []
-        with (streams.create(path) if self._compression == "none" else FileSystems.create(
-                path, compression_type=_COMPRESSION[self._compression])) as f:
+        with streams.create(path, self._compression) as f:
             for segment in task.segments:
                 for frame, video, frames in segment_frames(segment, task.dropped,
                                                            self._num_buckets):
@@ -265,8 +259,7 @@ class WriteShard(beam.DoFn):
                            offsets[-1] if index else None, table)
 
     def _write(self, name: str, data: bytes) -> None:
-        with FileSystems.create(paths.join(self._output_dir, name),
-                                compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with streams.create(paths.join(self._output_dir, name)) as f:
             f.write(data)
 
 
