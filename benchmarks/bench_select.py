@@ -7,7 +7,7 @@ selected epoch against the whole split.
 
 1. Open. Makes the index of a dataset of --windows windows (16 frames each, a fire-story
    window: [16, 200] float32 with mask, labels and metadata) of --videos videos, 20
-   windows a video, in --shards shards: dataset.json (format 6), each shard's offset
+   windows a video, in --shards shards: dataset.json (format 7), each shard's offset
    index and window table, the videos file (one ~250-byte row a video), and the shards
    as sparse files of their size (nothing written in them: a read of one would fail its
    CRC). Then, each in a fresh process, --repeats times, opens `WindowSource(out,
@@ -142,12 +142,15 @@ def make_index(out: str, windows: int, videos: int, shards: int, seed: int = 0) 
         name = data_format.shard_name("train", k, shards, "none", RUN_ID)
         with open(os.path.join(out, name), "wb") as f:
             f.truncate(len(mine) * record)            # sparse: no data written
+        text = index.encode(range(0, (len(mine) + 1) * record, record))
         with open(os.path.join(out, data_format.index_name(name)), "wb") as f:
-            f.write(index.encode(range(0, (len(mine) + 1) * record, record)))
+            f.write(text)
+        table = window_table.encode(hashes[of_window[mine]], valid[mine], name, text)
         with open(os.path.join(out, data_format.table_name(name)), "wb") as f:
-            f.write(window_table.encode(hashes[of_window[mine]], valid[mine]))
+            f.write(table)
         entries.append(data_format.Shard(name, len(mine), data_format.index_name(name),
-                                         len(mine) * record, data_format.table_name(name)))
+                                         len(mine) * record, data_format.table_name(name),
+                                         window_table.crc32c(table)))
         names += [name, data_format.index_name(name), data_format.table_name(name)]
     counts = np.bincount(of_window, minlength=videos)
     videos_file = data_format.sidecar_name("videos", RUN_ID)

@@ -78,8 +78,14 @@ def check_regular(path: str, file: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        raise NotAFile(f"{full}, which {DATASET_JSON} lists, is {_kind(mode)}, not a regular "
-                       "file: the dataset is damaged")
+        raise not_a_file_error(full, mode)
+
+
+def not_a_file_error(full: str, mode: int) -> NotAFile:
+    """The error for the dataset's file at `full`, whose place holds what `mode` (its
+    stat's) says, not a regular file."""
+    return NotAFile(f"{full}, which {DATASET_JSON} lists, is {_kind(mode)}, not a regular "
+                    "file: the dataset is damaged")
 
 
 def _kind(mode: int) -> str:

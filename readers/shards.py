@@ -10,12 +10,13 @@ import bisect
 import functools
 import itertools
 import os
+import stat
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from readers.format import index, is_remote, tfrecord
-from readers.selection import Selection
+from readers.selection import Selection, not_a_file_error
 
 
 @functools.lru_cache(maxsize=4096)
@@ -25,6 +26,49 @@ def _on_filesystem(path: str) -> str:
     Cached: a batch names a few shards many times."""
     import fsspec
     return fsspec.core.url_to_fs(path)[1]
+
+
+def read_at_most(paths: Sequence[str], limits: Sequence[int]) -> list[bytes]:
+    """Whole files, local or of any fsspec scheme (of one scheme), each refused in one
+    line naming it when it holds more than its limit: a dataset's side files (offset
+    indexes, window tables), whose entries in dataset.json bound their size, read as
+    shards are. A local file is opened without waiting (a FIFO's open would wait for a
+    writer forever) and refused, before a byte of it is read, when it is not a regular
+    file (NotAFile: a FIFO, a directory, a device or a link to one) or larger than its
+    limit; remote ones, all asked for at once, are read up to their limit and a byte."""
+    if not (paths and is_remote(paths[0])):
+        return [_read_local_at_most(path.removeprefix("file://"), limit)
+                for path, limit in zip(paths, limits, strict=True)]
+    read = read_files(paths, [0] * len(paths), [limit + 1 for limit in limits])
+    for path, data, limit in zip(paths, read, limits, strict=True):
+        if len(data) > limit:
+            raise _too_large(path, f"more than {limit:,} bytes", limit)
+    return read
+
+
+def _read_local_at_most(path: str, limit: int) -> bytes:
+    """A local file, stat'ed before it is opened (no device is opened) and again once
+    open (what was opened is what is read)."""
+    _check_regular_at_most(path, os.stat(path), limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        _check_regular_at_most(path, os.fstat(fd), limit)
+        data = f.read(limit + 1)
+    if len(data) > limit:     # grown since
+        raise _too_large(path, f"more than {limit:,} bytes", limit)
+    return data
+
+
+def _check_regular_at_most(path: str, facts: os.stat_result, limit: int) -> None:
+    if not stat.S_ISREG(facts.st_mode):
+        raise not_a_file_error(path, facts.st_mode)
+    if facts.st_size > limit:
+        raise _too_large(path, f"{facts.st_size:,} bytes", limit)
+
+
+def _too_large(path: str, size: str, limit: int) -> ValueError:
+    return ValueError(f"{os.path.basename(path)}: {size}, where its entry in dataset.json allows "
+                      f"{limit:,} at most: the dataset is damaged")
 
 
 def read_files(paths: Sequence[str], starts: Optional[Sequence[int]] = None,
@@ -164,8 +208,11 @@ class Shards:
             return
         missing = sorted({shard for shard in shards if shard not in self._offsets})
         names = [self._index_name(shard) for shard in missing]
+        version = self._selection.spec.format_version
         try:
-            indexes = read_files([os.path.join(self.path, name) for name in names])
+            indexes = read_at_most([os.path.join(self.path, name) for name in names],
+                                   [index.largest(self._shards[shard].examples, version)
+                                    for shard in missing])
         except FileNotFoundError as e:
             raise self._gone_error(e, missing) from None
         min_frame = self._selection.spec.min_frame_bytes

@@ -34,7 +34,7 @@ import numpy as np
 from readers.files import DatasetFiles
 from readers.format import FORMAT_VERSION, Shard, run_id_of, videos_file, window_table
 from readers.selection import Selection, callable_name, optional_callable, whole_number
-from readers.shards import read_files
+from readers.shards import read_at_most
 
 TABLES_SINCE = 6     # the first format version whose shards have window tables
 _LISTED = 8          # ids a description lists; more are counted and digested
@@ -182,17 +182,18 @@ def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
     path, spec = selection.path, selection.spec
     names = [_table_name(shard) for shard in selection.shards]
     try:
-        data = read_files([os.path.join(path.removeprefix("file://"), n) for n in names])
+        data = read_at_most([os.path.join(path.removeprefix("file://"), n) for n in names],
+                            [window_table.largest(shard) for shard in selection.shards])
     except FileNotFoundError as e:
         said = f"{e.filename} {e}"
         raise selection.gone_error(next((n for n in names if n in said), names[0])) from None
     window = spec.window["length"]
-    decoded = [window_table.decode(table, name, shard.examples, window)
-               for table, name, shard in zip(data, names, selection.shards, strict=True)]
+    decoded = [window_table.decode(table, shard, window)
+               for table, shard in zip(data, selection.shards, strict=True)]
     if not decoded:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    return (np.concatenate([videos for videos, _ in decoded]),
-            np.concatenate([valid for _, valid in decoded]))
+    return (np.concatenate([table.videos for table in decoded]),
+            np.concatenate([table.valid for table in decoded]))
 
 
 def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.ndarray]:

@@ -12,12 +12,14 @@ import json
 import os
 from typing import BinaryIO, Optional, Sequence, Union
 
+import google_crc32c
 import numpy as np
 
 from readers import format as data_format
 from readers.files import MAX_WHOLE, DatasetFiles
 from readers.format import tfrecord, wire
 from readers.selection import DatasetChanged, NotAFile, gone_error
+from readers.shards import read_at_most
 
 
 def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
@@ -30,14 +32,15 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     problem = _unreadable(path, files, shard, dataset)
     if problem:
         return [problem], []
-    problems, keys, valid = _read_records(files, shard, dataset)
+    problems, keys, valid, ends = _read_records(files, shard, dataset)
     if len(keys) != shard.examples and not problems:
         problems.append(f"{shard.file}: {len(keys)} records, dataset.json says "
                         f"{shard.examples}")
     if shard.index and not problems:
         problems += _verify_index(path, shard, dataset)
     if shard.table and not problems:
-        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid)
+        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid,
+                                  ends)
     return problems, keys
 
 
@@ -60,14 +63,15 @@ def _unreadable(path: str, files: DatasetFiles, shard: data_format.Shard,
 
 def _read_records(files: DatasetFiles, shard: data_format.Shard,
                   dataset: data_format.DatasetSpec
-                  ) -> tuple[list[str], list[tuple[bytes, int]], list[int]]:
+                  ) -> tuple[list[str], list[tuple[bytes, int]], list[int], list[int]]:
     """The problems of a shard's records, read in turn up to the first that is lost or
-    does not parse, and of those read, the (video_id, start) and the count of valid
-    frames."""
+    does not parse, and of those read, the (video_id, start), the count of valid
+    frames and where each record's frame ends (uncompressed)."""
     compression = None if dataset.compression == "none" else dataset.compression
     problems: list[str] = []
     keys: list[tuple[bytes, int]] = []
     valid: list[int] = []
+    ends = [0]
     with files.open(shard.file, compression=compression) as f:
         while True:
             count = len(keys)
@@ -86,7 +90,8 @@ def _read_records(files: DatasetFiles, shard: data_format.Shard,
             problems += _value_problems(shard.file, count, values)
             keys.append((values["video_id"], int(values["start"])))
             valid.append(int(np.count_nonzero(values["mask"])))
-    return problems, keys, valid
+            ends.append(ends[-1] + len(record) + tfrecord.FRAME_OVERHEAD)
+    return problems, keys, valid, ends
 
 
 def _next_record(f: BinaryIO) -> Union[bytes, tfrecord.Lost, None]:
@@ -146,9 +151,9 @@ def _verify_index(path: str, shard: data_format.Shard,
     files = DatasetFiles(path)
     if not files.exists(name):
         return [_missing(path, dataset, name)]
-    with files.open(name) as f:
-        data = f.read()
     try:
+        (data,) = read_at_most([os.path.join(path, name)], [data_format.index.largest(
+            shard.examples, dataset.format_version)])
         offsets = data_format.index.decode(data, name, shard.examples,
                                            dataset.format_version,
                                            files.size(shard.file), dataset.min_frame_bytes)
@@ -163,25 +168,28 @@ def _verify_index(path: str, shard: data_format.Shard,
 
 
 def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec,
-                  video_ids: list[bytes], valid: list[int]) -> list[str]:
+                  video_ids: list[bytes], valid: list[int], ends: list[int]) -> list[str]:
     """The window table beside a shard (readers.format.window_table) against the
-    shard's records as parsed: each record's video (its id's hash) and valid frames."""
+    shard's records as parsed: the index its records' frames make (where each ends),
+    each record's video (its id's hash) and valid frames."""
     name = shard.table
     if name is None:   # a shard without one: nothing to check (the caller skips it)
         return []
     files = DatasetFiles(path)
     if not files.exists(name):
         return [_missing(path, dataset, name)]
-    problem = _not_a_file(files, name)
-    if problem:
-        return [problem]
-    with files.open(name) as f:
-        data = f.read()
     try:
-        videos, counts = data_format.window_table.decode(
-            data, name, shard.examples, dataset.window["length"])
-    except ValueError as e:
+        (data,) = read_at_most([os.path.join(path, name)],
+                               [data_format.window_table.largest(shard)])
+        table = data_format.window_table.decode(data, shard, dataset.window["length"])
+    except ValueError as e:   # NotAFile too
         return [str(e)]
+    made = google_crc32c.value(data_format.index.encode(ends))
+    if table.index_crc32c not in (None, made):
+        return [f"{name}: gives its shard an index of CRC {table.index_crc32c:08x}, the "
+                f"records of {shard.file} make one of CRC {made:08x}: the shard or its "
+                "table was replaced"]
+    videos, counts = table.videos, table.valid
     expected = data_format.window_table.video_hashes(
         v.decode("utf-8", "surrogateescape") for v in video_ids)
     wrong = np.flatnonzero((videos != expected) | (counts != np.asarray(valid, np.int64)))
@@ -293,3 +301,4 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
                     problems.append(f"video {video_id.decode()!r} is in splits "
                                     f"{split_of[video_id]} and {name}")
     return problems
+

@@ -167,18 +167,19 @@ def _write_shards(out: str, split: str, records: list, flags: argparse.Namespace
         frames = [tfrecord.frame(example) for _, example, _, _ in mine]
         data = b"".join(frames)
         offsets = np.cumsum([0] + [len(frame) for frame in frames]).tolist()
-        index = None
+        index, index_text = None, data_format.index.encode(offsets)
         if flags.compression == "none":
             index = data_format.index_name(name)
-            _write(out, index, data_format.index.encode(offsets))
+            _write(out, index, index_text)
         else:
             data = _gzip(data)
         _write(out, name, data)
         table = data_format.table_name(name)
-        _write(out, table, window_table.encode([video for _, _, video, _ in mine],
-                                               [valid for _, _, _, valid in mine]))
-        shards.append(data_format.Shard(name, len(mine), index,
-                                        len(data) if index else None, table))
+        table_bytes = window_table.encode([video for _, _, video, _ in mine],
+                                          [valid for _, _, _, valid in mine], name, index_text)
+        _write(out, table, table_bytes)
+        shards.append(data_format.Shard(name, len(mine), index, len(data) if index else None,
+                                        table, window_table.crc32c(table_bytes)))
     return shards
 
 
@@ -250,7 +251,8 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         generations=(data_format.Generation(
             run_id, sum(c["videos"] for c in counts.values()),
             sum(c["windows"] for c in counts.values()),
-            sum(c["skipped_short"] for c in counts.values()), 0, 0, beam_jobs.__version__),),
+            sum(c["skipped_short"] for c in counts.values()), 0, 0, beam_jobs.__version__,
+            data_format.FORMAT_VERSION),),
         files=tuple(sorted(files + list(sidecars.values())
                            + list(tfds_info.file_names(flags.compression)))),
         job_version=beam_jobs.__version__, input_kind="manifest" if cut.pixels else "latents",

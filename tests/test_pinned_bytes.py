@@ -10,7 +10,14 @@ import os
 
 import numpy as np
 import pytest
-from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
+from helpers import (
+    plain_name,
+    read_dataset_json,
+    run_job,
+    write_frame_folder,
+    write_manifest,
+    write_videos,
+)
 
 pytestmark = pytest.mark.slow   # six builds
 
@@ -34,13 +41,13 @@ PINNED = {
         "val-00001-of-00002.tfrecord.index":
             "68b381d2a866bd7b0beeb3785b72dac10b838187d3c7ea590ba14bc9db071b96",
         "train-00000-of-00002.tfrecord.table":
-            "cb814133fac6d81984613451b303f252bf936a810ad305d9d267ded592cf0838",
+            "c4ae890025d40a6c4b50ab48edcb9c1062fdcb5bf6d00c64d567062c8a9b7117",
         "train-00001-of-00002.tfrecord.table":
-            "bb78512a5c9b55ac3e8d068f2cd302a17b31dde5a209d581781e923a997d288d",
+            "92b481656428f1ac56d75ece566d64c87aa41a533d1ff4e93f7a7b68eee9f789",
         "val-00000-of-00002.tfrecord.table":
-            "caca69a9fb219108f78233186acb7dc7ccfb7407ab7561b90bcf54864c9d2293",
+            "dc1f024320676666632d1a81a538cc1e28b4b227906f049b95f7f9a11960d360",
         "val-00001-of-00002.tfrecord.table":
-            "584eba3342f30a403ee7575811951b8c47315f876c44dc93f6bb9f0127d37711",
+            "c8eeb3b0fb952f90bf4564445ee238d40bf640563a389ca01f7369cc986e2977",
     },
     "float16_pad": {
         "train-00000-of-00001.tfrecord":
@@ -48,7 +55,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "eaa63873cd711c9e8005a1e17ba9c2b92153032ca265ed9397426d602c2a3d28",
         "train-00000-of-00001.tfrecord.table":
-            "f08478127e9a613add948c74a2dcbe45b743d20f20a890244c0e01d238f21518",
+            "557d2e506bc169d6e542768bae68bc1c28f026a4a7673029657174dbd07fd49b",
     },
     "jpeg": {
         "train-00000-of-00001.tfrecord":
@@ -56,7 +63,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "d34251caf4b2ee536fcb1646b5732b1bd6fe766717adaec82dd486753a7729a3",
         "train-00000-of-00001.tfrecord.table":
-            "4c6ce24003e6e8fea54266591f6a44f894c6f7f17088b29551ef15f18530612a",
+            "2c65878ceafe34e02eba45014495581f4f5df59528e18bf386f79d7bbf2ac4d8",
     },
     "png_resized": {
         "train-00000-of-00001.tfrecord":
@@ -64,7 +71,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "2c44d817f0331d601c6071dcf13a5b0d93f174d4c9a392c09be78dbd26288946",
         "train-00000-of-00001.tfrecord.table":
-            "1cace1bcfc0c54738d35681241b53ce83f51fa7fec4791ee60722be4099ea00e",
+            "2da02fa4433a18e3116c8d02edb9b2ed3c43e1a9f88a80afcdda3e938dc869ac",
     },
     "raw_grayscale": {
         "train-00000-of-00001.tfrecord":
@@ -72,7 +79,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "4f853bcc14dd4daad261efe31ec451ba4de3175f0f7ff2c136677d568e2b9e28",
         "train-00000-of-00001.tfrecord.table":
-            "f85c693caec02699d93d995d65e0a7138c37313877e00393112943ec51709169",
+            "31bda7907a7ef8639475c2e981d8b2fa725ab889b97e5ac3d89e0dfa5af80ceb",
     },
 }
 
@@ -122,10 +129,19 @@ def built(tmp_path_factory) -> dict[str, str]:
 
 
 def _digests(path: str) -> dict[str, str]:
-    """sha256 by shard name without its run id (plain_name): the bytes are pinned."""
-    return {plain_name(name): hashlib.sha256(open(os.path.join(path, name), "rb").read()
-                                             ).hexdigest()
-            for name in sorted(os.listdir(path)) if ".tfrecord" in name}
+    """sha256 by shard name without its run id (plain_name): the bytes are pinned; a
+    window table's with the run id in its shard's name, and its CRC (of that name too),
+    made zeros (test_select.py checks a table's CRC)."""
+    run_id = read_dataset_json(path)["run_id"].encode()
+    digests = {}
+    for name in sorted(os.listdir(path)):
+        if ".tfrecord" in name:
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+            if name.endswith(".table"):
+                data = (data[:16] + bytes(4) + data[20:]).replace(run_id, bytes(len(run_id)))
+            digests[plain_name(name)] = hashlib.sha256(data).hexdigest()
+    return digests
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))

@@ -2,12 +2,17 @@
 videos file's rows, resolved when a reader opens from the window tables beside the
 shards (readers.format.window_table), in both readers; resumed exactly; refused in one
 line where a dataset has no tables; the tables checked by --verify."""
+import concurrent.futures
+import dataclasses
 import json
 import os
 import pickle
+import re
 import shutil
+import struct
 
 import gcs_emulator
+import google_crc32c
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,7 +21,7 @@ from helpers import assert_verified, docs_code, run_job, write_frame_folder, wri
 import readers
 from readers import streaming
 from readers.clips import Clip
-from readers.format import window_table
+from readers.format import FORMAT_VERSION, Shard, index, window_table
 from readers.numpy import EpochBatches, Select, WindowSource, batches
 
 WINDOW = 16
@@ -234,16 +239,16 @@ def test_a_tf_checkpoint_of_a_selection_resumes_and_names_it(kinds, tmp_path):
 
 def test_tf_data_never_opens_a_shard_the_selection_leaves_out(fire, tmp_path):
     copy = shutil.copytree(fire, tmp_path / "copy")
-    shards = json.loads((copy / "dataset.json").read_text())["splits"]["train"]["shards"]
-    held = [set(window_table.decode((copy / s["table"]).read_bytes(), s["table"],
-                                    s["examples"], WINDOW)[0].tolist()) for s in shards]
+    shards = readers.load_spec(str(copy)).splits["train"].shards
+    held = [set(window_table.decode((copy / s.table).read_bytes(), s, WINDOW).videos.tolist())
+            for s in shards]
     in_shards = {v: [k for k, hashes in enumerate(held)
                      if window_table.video_hash(v) in hashes] for v in _rows(fire)}
     video = min(in_shards, key=lambda v: len(in_shards[v]))    # one of 2 windows or so
     assert len(in_shards[video]) < len(shards)
     for k, shard in enumerate(shards):
         if k not in in_shards[video]:     # zeros: a record read from it would fail
-            (copy / shard["file"]).write_bytes(bytes(shard["bytes"]))
+            (copy / shard.file).write_bytes(bytes(shard.bytes))
     for shuffle in (True, False):
         ds = readers.make_dataset(str(copy), "train", 1, select=Select(videos=[video]),
                                   shuffle=shuffle)
@@ -269,8 +274,11 @@ def _as_format_5(path, tmp_path, name: str = "old") -> str:
     copy = shutil.copytree(path, tmp_path / name)
     meta = json.loads((copy / "dataset.json").read_text())
     meta["format_version"] = 5
+    for generation in meta["generations"]:
+        del generation["format_version"]
     for split in meta["splits"].values():
         for shard in split["shards"]:
+            del shard["table_crc32c"]
             os.remove(copy / shard.pop("table"))
     meta["files"] = [f for f in meta["files"] if not f.endswith(".table")]
     (copy / "dataset.json").write_text(json.dumps(meta))
@@ -291,8 +299,8 @@ def test_a_dataset_without_tables_reads_whole_and_refuses_a_selection_in_one_lin
         assert message == (
             f"{old} is a dataset of format 5, which has no window tables, so select= cannot "
             "choose its windows by video, valid frames or metadata (it reads whole without "
-            "select=): rebuild it with --overwrite by this job (format 6 writes them) to "
-            "select")
+            f"select=): rebuild it with --overwrite by this job (format {FORMAT_VERSION} writes "
+            "them) to select")
 
 
 @pytest.mark.slow
@@ -309,7 +317,7 @@ def test_an_append_onto_a_dataset_without_tables_refuses_selection_for_the_whole
     run_job(str(tmp_path / "R" / "*" / "*"), old, *flags)   # verified: the new tables too
     spec = readers.load_spec(old)
     shards = spec.splits["train"].shards
-    assert spec.format_version == 6 and len(spec.generations) == 2
+    assert spec.format_version == FORMAT_VERSION and len(spec.generations) == 2
     assert [s.table is not None for s in shards] == [False, True]
     with pytest.raises(ValueError, match=rf"split 'train' of {old} has 1 of its 2 shards "
                                          r"without a window table .*run [0-9a-f]{12}\), so "
@@ -340,6 +348,21 @@ def test_requests_that_cannot_be_selections_are_refused_in_one_line(fire):
         readers.make_dataset(fire, "train", 1, select=Select(videos=[]))
 
 
+def _table_of(copy, shard, videos, valid, records_of=None) -> bytes:
+    """A sound table of `shard` (its index's CRC as the job gives it) holding `videos`
+    and `valid`; its shard's name and index those of `records_of` when given."""
+    owner = records_of or shard
+    return window_table.encode(videos, valid, owner.file, (copy / owner.index).read_bytes())
+
+
+def _listing(copy, shard, table: bytes) -> None:
+    """dataset.json of `copy` made to give `shard` the CRC of `table`."""
+    meta = json.loads((copy / "dataset.json").read_text())
+    entry = next(s for s in meta["splits"]["train"]["shards"] if s["file"] == shard.file)
+    entry["table_crc32c"] = window_table.crc32c(table)
+    (copy / "dataset.json").write_text(json.dumps(meta))
+
+
 def test_a_damaged_table_is_one_line_naming_it_and_verify_finds_it(fire, tmp_path):
     copy = shutil.copytree(fire, tmp_path / "copy")
     shard = readers.load_spec(str(copy)).splits["train"].shards[1]
@@ -351,36 +374,239 @@ def test_a_damaged_table_is_one_line_naming_it_and_verify_finds_it(fire, tmp_pat
     from readers.verify import verify
     assert verify(str(copy), readers.load_spec(str(copy))) == [
         f"{shard.table}: fails its CRC: it is damaged"]
-    # a sound table whose entries are not its records': verify compares them all
+    # a sound table, listed in dataset.json, whose entries are not its records': verify
+    # compares them all
     with open(os.path.join(fire, shard.table), "rb") as f:
-        videos, valid = window_table.decode(f.read(), shard.table, shard.examples, WINDOW)
-    videos = videos.copy()
+        table = window_table.decode(f.read(), shard, WINDOW)
+    videos = table.videos.copy()
     videos[0] = window_table.video_hash("nobody")
-    (copy / shard.table).write_bytes(window_table.encode(videos, valid))
+    data = _table_of(copy, shard, videos, table.valid)
+    (copy / shard.table).write_bytes(data)
+    _listing(copy, shard, data)
     (problem,) = verify(str(copy), readers.load_spec(str(copy)))
     assert problem.startswith(f"{shard.table}: record 0 is of video ")
     assert "the table says another video with" in problem and "(1 records differ)" in problem
+    # one made for other records (the index it names): told by verify alone
+    other = readers.load_spec(str(copy)).splits["train"].shards[0]
+    data = window_table.encode(table.videos, table.valid, shard.file,
+                               (copy / other.index).read_bytes())
+    (copy / shard.table).write_bytes(data)
+    _listing(copy, shard, data)
+    WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
+    (problem,) = verify(str(copy), readers.load_spec(str(copy)))
+    assert re.fullmatch(rf"{shard.table}: gives its shard an index of CRC [0-9a-f]{{8}}, the "
+                        rf"records of {shard.file} make one of CRC [0-9a-f]{{8}}: the shard or "
+                        "its table was replaced", problem), problem
+
+
+def _same_length_pair(path) -> tuple:
+    shards = readers.load_spec(path).splits["train"].shards
+    return next((a, b) for a in shards for b in shards
+                if a is not b and a.examples == b.examples)
+
+
+def _swapped(copy, shard, other) -> str:
+    a, b = (copy / shard.table).read_bytes(), (copy / other.table).read_bytes()
+    (copy / shard.table).write_bytes(b)
+    (copy / other.table).write_bytes(a)
+    return rf"{shard.table}: the table of shard '{other.file}', not of {shard.file}"
+
+
+def _recounted(copy, shard, other) -> str:
+    """Its valid counts changed and its CRC made anew: a sound table of its shard, but
+    not the one dataset.json lists."""
+    table = window_table.decode((copy / shard.table).read_bytes(), shard, WINDOW)
+    (copy / shard.table).write_bytes(_table_of(copy, shard, table.videos,
+                                               np.full_like(table.valid, WINDOW)))
+    return (rf"{shard.table}: not the table dataset.json gives its shard \(its CRC is "
+            r"[0-9a-f]{8}, dataset.json says [0-9a-f]{8}\)")
+
+
+def _fifo(copy, shard, other) -> str:
+    os.remove(copy / shard.table)
+    os.mkfifo(copy / shard.table)
+    return rf"{copy / shard.table}, which dataset.json lists, is a FIFO, not a regular file"
+
+
+def _device(copy, shard, other) -> str:
+    os.remove(copy / shard.table)
+    os.symlink("/dev/zero", copy / shard.table)
+    return (rf"{copy / shard.table}, which dataset.json lists, is a character device, not a "
+            "regular file")
+
+
+def _directory(copy, shard, other) -> str:
+    os.remove(copy / shard.table)
+    os.mkdir(copy / shard.table)
+    return rf"{copy / shard.table}, which dataset.json lists, is a directory, not a regular"
+
+
+def _sparse(copy, shard, other) -> str:
+    with open(copy / shard.table, "r+b") as f:
+        f.truncate(8 << 30)
+    return (rf"{shard.table}: 8,589,934,592 bytes, where its entry in dataset.json allows "
+            rf"{window_table.largest(shard):,} at most: the dataset is damaged")
+
+
+@pytest.mark.parametrize("plant", [_swapped, _recounted, _fifo, _device, _directory, _sparse],
+                         ids=lambda plant: plant.__name__.strip("_"))
+def test_a_table_that_is_not_its_shards_is_refused_in_one_line_by_both_readers(
+        fire, tmp_path, plant):
+    """Tables of the same length swapped, or edited with their CRC made anew, chose
+    another video's windows; a FIFO hung, /dev/zero or a sparse file was read without
+    bound. Each is now one line naming the table, before a window is read, and
+    --verify says the same."""
+    copy = shutil.copytree(fire, tmp_path / "copy")
+    shard, other = _same_length_pair(str(copy))
+    needle = plant(copy, shard, other)
+    opens = {"numpy": lambda: WindowSource(str(copy), "train", select=Select(videos=["exp1/run0"])),
+             "tf.data": lambda: readers.make_dataset(str(copy), "train", 1,
+                                                     select=Select(min_valid_frames=8))}
+    for reader, open_ in opens.items():
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:   # a hang fails, not blocks
+            running = pool.submit(open_)
+            try:
+                error = running.exception(60)
+            except concurrent.futures.TimeoutError:
+                with open(os.open(copy / shard.table, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+                    pass                                           # the reader's open returns
+                pytest.fail(f"{reader} waits on {shard.table}")
+        assert isinstance(error, ValueError) and re.search(needle, str(error)), (reader, error)
+        assert "\n" not in str(error)
+    from readers.verify import verify
+    problems = verify(str(copy), readers.load_spec(str(copy)))
+    assert any(re.search(needle, problem) for problem in problems), problems
+
+
+def test_a_dataset_of_format_6_selects_by_its_tables_without_owners(fire, tmp_path):
+    """Format 6 wrote tables that name no shard, and dataset.json gave no CRC of them:
+    such a dataset still selects (and --verify passes it); a table of either format in
+    the other's place is refused."""
+    copy = _as_format_6(shutil.copytree(fire, tmp_path / "copy"))
+    spec = readers.load_spec(str(copy))
+    select = SELECTIONS["fire story"][0]
+    assert _keys(WindowSource(str(copy), "train", select=select).read_batch(slice(None))) == (
+        _keys(WindowSource(fire, "train", select=select).read_batch(slice(None))))
+    assert_verified(str(copy))
+    shard = spec.splits["train"].shards[0]
+    old_table = (copy / shard.table).read_bytes()
+    shutil.copy(os.path.join(fire, shard.table), copy / shard.table)
+    with pytest.raises(ValueError, match=f"^{shard.table}: a table of format 7, where "
+                                         "dataset.json gives no CRC for it$"):
+        WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
+    newer = shutil.copytree(fire, tmp_path / "newer")
+    (newer / shard.table).write_bytes(old_table)
+    with pytest.raises(ValueError, match=f"^{shard.table}: a table of format 6, where "
+                                         "dataset.json gives the CRC of one of format 7$"):
+        WindowSource(str(newer), "train", select=select)
+
+
+def _as_format_6(copy):
+    """`copy`, a dataset of format 7, made as format 6 wrote it: tables without an owner,
+    no CRC of them in dataset.json, generations without their format."""
+    meta = json.loads((copy / "dataset.json").read_text())
+    meta["format_version"] = 6
+    for generation in meta["generations"]:
+        del generation["format_version"]
+    spec = readers.load_spec(str(copy))
+    for name, split in meta["splits"].items():
+        for entry, shard in zip(split["shards"], spec.splits[name].shards, strict=True):
+            table = window_table.decode((copy / shard.table).read_bytes(), shard,
+                                        spec.window["length"])
+            del entry["table_crc32c"]
+            (copy / shard.table).write_bytes(_format_6_table(table))
+    (copy / "dataset.json").write_text(json.dumps(meta))
+    return copy
+
+
+@pytest.mark.slow
+def test_an_append_onto_a_dataset_of_format_6_selects_across_both_kinds_of_table(tmp_path):
+    from helpers import random_videos, write_videos
+
+    rng = np.random.default_rng(9)
+    flags = ["--window", "4", "--stride", "2", "--append", "--num_shards", "2"]
+    write_videos(str(tmp_path / "R" / "day1"), random_videos(rng, 4, lengths=(12, 20)), files=1)
+    run_job(str(tmp_path / "R" / "*" / "*"), tmp_path / "out", *flags)
+    _as_format_6(tmp_path / "out")
+    write_videos(str(tmp_path / "R" / "day2"), random_videos(rng, 3, lengths=(12, 20)), files=1)
+    run_job(str(tmp_path / "R" / "*" / "*"), tmp_path / "out", *flags)   # verified
+    spec = readers.load_spec(str(tmp_path / "out"))
+    old, new = spec.generations
+    assert (spec.format_version, old.format_version, new.format_version) == (
+        FORMAT_VERSION, None, FORMAT_VERSION)
+    assert [s.table_crc32c is None for s in spec.splits["train"].shards] == [
+        True, True, False, False]
+    whole = _whole(str(tmp_path / "out"))
+    chosen = sorted(set(whole["video_id"].tolist()))[::2]     # of both generations
+    kept = np.isin(whole["video_id"], chosen)
+    selected = WindowSource(str(tmp_path / "out"), "train",
+                            select=Select(videos=[v.decode() for v in chosen]))
+    assert 0 < kept.sum() < len(kept)
+    assert _keys(selected.read_batch(slice(None))) == _keys({k: v[kept] for k, v in
+                                                             whole.items()})
+
+
+def _format_6_table(table) -> bytes:
+    """The bytes format 6 wrote for a table: its header and entries, no owner."""
+    width = table.valid.dtype.itemsize
+    body = table.videos.astype("<u8").tobytes() + table.valid.astype(f"<u{width}").tobytes()
+    return struct.pack("<8sQIB3s", b"VWSTAB01", len(table.videos),
+                       google_crc32c.value(body), width, b"\0" * 3) + body
+
+
+def test_a_shard_without_the_table_its_run_wrote_is_damage_not_an_old_append(fire, tmp_path,
+                                                                            capsys):
+    """A table's entry removed from dataset.json read as a shard of a run before format
+    6, and --verify passed it: it is now refused, naming the shard and its run."""
+    copy = shutil.copytree(fire, tmp_path / "copy")
+    meta = json.loads((copy / "dataset.json").read_text())
+    entry = meta["splits"]["train"]["shards"][2]
+    del entry["table"], entry["table_crc32c"]
+    (copy / "dataset.json").write_text(json.dumps(meta))
+    needle = (f"splits.train.shards[2]: shard {entry['file']} has no window table, which its "
+              f"run {meta['run_id']} (format {FORMAT_VERSION}) wrote for each of its shards: "
+              "dataset.json is damaged")
+    with pytest.raises(readers.format.SpecError) as refused:
+        WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
+    assert str(refused.value).endswith(needle)
+    from readers import inspect
+    with pytest.raises(SystemExit) as verified:
+        inspect.main([str(copy), "--verify"])
+    assert verified.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(needle)
 
 
 def test_the_table_format_round_trips_and_refuses_what_it_is_not():
     videos = [window_table.video_hash(f"v{i}") for i in range(5)]
+    text = index.encode([0, 10, 20, 30, 40, 50])
+    shard = Shard("train-00000-of-00001.tfrecord", 5, table="t")
     for valid in ([0, 1, 16, 3, 16], [300, 0, 5, 65535, 1], [70000, 0, 0, 0, 1]):
-        data = window_table.encode(videos, valid)
-        assert len(data) == 24 + 5 * (8 + {16: 1, 65535: 2, 70000: 4}[max(valid)])
-        got_videos, got_valid = window_table.decode(data, "t", 5, max(valid))
-        assert got_videos.tolist() == videos and got_valid.tolist() == valid
-    data = window_table.encode(videos, [1, 2, 3, 4, 5])
+        data = window_table.encode(videos, valid, shard.file, text)
+        width = {16: 1, 65535: 2, 70000: 4}[max(valid)]
+        assert len(data) == 24 + 8 + 32 + 5 * (8 + width) <= window_table.largest(shard)
+        listed = dataclasses.replace(shard, table_crc32c=window_table.crc32c(data))
+        got = window_table.decode(data, listed, max(valid))
+        assert got.videos.tolist() == videos and got.valid.tolist() == valid
+        assert got.index_crc32c == google_crc32c.value(text)
+    data = window_table.encode(videos, [1, 2, 3, 4, 5], shard.file, text)
+    shard = dataclasses.replace(shard, table_crc32c=window_table.crc32c(data))
     for bad, needle in ((data[:20], "20 bytes, too short"), (b"X" + data[1:], "not a window table"),
-                        (data + b"\0", "has 69"), (data[:-1], "has 69")):
+                        (data + b"\0", "has 109"), (data[:-1], "has 109")):
         with pytest.raises(window_table.TableError, match=needle):
-            window_table.decode(bad, "t", 5, 5)
+            window_table.decode(bad, shard, 5)
     with pytest.raises(window_table.TableError, match="a table of 5 records, dataset.json "
                                                       "gives its shard 6"):
-        window_table.decode(data, "t", 6, 5)
+        window_table.decode(data, dataclasses.replace(shard, examples=6), 5)
     with pytest.raises(window_table.TableError, match="record 4 has 5 valid frames, more "
                                                       "than the window's 4"):
-        window_table.decode(data, "t", 5, 4)
-    assert window_table.decode(window_table.encode([], []), "t", 0, 4)[0].size == 0
+        window_table.decode(data, shard, 4)
+    with pytest.raises(window_table.TableError, match="the table of shard 'train-00000-of-"
+                                                      "00001.tfrecord', not of val-"):
+        window_table.decode(data, dataclasses.replace(shard, file="val-00000-of-00001.tfrecord"),
+                            5)
+    empty = window_table.encode([], [], shard.file, b"")
+    assert window_table.decode(empty, dataclasses.replace(
+        shard, examples=0, table_crc32c=window_table.crc32c(empty)), 4).videos.size == 0
 
 
 @pytest.mark.slow

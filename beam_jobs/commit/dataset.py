@@ -48,7 +48,8 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
         flags=dict(config.flags),
         run_id=run_id, generations=(data_format.Generation(
             run_id, tally.total("videos"), tally.total("windows"),
-            tally.total("skipped_short"), tally.failed, tally.skipped, __version__),),
+            tally.total("skipped_short"), tally.failed, tally.skipped, __version__,
+            data_format.FORMAT_VERSION),),
         files=_files(shards, sidecars, config.compression),
         job_version=__version__, input_kind=config.input_kind, frame=config.frame,
         labels=config.labels, encoder=config.encoder and {
@@ -91,7 +92,8 @@ def _splits(counts: Mapping[str, Mapping[str, int]], shards: Sequence[WrittenSha
     """Per split (`counts`' keys, in order), its counts and its shards."""
     return {split: data_format.SplitInfo(
                 **counts[split],
-                shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes, s.table)
+                shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes, s.table,
+                                               s.table_crc32c)
                              for s in shards if s.split == split))
             for split in counts}
 

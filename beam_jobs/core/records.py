@@ -69,6 +69,7 @@ class WrittenShard(NamedTuple):
     offsets: Optional[str] = None   # the shard's offset index file
     bytes: Optional[int] = None     # its size (an uncompressed shard's)
     table: Optional[str] = None     # its window table file
+    table_crc32c: Optional[int] = None   # the CRC its table's header holds
 
 
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],

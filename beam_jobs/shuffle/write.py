@@ -249,14 +249,16 @@ class WriteShard(beam.DoFn):
                     valid.append(frames)
         writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
-        index = None
+        index, index_text = None, data_format.index.encode(offsets)
         if self._compression == "none":   # a gzip stream cannot be entered mid-way
             index = data_format.index_name(name)
-            self._write(index, data_format.index.encode(offsets))
-        table = data_format.table_name(name)
-        self._write(table, data_format.window_table.encode(videos, valid))
+            self._write(index, index_text)
+        table, table_bytes = data_format.table_name(name), data_format.window_table.encode(
+            videos, valid, name, index_text)
+        self._write(table, table_bytes)
         yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
-                           offsets[-1] if index else None, table)
+                           offsets[-1] if index else None, table,
+                           data_format.window_table.crc32c(table_bytes))
 
     def _write(self, name: str, data: bytes) -> None:
         with streams.create(paths.join(self._output_dir, name)) as f:

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 from readers.format.json_checks import Bad, at, count, get, typed
 from readers.format.names import RUN_ID, run_id_of
-from readers.format.splits import SplitInfo
+from readers.format.splits import Shard, SplitInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +23,15 @@ class Generation:
     failures: int = 0
     skipped_existing: int = 0     # input videos whose ids the dataset already had
     job_version: Optional[str] = None
+    # The format its run wrote (format 7 on; None: an older run, of format 6 or before):
+    # what files each of its shards must have (`owed_by`).
+    format_version: Optional[int] = None
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if self.format_version is None:
+            del d["format_version"]
+        return d
 
 
 def generations_of(splits: Mapping[str, SplitInfo], run_id: Optional[str], failures: int = 0,
@@ -45,7 +51,8 @@ def parse_generation(d: Any, where: str) -> Generation:
     return Generation(run_id, count(d, "videos", where), count(d, "windows", where),
                       count(d, "skipped_short", where, 0), count(d, "failures", where, 0),
                       count(d, "skipped_existing", where, 0),
-                      get(d, "job_version", str, where, None))
+                      get(d, "job_version", str, where, None),
+                      count(d, "format_version", where, None, least=1))
 
 
 def check_generations(generations: Optional[tuple[Generation, ...]], run_id: Optional[str]
@@ -77,3 +84,42 @@ def check_generation_counts(generations: tuple[Generation, ...],
         if held[g.run_id] != g.windows:
             raise Bad(f"generations[{i}]: {g.windows} windows, the shards of run "
                        f"{g.run_id} hold {held[g.run_id]}")
+
+
+def check_tables_owed(generations: tuple[Generation, ...], splits: Mapping[str, SplitInfo],
+                      run_id: Optional[str], format_version: int) -> None:
+    """Bad for a shard without a file its run wrote for each of its shards: a window
+    table (format 6 on) and the table's CRC (format 7 on), by the format its generation
+    records, or dataset.json's own for the run that wrote it. An older generation's
+    format is not known: its shards all have a table, or none do (and the same for the
+    CRC)."""
+    known = {g.run_id: g.format_version for g in generations if g.format_version}
+    known[run_id] = format_version
+    runs: dict[Optional[str], list[tuple[str, Shard]]] = {}
+    for name, split in splits.items():
+        for i, shard in enumerate(split.shards):
+            runs.setdefault(run_id_of(shard.file), []).append(
+                (f"splits.{name}.shards[{i}]", shard))
+    for run, shards in runs.items():
+        version = known.get(run)
+        if version is None:
+            _check_alike(run, shards)
+            continue
+        for where, shard in shards:
+            lacks = ("window table" if version >= 6 and shard.table is None else
+                     "table_crc32c" if version >= 7 and shard.table_crc32c is None else None)
+            if lacks:
+                raise Bad(f"{where}: shard {shard.file} has no {lacks}, which its run "
+                          f"{run} (format {version}) wrote for each of its shards: "
+                          "dataset.json is damaged")
+
+
+def _check_alike(run: Optional[str], shards: list[tuple[str, Shard]]) -> None:
+    """Bad when some of a run's shards have a window table (or its CRC) and some not."""
+    for what, of in (("window table", lambda shard: shard.table is not None),
+                     ("table_crc32c", lambda shard: shard.table_crc32c is not None)):
+        with_it = [shard.file for _, shard in shards if of(shard)]
+        without = [(where, shard.file) for where, shard in shards if not of(shard)]
+        if with_it and without:
+            raise Bad(f"{without[0][0]}: shard {without[0][1]} has no {what}, where shard "
+                      f"{with_it[0]} of its run {run} has one: dataset.json is damaged")

@@ -37,6 +37,14 @@ def encode(offsets: Sequence[int]) -> bytes:
                    for start, end in zip(offsets[:-1], offsets[1:], strict=True)).encode("ascii")
 
 
+def largest(records: int, format_version: int) -> int:
+    """The most bytes the index of a shard of `records` records can have: what a reader
+    reads of it at most."""
+    if format_version >= TEXT_SINCE:
+        return records * _LONGEST_LINE
+    return (records + 1) * _ENTRY.itemsize
+
+
 def decode(data: bytes, name: str, records: int, format_version: int,
            shard_size: Optional[int] = None, min_frame: int = FRAME_OVERHEAD) -> np.ndarray:
     """The offsets an index holds (`records` + 1 of them, the last the shard's length),

@@ -153,9 +153,10 @@ def _stats_json(stats: Mapping[str, Mapping[str, ChannelStats]]) -> dict:
 
 def _shard_json(shard: Shard) -> dict:
     """A shard's entry; `bytes` only where known (not a gzip shard's, nor one written
-    before dataset.json recorded sizes), `table` only where it has one (format 6 on)."""
+    before dataset.json recorded sizes), `table` only where it has one (format 6 on), and
+    its CRC from format 7 on."""
     d = dataclasses.asdict(shard)
-    for optional in ("bytes", "table"):
+    for optional in ("bytes", "table", "table_crc32c"):
         if d[optional] is None:
             del d[optional]
     return d

@@ -12,6 +12,7 @@ from readers.format.generations import (
     Generation,
     check_generation_counts,
     check_generations,
+    check_tables_owed,
     generations_of,
     parse_generation,
 )
@@ -54,6 +55,7 @@ def parse(d: Any) -> dict:
                                      get(d, "job_version", str, "", None))
     else:
         check_generation_counts(generations, splits)
+    check_tables_owed(generations, splits, run_id, version)
     _check_listed_once(splits)
     files = _files(d)
     sidecars = _sidecars(d, version, run_id, files)
@@ -212,8 +214,12 @@ def _shard(d: Any, where: str, split: str, compression: str,
     if table is not None and table != table_name(file):
         raise Bad(f"{at(where, 'table')}: {shown(table)} is not the plain name of its "
                    f"shard's window table, {table_name(file)!r}")
+    crc = count(d, "table_crc32c", where, None)
+    if crc is not None and (table is None or crc >= 1 << 32):
+        raise Bad(f"{at(where, 'table_crc32c')}: {crc}, " + (
+            "where the shard has no window table" if table is None else "not a CRC32C"))
     return Shard(file, count(d, "examples", where), index, count(d, "bytes", where, None),
-                 table)
+                 table, crc)
 
 
 def _shard_file(d: dict, where: str, split: str, compression: str,

@@ -12,6 +12,7 @@ class Shard:
     index: Optional[str] = None   # its offset index (uncompressed shards only)
     bytes: Optional[int] = None   # its size (uncompressed shards; older datasets lack it)
     table: Optional[str] = None   # its window table (format 6 on; readers.format.window_table)
+    table_crc32c: Optional[int] = None   # the CRC its table's header holds (format 7 on)
 
 
 @dataclasses.dataclass(frozen=True)
