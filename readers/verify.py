@@ -6,6 +6,7 @@ only (the light install); `verify` is what tests and the report call.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import json
@@ -287,6 +288,7 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
     jobs = [(name, shard) for name, split in dataset.splits.items() for shard in split.shards]
     problems: list[str] = _verify_tfds_files(path, dataset) + _verify_videos_file(path, dataset)
     split_of: dict[bytes, str] = {}
+    windows_of: collections.Counter[bytes] = collections.Counter()
     seen: set[tuple[str, bytes, int]] = set()
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
         results = pool.map(lambda job: _verify_shard(path, job[1], dataset), jobs)
@@ -297,8 +299,38 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
                     problems.append(f"{shard.file}: window ({video_id.decode()!r}, {start}) "
                                     "appears twice")   # repr: its bidi marks shown, not obeyed
                 seen.add((name, video_id, start))
+                windows_of[video_id] += 1
                 if split_of.setdefault(video_id, name) != name:
                     problems.append(f"video {video_id.decode()!r} is in splits "
                                     f"{split_of[video_id]} and {name}")
+    if not problems:
+        problems += _videos_file_against_records(path, dataset, split_of, windows_of)
     return problems
 
+
+def _videos_file_against_records(path: str, dataset: data_format.DatasetSpec,
+                                 split_of: dict[bytes, str],
+                                 windows_of: collections.Counter[bytes]) -> list[str]:
+    """The videos file's rows against the windows the shards hold: each video with
+    windows in its split, with as many as its row says, and no video of the shards
+    without a row (a selection by video finds its windows through its row)."""
+    name = dataset.sidecars.get("videos")
+    if name is None:
+        return []
+    files = DatasetFiles(path)
+    problems, listed = [], set()
+    for row in data_format.videos_file.rows(lambda: files.open(name), dataset.splits):
+        video_id = row["video_id"].encode("utf-8", "surrogateescape")
+        listed.add(video_id)
+        held = (split_of.get(video_id, row["split"]), windows_of[video_id])
+        if held != (row["split"], row["windows"]):
+            problems.append(f"{name}: video {row['video_id']!r} has {row['windows']} windows "
+                            f"in split {row['split']!r} by its row, the shards hold "
+                            f"{held[1]} in split {held[0]!r}")
+    if len(problems) > 1:
+        problems[1:] = [f"{name}: {len(problems) - 1} more rows differ from the shards"]
+    unlisted = [video for video in windows_of if video not in listed]
+    if unlisted:
+        problems.append(f"{name}: no row for video {unlisted[0].decode(errors='replace')!r}, "
+                        f"whose windows the shards hold ({len(unlisted)} such videos)")
+    return problems

@@ -576,6 +576,19 @@ def test_a_shard_without_the_table_its_run_wrote_is_damage_not_an_old_append(fir
     assert capsys.readouterr().err.splitlines()[-1].endswith(needle)
 
 
+def test_verify_holds_the_videos_file_to_the_shards_windows(fire, tmp_path):
+    """A video id edited in the videos file passed --verify, and selection failed later."""
+    copy = shutil.copytree(fire, tmp_path / "copy")
+    name = readers.load_spec(str(copy)).sidecars["videos"]
+    text = (copy / name).read_text()
+    (copy / name).write_text(text.replace('"exp1/run3"', '"exp1/run9"'))
+    from readers.verify import verify
+    assert verify(str(copy), readers.load_spec(str(copy))) == [
+        f"{name}: video 'exp1/run9' has {_rows(fire)['exp1/run3']['windows']} windows in split "
+        "'train' by its row, the shards hold 0 in split 'train'",
+        f"{name}: no row for video 'exp1/run3', whose windows the shards hold (1 such videos)"]
+
+
 def test_the_table_format_round_trips_and_refuses_what_it_is_not():
     videos = [window_table.video_hash(f"v{i}") for i in range(5)]
     text = index.encode([0, 10, 20, 30, 40, 50])
