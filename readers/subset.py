@@ -54,10 +54,10 @@ def _ids(name: str, ids: Any) -> Optional[tuple[str, ...]]:
     except TypeError:
         raise TypeError(f"{name} must be a collection of video ids, not "
                         f"{type(ids).__name__} {ids!r}") from None
-    bad = next((i for i in ids if not isinstance(i, str)), None)
-    if bad is not None:
-        raise TypeError(f"{name} must hold video ids (strings), not {type(bad).__name__} "
-                        f"{bad!r}")
+    for given in ids:
+        if not isinstance(given, str):
+            raise TypeError(f"{name} must hold video ids (strings), not "
+                            f"{type(given).__name__} {given!r}")
     return tuple(sorted(set(ids)))
 
 

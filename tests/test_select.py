@@ -332,6 +332,9 @@ def test_requests_that_cannot_be_selections_are_refused_in_one_line(fire):
     for wrong, error, needle in (
             ({"videos": "exp1/run0"}, TypeError, r"not the single str 'exp1/run0': pass \["),
             ({"exclude_videos": [3]}, TypeError, "must hold video ids .strings., not int 3"),
+            ({"videos": [None]}, TypeError, "^videos must hold video ids .strings., not None"),
+            ({"videos": [None, "a"]}, TypeError, "^videos must hold video ids .strings., not "
+                                                 "None"),
             ({"min_valid_frames": -1}, ValueError, "min_valid_frames must be a whole number"),
             ({"where": "row['fuel']"}, TypeError, "where must be a function or None")):
         with pytest.raises(error, match=needle):
