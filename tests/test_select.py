@@ -2,6 +2,7 @@
 videos file's rows, resolved when a reader opens from the window tables beside the
 shards (readers.format.window_table), in both readers; resumed exactly; refused in one
 line where a dataset has no tables; the tables checked by --verify."""
+import functools
 import json
 import os
 import pickle
@@ -339,8 +340,12 @@ def test_requests_that_cannot_be_selections_are_refused_in_one_line(fire):
             ({"where": "row['fuel']"}, TypeError, "where must be a function or None")):
         with pytest.raises(error, match=needle):
             Select(**wrong)
-    with pytest.raises(ValueError, match="keeps no window of split 'train'"):
-        readers.make_dataset(fire, "train", 1, select=Select(videos=[]))
+    for nothing in (Select(videos=[]), Select(where=lambda row: False)):   # both readers
+        for read in (WindowSource, functools.partial(readers.make_dataset, batch_size=1)):
+            with pytest.raises(ValueError, match=rf"^Select\(.*\): 0 windows, sha256 \w+ "
+                                                 rf"keeps no window of split 'train' of "
+                                                 rf"{fire}$"):
+                read(fire, "train", select=nothing)
 
 
 def test_a_damaged_table_is_one_line_naming_it_and_verify_finds_it(fire, tmp_path):
