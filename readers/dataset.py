@@ -172,7 +172,7 @@ def _kept_shards(path: str, split: str, selection: Selection, select: Optional[S
     """(selection, records, kept): with a `select` that keeps windows, the selection of
     only the shards it keeps windows of, shard file -> the record numbers it keeps there,
     and the resolved subset; (selection, None, None) for every window. ValueError for a
-    split without shards, or a `select` that keeps no window of it."""
+    split without shards, or a `select` that keeps no window of it (subset.resolve)."""
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
     kept = subset.resolve(select, selection)    # None: every window
@@ -182,8 +182,6 @@ def _kept_shards(path: str, split: str, selection: Selection, select: Optional[S
                        strict=True))
     selection = dataclasses.replace(selection, shards=tuple(
         s for s in selection.shards if len(records[s.file])))
-    if not selection.shards:
-        raise ValueError(f"{kept.said()} keeps no window of split {split!r} of {path}")
     return selection, records, kept
 
 

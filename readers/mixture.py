@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import fractions
 import math
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,7 @@ SOURCE = "source"
 _STREAM, _RANK = 0x6D697831, 0x6D697832
 
 
+@runtime_checkable
 class Source(Protocol):
     """What a mixture asks of a source: readers.numpy.WindowSource has it."""
     features: Sequence[Any]
@@ -71,7 +72,11 @@ def weight(name: str, value: Any) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
                                                                       np.floating)):
         raise TypeError(f"{name} must be a number > 0, not {value!r}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:     # an int of 1,025 bits or more: its digits would fill lines
+        raise ValueError(f"{name} must be a finite number > 0, not an integer of "
+                         f"{int(value).bit_length():,} bits, past a float's range") from None
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
     return number
@@ -144,11 +149,11 @@ class Mixture:
 
     Args:
       sources: (source, weight) pairs: `readers.numpy.WindowSource`s (each with its own
-        path, split, features, clip, transform) and positive numbers, relative to their
-        sum. The features they give must agree in names, shapes and dtypes (after
-        `features=`, `float_pixels`, `keep_float16` and their clips; clips that differ
-        but give the same shapes mix); a mixture refuses others in one line naming the
-        feature.
+        path, split, features, clip, transform; a path is a TypeError in one line) and
+        finite numbers > 0, relative to their sum. The features they give must agree in
+        names, shapes and dtypes (after `features=`, `float_pixels`, `keep_float16` and
+        their clips; clips that differ but give the same shapes mix); a mixture refuses
+        others in one line naming the feature.
       seed: whole number >= 0; with the epoch it decides every draw and order.
       epoch_windows: windows an epoch (default: the sum of the sources' lengths).
 
@@ -242,9 +247,12 @@ class Mixture:
 
     def read_batch(self, indices: Any) -> dict[str, Any]:
         """Mixture windows `indices` stacked, {name: array [len, ...]}, and `source`:
-        each source's windows read as one `read_batch` of that source."""
+        each source's windows read as one `read_batch` of that source; no index, an
+        empty batch (as a WindowSource's)."""
         which, windows = self.locate(indices)
-        parts = [(np.flatnonzero(which == i), i) for i in np.unique(which).tolist()]
+        # no index: source 0's empty batch (the sources agree on keys, shapes and dtypes)
+        parts = [(np.flatnonzero(which == i), i) for i in np.unique(which).tolist()] or [
+            (np.zeros(0, np.int64), 0)]
         read = [(rows, i, self.sources[i].read_batch(windows[rows])) for rows, i in parts]
         batch = _joined(len(windows), read, [_described(s) for s in self.sources])
         batch[SOURCE] = which.astype(np.int64)
@@ -265,10 +273,16 @@ class Mixture:
 
 def _check_pairs(sources: Any) -> None:
     """TypeError unless `sources` is a non-empty sequence of (source, weight) pairs (a
-    string, bytes or a dict is none)."""
+    string, bytes or a dict is none), each source a Source (a path is none: which split,
+    features and clip would be guesses)."""
     if isinstance(sources, (str, bytes, dict)) or not isinstance(sources, Sequence) or \
             not sources or not all(isinstance(p, tuple) and len(p) == 2 for p in sources):
         raise TypeError(f"sources must be a list of (source, weight) pairs, not {sources!r}")
+    for i, (source, _) in enumerate(sources):
+        if not isinstance(source, Source):
+            raise TypeError(f"source {i} is {type(source).__name__} {source!r}, not a source: "
+                            "a Mixture mixes readers.numpy.WindowSources (pass "
+                            "WindowSource(path, split))")
 
 
 def _refuse_empty(sources: tuple, lengths: list[int]) -> None:

@@ -54,10 +54,10 @@ def _ids(name: str, ids: Any) -> Optional[tuple[str, ...]]:
     except TypeError:
         raise TypeError(f"{name} must be a collection of video ids, not "
                         f"{type(ids).__name__} {ids!r}") from None
-    bad = next((i for i in ids if not isinstance(i, str)), None)
-    if bad is not None:
-        raise TypeError(f"{name} must hold video ids (strings), not {type(bad).__name__} "
-                        f"{bad!r}")
+    for given in ids:
+        if not isinstance(given, str):
+            raise TypeError(f"{name} must hold video ids (strings), not "
+                            f"{type(given).__name__} {given!r}")
     return tuple(sorted(set(ids)))
 
 
@@ -292,8 +292,9 @@ def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
     """`select` (checked: `checked`) on `selection`'s split, or None for no selection.
     ValueError in one line when the split has shards without window tables (a dataset
     before format 6, or grown from one by --append), when `min_valid_frames` is more than
-    a window's frames, or when a table is damaged (readers.format.window_table) or does
-    not match the videos file."""
+    a window's frames, when a table is damaged (readers.format.window_table) or does not
+    match the videos file, or when it keeps no window (both readers refuse an empty
+    selection: more likely a mistake than a wish, and no batch comes of it)."""
     select = checked(select)
     if select is None:
         return None
@@ -344,9 +345,13 @@ def _resolve(select: Select, selection: Selection) -> Subset:
         del videos
         keep &= kept[at]
     windows = np.flatnonzero(keep).astype(np.int64)
-    return Subset(windows, {
+    subset = Subset(windows, {
         "videos": _ids_said(select.videos), "exclude_videos": _ids_said(select.exclude_videos),
         "min_valid_frames": select.min_valid_frames,
         "where": None if select.where is None else callable_name(select.where),
         "windows": len(windows),
         "sha256": hashlib.sha256(windows.astype("<i8").tobytes()).hexdigest()[:16]})
+    if not len(subset):
+        raise ValueError(f"{subset.said()} keeps no window of split {selection.split!r} of "
+                         f"{selection.path}")
+    return subset

@@ -60,7 +60,8 @@ class WindowSource:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
         shards (they have no index), a dataset.json the shards do not match, a clip
         longer than the windows, or an epoch < 0; a selection on a dataset without
-        window tables (before format 6), or one that names an id the dataset lacks.
+        window tables (before format 6), one that names an id the dataset lacks, or
+        one that keeps no window (as make_dataset).
       TypeError: a flag that is no bool, a clip that is no Clip, an epoch that is no
         whole number, a transform that is not callable, a select that is no Select.
     """

@@ -68,6 +68,10 @@ def test_an_epoch_holds_the_weights_shares_and_is_a_function_of_seed_and_epoch(k
         np.testing.assert_array_equal(
             batch["window"][row], mixture.sources[source].read_batch([number])["window"][0])
     assert mixture[indices[0]]["source"] == which[0]
+    empty, alone = mixture.read_batch([]), mixture.sources[0].read_batch([])
+    assert list(empty) == [*alone, "source"] and empty["source"].shape == (0,)
+    assert all(empty[k].shape == alone[k].shape and empty[k].dtype == alone[k].dtype
+               for k in alone)
 
 
 def test_per_rank_slices_are_disjoint_hold_the_shares_and_cover_the_epoch(kinds):
@@ -111,11 +115,17 @@ def test_sources_whose_features_differ_are_refused_in_one_line(kinds):
     with pytest.raises(ValueError, match=r"^source 1 \(.* split 'empty'\) has no windows"):
         Mixture([(latent, 1), (WindowSource(kinds["latent"], "empty"), 1)])
     for weight, error in ((0, ValueError), (-1, ValueError), (float("nan"), ValueError),
-                          ("0.3", TypeError), (True, TypeError)):
+                          ("0.3", TypeError), (True, TypeError), (2**1100, ValueError)):
         with pytest.raises(error, match=r"^weight 1 must be a (finite )?number > 0"):
             Mixture([(latent, 1), (latent, weight)])
+        with pytest.raises(error, match=r"^weight 1 must be a (finite )?number > 0"):
+            readers.mix_datasets([(kinds["latent"], 1), (kinds["latent"], weight)])
     with pytest.raises(TypeError, match="^sources must be a list of"):
         Mixture(latent)
+    with pytest.raises(TypeError, match=r"^source 1 is str '.*latent', not a source: a "
+                                        r"Mixture mixes readers.numpy.WindowSources \(pass "
+                                        r"WindowSource\(path, split\)\)$"):
+        Mixture([(latent, 1), (kinds["latent"], 1)])
     with pytest.raises(ValueError, match="^these sources cannot be mixed: feature 'window'"):
         readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)],
                              keep_float16=True)

@@ -4,6 +4,7 @@ shards (readers.format.window_table), in both readers; resumed exactly; refused 
 line where a dataset has no tables; the tables checked by --verify."""
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import os
 import pickle
@@ -340,19 +341,25 @@ def test_requests_that_cannot_be_selections_are_refused_in_one_line(fire):
     for wrong, error, needle in (
             ({"videos": "exp1/run0"}, TypeError, r"not the single str 'exp1/run0': pass \["),
             ({"exclude_videos": [3]}, TypeError, "must hold video ids .strings., not int 3"),
+            ({"videos": [None]}, TypeError, "^videos must hold video ids .strings., not None"),
+            ({"videos": [None, "a"]}, TypeError, "^videos must hold video ids .strings., not "
+                                                 "None"),
             ({"min_valid_frames": -1}, ValueError, "min_valid_frames must be a whole number"),
             ({"where": "row['fuel']"}, TypeError, "where must be a function or None")):
         with pytest.raises(error, match=needle):
             Select(**wrong)
-    with pytest.raises(ValueError, match="keeps no window of split 'train'"):
-        readers.make_dataset(fire, "train", 1, select=Select(videos=[]))
+    for nothing in (Select(videos=[]), Select(where=lambda row: False)):   # both readers
+        for read in (WindowSource, functools.partial(readers.make_dataset, batch_size=1)):
+            with pytest.raises(ValueError, match=rf"^Select\(.*\): 0 windows, sha256 \w+ "
+                                                 rf"keeps no window of split 'train' of "
+                                                 rf"{fire}$"):
+                read(fire, "train", select=nothing)
 
 
-def _table_of(copy, shard, videos, valid, records_of=None) -> bytes:
+def _table_of(copy, shard, videos, valid) -> bytes:
     """A sound table of `shard` (its index's CRC as the job gives it) holding `videos`
-    and `valid`; its shard's name and index those of `records_of` when given."""
-    owner = records_of or shard
-    return window_table.encode(videos, valid, owner.file, (copy / owner.index).read_bytes())
+    and `valid`."""
+    return window_table.encode(videos, valid, shard.file, (copy / shard.index).read_bytes())
 
 
 def _listing(copy, shard, table: bytes) -> None:

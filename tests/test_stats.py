@@ -6,6 +6,7 @@ NaN is said, never hidden; dataset.json's figures are checked; normalising works
 numpy arrays, in a tf.data map and on torch tensors."""
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -203,12 +204,69 @@ def dataclass_channel(stats: ChannelStats, c: int) -> ChannelStats:
     (lambda s: s["train"]["window"].update(frames=10**6, count=10**6), "more than the split's"),
     (lambda s: s.pop("test"), "stats: splits"),
     (lambda s: s["train"].update(labels=s["train"]["window"]), "stats.train: features"),
+    (lambda s: s["train"]["window"]["mean"].__setitem__(0, float("nan")), "not JSON (NaN "),
+    (lambda s: _set(s, m2=np.inf, std=np.inf), "not JSON (Infinity "),
+    (lambda s: _set(s, m2="1e400"), "stats.train.window.m2[0]: Infinity is not a finite"),
+    (lambda s: _set(s, min=10**400), "stats.train.window.min[0]: 1000000000"),
+    (lambda s: _set(s, mean=None), "stats.train.window.m2[0]: a number where mean[0] is null"),
+    (lambda s: _set(s, max=None), "stats.train.window.mean[0]: a number where max[0] is null"),
+    (lambda s: _set(s, m2=None), "stats.train.window.std[0]: a number where m2[0] is null"),
+    (lambda s: _set(s, m2=1e300, std=1e300 ** 0.5 / 209 ** 0.5), "stats.train.window.m2"),
+    (lambda s: _set(s, std=s["train"]["window"]["std"][0] * (1 + 1e-8)),
+     "stats.train.window.std"),
+    (lambda s: s["train"]["window"].update(frames=10**400, count=10**400),
+     "stats.train.window.frames: 100000000000"),
 ])
 def test_dataset_json_s_statistics_are_checked(kinds, change, said):
+    """Each a SpecError of one line naming the field: NaN and Infinity are no JSON (the
+    job writes null), every figure where counted a finite number, null spread as the job
+    writes it, std**2 = m2 / count within 1e-9, m2 / count within Popoviciu's bound
+    ((max - min) / 2)**2, every count an int64."""
     meta = read_dataset_json(kinds["latent"])
     change(meta["stats"])
-    with pytest.raises(data_format.SpecError, match=said.replace(".", r"\.")):
-        data_format.DatasetSpec.from_json(json.dumps(meta))
+    with pytest.raises(data_format.SpecError, match=re.escape(said)) as e:
+        data_format.DatasetSpec.from_json(json.dumps(meta).replace('"1e400"', "1e400"))
+    assert "\n" not in str(e.value)
+
+
+def _set(stats: dict, **figures) -> None:
+    """Channel 0's figures of the train split's window statistics set to `figures`."""
+    for name, value in figures.items():
+        stats["train"]["window"][name][0] = value
+
+
+def test_what_the_job_may_write_loads(kinds):
+    """Rounding within the tolerance, a std of 0, a figure past float64's range (null
+    m2 and std beside a number mean), frames with NaN (null figures, min and max as
+    seen) all load."""
+    meta = read_dataset_json(kinds["latent"])
+    entry = meta["stats"]["train"]["window"]
+    entry["std"][0] *= 1 + 1e-11
+    entry["m2"][1] = entry["std"][1] = None
+    entry["mean"][2] = entry["m2"][2] = entry["std"][2] = entry["max"][2] = None
+    constant = meta["stats"]["test"]["window"]
+    constant["min"][0] = constant["max"][0] = constant["mean"][0] = 0.5
+    constant["m2"][0] = constant["std"][0] = 0.0
+    stats = data_format.DatasetSpec.from_json(json.dumps(meta)).stats
+    assert np.isnan(stats["train"]["window"].std[1:]).all()
+    assert not np.isnan(stats["train"]["window"].mean[1]) and stats["test"]["window"].std[0] == 0
+
+
+def test_impossible_counts_are_one_line_from_inspect_and_both_readers(kinds, tmp_path, capsys):
+    out = shutil.copytree(kinds["latent"], tmp_path / "out")
+    meta = read_dataset_json(out)
+    meta["splits"]["train"]["frames"] = meta["stats"]["train"]["window"]["frames"] = \
+        meta["stats"]["train"]["window"]["count"] = 10**400
+    (out / "dataset.json").write_text(json.dumps(meta))
+    said = f"{out / 'dataset.json'}: splits.train.frames: 1000000000"
+    for argv in ((), ("--verify",)):
+        code, _, err = inspect_run(capsys, out, *argv)
+        assert code == 2 and said in err and "Traceback" not in err, err
+    from readers.numpy import WindowSource
+
+    for read in (readers.make_dataset, WindowSource):
+        with pytest.raises(data_format.SpecError, match=re.escape(said)):
+            read(str(out), "train")
 
 
 def test_statistics_round_trip_and_merge_as_one_set_of_frames(rng):
@@ -310,10 +368,47 @@ def test_normalize_on_numpy_in_a_tf_data_map_and_on_torch(kinds):
                                    rtol=1e-5, atol=1e-4)
     assert labels.normalize(np.ones((4, 2), np.float64)).dtype == np.float64
     constant = ChannelStats(3, 3, np.array([2.0]), np.array([0.0]), np.array([2.0]),
-                            np.array([2.0]))
+                            np.array([2.0]), channel_axis=False)
     assert constant.normalize(np.array([2.0, 3.0])).tolist() == [0.0, 1.0]   # shifted only
     with pytest.raises(ValueError, match="these statistics have 3 channels"):
         window.normalize(np.zeros((2, 4)))
+
+
+def test_normalize_computes_in_float32_or_wider_and_knows_its_channel_axis(kinds):
+    """float16 and bfloat16 values are normalised in float32 (a std of 1e-9 gives no
+    inf), float64 in float64; a std of 0, or one too small for the dtype computed in, only
+    shifts; statistics of one channel refuse values of three, but those of scalar frames
+    (a label [L]) apply to values of any shape."""
+    import tensorflow as tf
+    import torch
+
+    narrow = ChannelStats(2, 2, np.array([0.0]), np.array([2e-18]), np.array([-1e-9]),
+                          np.array([1e-9]))                              # std 1e-9
+    x = np.array([[0.5], [-1.0]], np.float16)
+    for values, dtype in ((x, np.float32), (torch.from_numpy(x), torch.float32),
+                          (tf.constant(x), tf.float32), (tf.cast(x, tf.bfloat16), tf.float32),
+                          (x.astype(np.float64), np.float64)):
+        done = narrow.normalize(values)
+        assert done.dtype == dtype
+        np.testing.assert_allclose(np.asarray(done), [[5e8], [-1e9]], rtol=1e-6)
+        assert np.asarray(narrow.denormalize(done)).dtype == np.asarray(done).dtype
+    for m2 in (0.0, 1e-100):                        # 1e-50 is 0 in float32: shifted only
+        flat = ChannelStats(2, 2, np.array([0.5]), np.array([m2]), np.array([0.5]),
+                            np.array([0.5]))
+        for values in (x, torch.from_numpy(x), tf.constant(x)):
+            assert np.asarray(flat.normalize(values)).tolist() == [[0.0], [-1.5]]
+    with pytest.raises(ValueError, match="the last axis of the values is 3 long; these "
+                                         "statistics have 1 channel"):
+        narrow.normalize(np.zeros((2, 3)))
+    meta = read_dataset_json(kinds["raw"])                 # its labels, one a frame
+    (labels,) = [f for f in meta["features"] if f["name"] == "labels"]
+    labels["shape"] = labels["shape"][:1]
+    for split in meta["stats"].values():
+        entry = split["labels"]
+        entry.update({name: entry[name][:1] for name in ("mean", "std", "min", "max", "m2")})
+    stats = data_format.DatasetSpec.from_json(json.dumps(meta)).stats["train"]
+    assert stats["labels"].normalize(np.zeros((2, 3))).shape == (2, 3)
+    assert stats["window"].channel_axis and not stats["labels"].channel_axis
 
 
 def test_the_docs_transform_normalises_pixels_and_labels_in_the_reader(kinds, tmp_path,

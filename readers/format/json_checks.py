@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
 REQUIRED = object()
+INT64_MAX = 2 ** 63 - 1
 
 
 class Bad(Exception):
@@ -30,6 +31,14 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
                                    "and a reader cannot tell which value is meant")
             seen.add(key)
     return found
+
+
+def no_constants(name: str) -> None:
+    """json.loads's parse_constant: ValueError for NaN, Infinity and -Infinity, which
+    Python's json reads and writes by default but JSON has not (the job writes null
+    where a figure is not a number)."""
+    raise ValueError(f"{name} is not a JSON value; the job writes null for a figure that "
+                     "is not a number")
 
 
 def at(where: str, key: Any) -> str:
@@ -60,7 +69,11 @@ def get(d: Mapping, key: str, kind: type, where: str, default: Any = REQUIRED) -
 
 
 def count(d: Mapping, key: str, where: str, default: Any = REQUIRED, least: int = 0) -> int:
+    """d[key], a whole number in [least, 2**63 - 1]: every count of dataset.json is an
+    int64, so that no reader's arithmetic on it overflows (numpy's, float's)."""
     value = get(d, key, int, where, default)
     if value is not None and value < least:
         raise Bad(f"{at(where, key)}: {value}, not >= {least}")
+    if value is not None and value > INT64_MAX:
+        raise Bad(f"{at(where, key)}: {shown(value)}, more than 2**63 - 1")
     return value

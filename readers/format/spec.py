@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Union
 from readers.format.channel_stats import ChannelStats
 from readers.format.features import FeatureSpec
 from readers.format.generations import Generation, generations_of
-from readers.format.json_checks import Bad, DuplicateKey, no_duplicate_keys
+from readers.format.json_checks import Bad, DuplicateKey, no_constants, no_duplicate_keys
 from readers.format.locations import is_remote
 from readers.format.names import DATASET_JSON, SIDECAR_KINDS, tf_compression_type
 from readers.format.spec_checks import parse
@@ -69,6 +69,8 @@ class DatasetSpec:
         raise KeyError(name)
 
     def to_json(self) -> str:
+        """dataset.json's text: strict JSON, no NaN or Infinity (from_json refuses them;
+        ValueError here rather than a dataset no reader opens)."""
         return json.dumps({
             "format_version": self.format_version,
             "job_version": self.job_version,
@@ -90,7 +92,7 @@ class DatasetSpec:
             "generations": [g.to_json() for g in self.generations or generations_of(
                 self.splits, self.run_id, self.failures, self.job_version)],
             "files": list(self.files),
-        }, indent=2, sort_keys=False) + "\n"
+        }, indent=2, sort_keys=False, allow_nan=False) + "\n"
 
     @functools.cached_property
     def min_frame_bytes(self) -> int:
@@ -119,7 +121,7 @@ class DatasetSpec:
         naming `source` and what is wrong."""
         try:
             d = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text,
-                           object_pairs_hook=no_duplicate_keys)
+                           object_pairs_hook=no_duplicate_keys, parse_constant=no_constants)
         except DuplicateKey as e:
             raise SpecError(f"{source}: {e}") from None
         except (ValueError, RecursionError) as e:
