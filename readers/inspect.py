@@ -8,8 +8,9 @@
 
 The summary, --verify and --report read the files with numpy, fsspec and Pillow only
 (the light install); --stats and --preview read through readers.make_dataset, and so
-need TensorFlow. It never writes into the dataset's directory: a --report or --out path
-there is refused before anything is read (readers/output.py).
+need TensorFlow. It never writes into the dataset, nor over anything but a regular
+file: a --report or --out path it would not write is refused before anything is read
+(readers/output.py).
 """
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
                              "sample (default: %(default)s)")
     parser.add_argument("--report", metavar="PATH", help="write one self-contained HTML page "
                         "of the dataset (docs/report.md); with --verify, its result too. "
-                        "PATH is outside the dataset's directory, in a folder that exists")
+                        "PATH is a new file or a regular one outside the dataset, in a folder "
+                        "that exists")
     parser.add_argument("--report_samples", type=whole_number_type(1), metavar="N", default=None,
                         help="--report's contact sheets; its statistics sample "
                              f"{report.STATS_PER_SHEET} windows a sheet (default: "
@@ -209,7 +211,7 @@ def _refuse_flags_without_their_action(args: argparse.Namespace,
 
 def _check_outputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """A usage error naming the flag for a file to write (--report's page, --preview's
-    picture) inside the dataset (`output.check`), before any work."""
+    picture) where inspect does not write (`output.check`), before any work."""
     preview_out = (args.out or "preview.png") if args.preview else None
     for flag, out in (("--report", args.report), ("--out", preview_out)):
         try:
