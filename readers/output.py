@@ -8,14 +8,18 @@ directly, so a local target behind one would be written into, not replaced.
 """
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import secrets
 import stat
+import threading
 from typing import Optional
 
 from readers.files import is_local
 from readers.selection import file_kind
+
+STORE_DEADLINE_S = 10   # a store's first answer: credentials, then a request
 
 
 def check(dataset: str, out: str) -> None:
@@ -25,17 +29,20 @@ def check(dataset: str, out: str) -> None:
     resolved, a store's URLs normalised). Locally also a directory, a folder that is not
     there (inspect makes none), something there that is not a regular file (a FIFO, a
     socket, a device, or a link to one: the rename would put a file in its place), or
-    one of the dataset's files under another name (a hard link)."""
+    one of the dataset's files under another name (a hard link); on a store, one that
+    does not answer within STORE_DEADLINE_S, or a directory."""
     if not out:
         raise ValueError("an empty path: name a file")
     try:
-        fs_class, where = _located(_innermost(out))
+        url = _innermost(out)
+        fs_class, where = _located(url)
     except (ValueError, ImportError) as e:   # ImportError: the scheme's library missing
         raise ValueError(f"{out}: {str(e).splitlines()[0]}") from None
     if is_local(fs_class):
         _check_local_file(dataset, out, fs_class, where)
     else:
         _refuse_inside(dataset, out, fs_class, posixpath.normpath(where))
+        _check_store(out, url)
 
 
 def save(out: str, data: bytes) -> None:
@@ -141,3 +148,35 @@ def _same_file_in(root: str, found: os.stat_result) -> Optional[str]:
             if (there.st_dev, there.st_ino) == (found.st_dev, found.st_ino):
                 return os.path.relpath(os.path.join(folder, name), root)
     return None
+
+
+def _check_store(out: str, url: str) -> None:
+    """ValueError when the store does not answer within STORE_DEADLINE_S whether `url`
+    is a directory, or says it is one. Asked in a thread of its own with logging off:
+    without a network gcsfs looks for credentials (15 s), then retries each request for
+    about 30 s and logs its traceback, where this line is the answer. Past the deadline
+    the thread is left to end on its own, and logging stays off: the command ends with
+    this line."""
+    import fsspec
+
+    answer: list = []
+
+    def ask() -> None:
+        try:
+            fs, path = fsspec.core.url_to_fs(url)
+            answer.append(fs.isdir(path))
+        except Exception as e:   # a store's own: HTTP, auth, a bad bucket name
+            answer.append(e)
+
+    logging.disable(logging.CRITICAL)
+    thread = threading.Thread(target=ask, name="inspect-asks-the-store", daemon=True)
+    thread.start()
+    thread.join(STORE_DEADLINE_S)
+    if not answer:
+        raise ValueError(f"{out}: no answer from the store in {STORE_DEADLINE_S} s "
+                         "(is there a network?)")
+    logging.disable(logging.NOTSET)
+    if isinstance(answer[0], Exception):
+        raise ValueError(f"{out}: {(str(answer[0]) or repr(answer[0])).splitlines()[0]}")
+    if answer[0]:
+        raise ValueError(f"{out} is a directory: name a file")

@@ -5,9 +5,11 @@ import html
 import json
 import os
 import shutil
+import socket
 import stat
 import zipfile
 
+import gcs_emulator
 import keras
 import numpy as np
 import pytest
@@ -327,6 +329,41 @@ def test_what_inspect_writes_over_and_through(pixel_dataset, tmp_path, capsys):
                                                 "c.html", long])
     for name in ("old.html", "target.html", "c.html", long):
         assert (pages / name).read_text().startswith("<!doctype html>"), name
+
+
+@pytest.mark.slow
+def test_a_store_that_does_not_answer_is_one_line(pixel_dataset, tmp_path):
+    """gs:// with no store there (an emulator's address with nothing listening): gcsfs
+    would retry for about a minute, logging tracebacks, after the page is built; the
+    path is asked about first, with a deadline, and refused in one line before anything
+    is read. The timeout here only guards against a hang."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]      # closed again: connections are refused
+    env = {**os.environ, **gcs_emulator.ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+    result = command("readers.inspect", pixel_dataset, "--report", "gs://bkt/page.html",
+                     env=env, timeout=300)
+    usage, said = result.stderr.split("python -m readers.inspect: error: ")
+    assert result.returncode == 2 and not result.stdout, result.stderr
+    assert usage.startswith("usage: ") and "\n" not in said.strip(), result.stderr
+    assert said.startswith("--report: gs://bkt/page.html: no answer from the store in "), said
+
+
+def test_a_page_is_written_to_a_store(pixel_dataset, capsys):
+    """gs:// (the GCS emulator), plainly or through a cache, gets the page; a folder
+    there is refused as a local one is."""
+    import fsspec
+
+    with gcs_emulator.running("bkt"):
+        fs = fsspec.filesystem("gs", skip_instance_cache=True)
+        fs.pipe("bkt/folder/file", b"kept")
+        assert _refused(capsys, pixel_dataset, "--report", "gs://bkt/folder").endswith(
+            "error: --report: gs://bkt/folder is a directory: name a file")
+        for out in ("gs://bkt/page.html", "simplecache::gs://bkt/cached.html"):
+            code, printed, err = inspect_run(capsys, pixel_dataset, "--report", out)
+            assert code == 0 and f"wrote {out}" in printed, err
+        for name in ("page.html", "cached.html"):
+            assert fs.cat(f"bkt/{name}").startswith(b"<!doctype html>")
 
 
 def test_output_paths_and_the_seed_are_refused_naming_their_flag(pixel_dataset, tmp_path,
