@@ -1,11 +1,9 @@
 """A dataset directory's files, local or of any fsspec scheme, as readers.inspect's
 summary, readers.verify and readers.report read them (readers.numpy has its own reads:
-readers/shards.py), and `save`, how readers.inspect writes a page or a picture."""
+readers/shards.py; readers.inspect writes through readers/output.py)."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from typing import Iterator, Optional
 
 from readers.format import videos_file
@@ -92,29 +90,3 @@ class DatasetFiles:
 def is_local(fs) -> bool:
     """Whether an fsspec filesystem is the local one (its files can be FIFOs and links)."""
     return bool(fs.protocol) and "file" in fs.protocol
-
-
-def save(out: str, data: bytes) -> None:
-    """Write `data` to `out`, local or any fsspec URL. A local file is written beside
-    where `out` leads (its symbolic links followed) and renamed over it: whole or not at
-    all, and never into another name of the old file (a hard link). readers.inspect has
-    checked that `out` leads outside the dataset; this keeps a hard link from getting
-    past that check."""
-    import fsspec
-
-    fs, where = fsspec.core.url_to_fs(out)
-    if not is_local(fs):
-        with fs.open(where, "wb") as f:
-            f.write(data)
-        return
-    where = os.path.realpath(where)
-    temporary = os.path.join(os.path.dirname(where),
-                             f".{os.path.basename(where)}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask's mode
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temporary, where)
-    except BaseException:
-        os.unlink(temporary)
-        raise

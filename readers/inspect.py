@@ -8,8 +8,9 @@
 
 The summary, --verify and --report read the files with numpy, fsspec and Pillow only
 (the light install); --stats and --preview read through readers.make_dataset, and so
-need TensorFlow. It never writes into the dataset's directory: a --report or --out path
-there is refused before anything is read.
+need TensorFlow. It never writes into the dataset, nor over anything but a regular
+file: a --report or --out path it would not write is refused before anything is read
+(readers/output.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import argparse
 import collections
 import io
 import os
-import posixpath
 import re
 import sys
 from typing import Iterable, Optional
@@ -25,9 +25,9 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format
-from readers import quiet, report
+from readers import output, quiet, report
 from readers import stats as stats_text
-from readers.files import DatasetFiles, is_local, save
+from readers.files import DatasetFiles
 from readers.format.numbers import whole_number_type
 from readers.verify import verify
 
@@ -122,52 +122,6 @@ def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int,
     return pictures.heatmaps(windows, masks, metadata, captions)
 
 
-def check_output(dataset: str, out: str) -> None:
-    """ValueError saying in a line why inspect will not write its page or picture to
-    `out`. Nothing inside the dataset's directory, whatever the name (inspect reads a
-    dataset and never writes into it): local paths are compared with their symbolic
-    links and `..` resolved, a store's URLs normalised. Nor an empty path, a directory,
-    or a local folder that is not there (inspect makes none)."""
-    import fsspec
-
-    if not out:
-        raise ValueError("an empty path: name a file")
-    try:
-        fs, where = _innermost(*fsspec.core.url_to_fs(out))
-        dataset_fs, root = _innermost(*fsspec.core.url_to_fs(dataset))
-    except (ValueError, ImportError) as e:   # no such scheme, or its library missing
-        raise ValueError(str(e).splitlines()[0]) from None
-    if is_local(fs):
-        where = _local_file(out, where)
-    if type(fs) is not type(dataset_fs):
-        return
-    root = (os.path.realpath(root) if is_local(dataset_fs) else posixpath.normpath(root))
-    if not is_local(fs):
-        where = posixpath.normpath(where)
-    if where == root or where.startswith(root.rstrip("/") + "/"):
-        raise ValueError(f"{out} is inside the dataset directory {dataset}: inspect never "
-                         "writes into a dataset; name a path outside it")
-
-
-def _local_file(out: str, where: str) -> str:
-    """`where`, the local path of `out`, with its symbolic links and `..` resolved;
-    ValueError for a directory, or a file in a folder that is not there."""
-    folder, where = os.path.dirname(where) or ".", os.path.realpath(where)
-    if os.path.isdir(where):
-        raise ValueError(f"{out} is a directory: name a file")
-    if not os.path.isdir(os.path.dirname(where)):
-        raise ValueError(f"{folder} is not a folder (inspect makes none): create it first")
-    return where
-
-
-def _innermost(fs, path: str):
-    """The filesystem a chained URL stores on (`simplecache::gs://...`'s gs://), and
-    the path on it: a cache in front changes nothing of where a file lands."""
-    while getattr(fs, "fs", None) is not None:
-        fs = fs.fs
-    return fs, path
-
-
 def _seed(text: str) -> int:
     """A seed both numpy (--report) and tf.data (--preview, --stats) take: checked here,
     so that a wrong one is blamed on --seed, not on what uses it."""
@@ -214,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
                              "sample (default: %(default)s)")
     parser.add_argument("--report", metavar="PATH", help="write one self-contained HTML page "
                         "of the dataset (docs/report.md); with --verify, its result too. "
-                        "PATH is outside the dataset's directory, in a folder that exists")
+                        "PATH is a new file or a regular one outside the dataset, in a folder "
+                        "that exists")
     parser.add_argument("--report_samples", type=whole_number_type(1), metavar="N", default=None,
                         help="--report's contact sheets; its statistics sample "
                              f"{report.STATS_PER_SHEET} windows a sheet (default: "
@@ -256,12 +211,12 @@ def _refuse_flags_without_their_action(args: argparse.Namespace,
 
 def _check_outputs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """A usage error naming the flag for a file to write (--report's page, --preview's
-    picture) inside the dataset (`check_output`), before any work."""
+    picture) where inspect does not write (`output.check`), before any work."""
     preview_out = (args.out or "preview.png") if args.preview else None
     for flag, out in (("--report", args.report), ("--out", preview_out)):
         try:
             if out is not None:
-                check_output(args.path, out)
+                output.check(args.path, out)
         except ValueError as e:
             parser.error(f"{flag}: {e}")
 
@@ -301,7 +256,7 @@ def _wrote(parser: argparse.ArgumentParser, flag: str, out: str, data: bytes,
     """Whether `data` was saved to `out`, saying so in a line either way (an error
     naming `flag` when `out` cannot be written)."""
     try:
-        save(out, data)
+        output.save(out, data)
     except (OSError, ValueError) as e:   # fsspec's ValueError: a path it cannot write
         said = (str(e) or repr(e)).splitlines()[0]
         print(f"{parser.prog}: error: {flag}: {said}", file=sys.stderr)

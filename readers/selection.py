@@ -84,11 +84,13 @@ def check_regular(path: str, file: str) -> None:
 def not_a_file_error(full: str, mode: int) -> NotAFile:
     """The error for the dataset's file at `full`, whose place holds what `mode` (its
     stat's) says, not a regular file."""
-    return NotAFile(f"{full}, which {DATASET_JSON} lists, is {_kind(mode)}, not a regular "
-                    "file: the dataset is damaged")
+    return NotAFile(f"{full}, which {DATASET_JSON} lists, is {file_kind(mode)}, not a "
+                    "regular file: the dataset is damaged")
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file's `mode` says it is, for a line about one that is not a regular file
+    (a dataset's, here; readers.inspect's output path)."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device")):

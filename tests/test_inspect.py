@@ -5,7 +5,11 @@ import html
 import json
 import os
 import shutil
+import socket
+import stat
+import zipfile
 
+import gcs_emulator
 import keras
 import numpy as np
 import pytest
@@ -245,18 +249,121 @@ def test_a_store_s_dataset_is_never_written_over_either(pixel_dataset, tmp_path,
         store.rm("/inspect-never-writes", recursive=True)
 
 
-def test_a_hard_link_to_a_dataset_s_file_is_replaced_not_written_through(pixel_dataset,
-                                                                         tmp_path, capsys):
-    """A hard link is no path into the directory: the page is written beside it and
-    renamed over it, so the dataset's file keeps its bytes."""
+def _refused(capsys, dataset, *flags) -> str:
+    """The one line of a refusal (exit 2, nothing read, so nothing printed)."""
+    code, printed, err = inspect_run(capsys, dataset, *flags)
+    assert code == 2 and not printed and "Traceback" not in err, (flags, printed, err)
+    return err.strip().splitlines()[-1]
+
+
+def test_a_hard_link_to_a_dataset_s_file_is_refused(pixel_dataset, tmp_path, capsys):
+    """A hard link to a dataset's file is that file under another name, outside the
+    directory, named plainly or through a cache (`simplecache::file://`, which is
+    unwrapped): compared by device and inode with every file of the dataset, refused in
+    one line (exit 2) before anything is read, for --report and --out alike."""
     copy = tmp_path / "ds"
     shutil.copytree(pixel_dataset, copy)
     before = _bytes_of(copy)
-    os.link(copy / "dataset.json", tmp_path / "page.html")
-    code, out, err = inspect_run(capsys, copy, "--report", tmp_path / "page.html")
-    assert code == 0 and f"wrote {tmp_path / 'page.html'}" in out, err
-    assert (tmp_path / "page.html").read_text().startswith("<!doctype html>")
+    shard = next(name for name in before if name.endswith(".tfrecord"))
+    for name in (shard, "dataset.json"):
+        link = tmp_path / f"{name}.html"
+        os.link(copy / name, link)
+        for out in (str(link), f"simplecache::file://{link}"):
+            for flags in (["--report", out], ["--preview", "2", "--out", out]):
+                assert _refused(capsys, copy, *flags).endswith(
+                    f"error: {flags[-2]}: {out} is the dataset's {name} under another name "
+                    "(a hard link): inspect never writes into a dataset; name a path "
+                    "outside it")
     assert _bytes_of(copy) == before
+
+
+def test_only_a_new_or_a_regular_file_is_written(pixel_dataset, tmp_path, capsys):
+    """A FIFO, a socket, or a symbolic link to one, at --report's or --out's path is
+    refused in one line before anything is read: inspect never puts a regular file in
+    their place (as root, a link to /dev/null would have replaced the system's device)."""
+    for kind, mode in (("a FIFO", stat.S_IFIFO), ("a socket", stat.S_IFSOCK)):
+        node = tmp_path / kind.split()[-1]
+        os.mknod(node, mode | 0o600)
+        link = tmp_path / f"link-to-{node.name}"
+        link.symlink_to(node)
+        for out in (node, link):
+            for flags in (["--report", out], ["--preview", "2", "--out", out]):
+                assert _refused(capsys, pixel_dataset, *flags).endswith(
+                    f"error: {flags[-2]}: {out} is {kind}, not a regular file: inspect "
+                    "writes a new file or over a regular one")
+        assert stat.S_IFMT(os.lstat(node).st_mode) == mode and os.path.islink(link)
+
+
+def test_a_chain_that_is_not_a_cache_is_refused(pixel_dataset, tmp_path, capsys):
+    """zip:: (read-only here) and any chain link but a cache are refused in one line
+    before anything is read, the archive left as it was."""
+    archive = tmp_path / "pages.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("old.html", "old")
+    before = archive.read_bytes()
+    out = f"zip://page.html::file://{archive}"
+    assert _refused(capsys, pixel_dataset, "--report", out).endswith(
+        f"error: --report: {out}: inspect writes through caches only (simplecache::URL), "
+        "not zip://page.html::")
+    assert archive.read_bytes() == before
+
+
+def test_what_inspect_writes_over_and_through(pixel_dataset, tmp_path, capsys):
+    """A regular file outside the dataset is replaced whole (beside it, then renamed
+    over it: another name of it keeps its bytes); a symbolic link is followed to where
+    it leads; a cache in front is unwrapped; a name of 250 characters fits (the
+    temporary name is short and fixed); nothing else is left in the folder."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "old.html").write_text("old")
+    os.link(pages / "old.html", tmp_path / "other-name")
+    (pages / "link.html").symlink_to(pages / "target.html")
+    long = "p" * 245 + ".html"
+    for out in (pages / "old.html", pages / "link.html", f"simplecache::file://{pages}/c.html",
+                pages / long):
+        code, printed, err = inspect_run(capsys, pixel_dataset, "--report", out)
+        assert code == 0 and f"wrote {out}" in printed, err
+    assert (tmp_path / "other-name").read_text() == "old"
+    assert os.path.islink(pages / "link.html")
+    assert sorted(os.listdir(pages)) == sorted(["old.html", "link.html", "target.html",
+                                                "c.html", long])
+    for name in ("old.html", "target.html", "c.html", long):
+        assert (pages / name).read_text().startswith("<!doctype html>"), name
+
+
+@pytest.mark.slow
+def test_a_store_that_does_not_answer_is_one_line(pixel_dataset, tmp_path):
+    """gs:// with no store there (an emulator's address with nothing listening): gcsfs
+    would retry for about a minute, logging tracebacks, after the page is built; the
+    path is asked about first, with a deadline, and refused in one line before anything
+    is read. The timeout here only guards against a hang."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]      # closed again: connections are refused
+    env = {**os.environ, **gcs_emulator.ENV, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
+    result = command("readers.inspect", pixel_dataset, "--report", "gs://bkt/page.html",
+                     env=env, timeout=300)
+    usage, said = result.stderr.split("python -m readers.inspect: error: ")
+    assert result.returncode == 2 and not result.stdout, result.stderr
+    assert usage.startswith("usage: ") and "\n" not in said.strip(), result.stderr
+    assert said.startswith("--report: gs://bkt/page.html: no answer from the store in "), said
+
+
+def test_a_page_is_written_to_a_store(pixel_dataset, capsys):
+    """gs:// (the GCS emulator), plainly or through a cache, gets the page; a folder
+    there is refused as a local one is."""
+    import fsspec
+
+    with gcs_emulator.running("bkt"):
+        fs = fsspec.filesystem("gs", skip_instance_cache=True)
+        fs.pipe("bkt/folder/file", b"kept")
+        assert _refused(capsys, pixel_dataset, "--report", "gs://bkt/folder").endswith(
+            "error: --report: gs://bkt/folder is a directory: name a file")
+        for out in ("gs://bkt/page.html", "simplecache::gs://bkt/cached.html"):
+            code, printed, err = inspect_run(capsys, pixel_dataset, "--report", out)
+            assert code == 0 and f"wrote {out}" in printed, err
+        for name in ("page.html", "cached.html"):
+            assert fs.cat(f"bkt/{name}").startswith(b"<!doctype html>")
 
 
 def test_output_paths_and_the_seed_are_refused_naming_their_flag(pixel_dataset, tmp_path,
