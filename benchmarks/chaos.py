@@ -47,7 +47,12 @@ After each, five checks; a failed one is a violation, counted and described:
                after the next run, the videos are exactly those the inputs' history
                gives (World.expect): every good input video once, a damaged one absent,
                a repaired one only once retried (or rebuilt, or under a new id); and
-               the failures file names exactly the failed ids that history remembers
+               the failures file names exactly the failed ids that history remembers;
+               each window's entry in its shard's window table (its video's hash and
+               its valid frames) is the window read back; each split's statistics in
+               dataset.json are those of its frames as the windows read back give
+               them, each frame once (count, min and max exactly, mean and std within
+               1e-9 of numpy's)
   next run     the same command, run to its end, exits 0 (its own checks as above)
   left behind  then the directory holds dataset.json, the files it lists and nothing
                else (no marker of a run that lost its lease either: that run has
@@ -79,7 +84,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chaos_world import OPERATIONS, STRIDE, WINDOW, World, start_command  # noqa: E402
 
 from readers import load_spec  # noqa: E402
-from readers.format import DatasetSpec  # noqa: E402
+from readers.format import DatasetSpec, window_table  # noqa: E402
 from readers.numpy import WindowSource  # noqa: E402
 from readers.verify import verify  # noqa: E402
 
@@ -176,6 +181,8 @@ def check_values(world: World, complete: bool) -> list[str]:
         if not len(source):
             continue
         batch = source.read_batch(slice(0, len(source)))
+        found["tables unlike the windows"] += table_problems(world.out, spec, split, batch)
+        found["statistics unlike the frames"] += stats_problems(spec, split, batch)
         for window, metadata, raw_id, start in zip(batch["window"], batch["metadata"],
                                                    batch["video_id"], batch["start"], strict=True):
             video_id, start = raw_id.decode(), int(start)
@@ -214,6 +221,48 @@ def check_values(world: World, complete: bool) -> list[str]:
     return [f"values: {kind}: {', '.join(examples[:3])}"
             f"{f' and {len(examples) - 3} more' if len(examples) > 3 else ''}"
             for kind, examples in found.items() if examples]
+
+
+def table_problems(out: str, spec: DatasetSpec, split: str, batch: dict) -> list[str]:
+    """Each window's entry in its shard's window table against the window read back
+    (`batch`: the split whole, in the shards' order): its video's hash and valid frames."""
+    videos, valid = [], []
+    for shard in spec.splits[split].shards:
+        with open(os.path.join(out, shard.table), "rb") as f:
+            table = window_table.decode(f.read(), shard, WINDOW)
+        videos.append(table.videos)
+        valid.append(table.valid)
+    wrong = np.flatnonzero(
+        (np.concatenate(videos) != window_table.video_hashes(
+            v.decode() for v in batch["video_id"]))
+        | (np.concatenate(valid) != batch["mask"].sum(1)))
+    return [f"{split} window {i}" for i in wrong.tolist()]
+
+
+def stats_problems(spec: DatasetSpec, split: str, batch: dict) -> list[str]:
+    """The split's statistics in dataset.json against those of its frames as the windows
+    read back give them: each video's frames put where their windows start, each once,
+    those of mask 1 counted."""
+    frames: dict[bytes, dict[int, np.ndarray]] = collections.defaultdict(dict)
+    for window, mask, video_id, start in zip(batch["window"], batch["mask"],
+                                             batch["video_id"], batch["start"], strict=True):
+        for t in np.flatnonzero(mask).tolist():
+            frames[video_id][int(start) + t] = window[t]
+    values = np.array([frame for video in frames.values() for frame in video.values()],
+                      np.float64)
+    stats = spec.stats[split]["window"]
+    problems = [] if (stats.frames, stats.count) == (len(values), len(values)) else [
+        f"{split}: {stats.frames} frames counted, its windows hold {len(values)}"]
+    if problems or not len(values):
+        return problems
+    for name, exact, figure in (("min", True, values.min(0)), ("max", True, values.max(0)),
+                                ("mean", False, values.mean(0)), ("std", False, values.std(0))):
+        recorded = getattr(stats, name)
+        if not (np.array_equal(recorded, figure) if exact else
+                np.allclose(recorded, figure, rtol=1e-9, atol=1e-12)):
+            problems.append(f"{split} {name}: {recorded[:2]} ..., the frames give "
+                            f"{figure[:2]} ...")
+    return problems
 
 
 def failure_ids(out: str, spec: DatasetSpec) -> set[str]:
