@@ -13,11 +13,8 @@ out of the same windows; which ones and their order differ (readers.numpy takes 
 permutation of each source every epoch, tf.data goes round each source in its written
 order, every window before any again).
 
-Why not make_dataset's shuffled stream: its shard shuffle reshuffles every pass from a
-seed generator, and an iterator restored from a checkpoint drew another file order than
-the one never stopped at some later pass (TensorFlow 2.21's parallel interleave, whose
-checkpoint races with it); every part here is a pure function of its position, so a
-checkpoint of the iterator (readers.checkpoints names the mixture in it) resumes exactly.
+Every part here is a pure function of its position, so a checkpoint of the iterator
+(readers.checkpoints names the mixture in it) resumes exactly.
 """
 from __future__ import annotations
 
