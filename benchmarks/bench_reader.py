@@ -3,7 +3,8 @@ user story (serialized-tensor records), ours, a no-parse floor,
 and the numpy reader alone and in PyTorch DataLoader workers.
 
     python benchmarks/bench_reader.py --json bench_reader.json \\
-        [--videos 512,128] [--busy 0,1] [--files 8] [--repeats 5] [--work_dir DIR]
+        [--videos 512,128] [--busy 0,1] [--files 8] [--repeats 5] [--work_dir DIR] \\
+        [--before REV]
 
 For each --videos count, writes a latent sample (beam_jobs.sample) and cuts it into
 shards with beam_jobs.make_shards (window 100, stride 50, 16 shards; 512 videos give
@@ -22,6 +23,8 @@ times full epochs (batch 64, drop_remainder) of each contender, counting windows
   numpy     readers.numpy.batches(out_dir, "train", 64): no TensorFlow, one process
   torch     a torch DataLoader over readers.numpy.WindowSource, 2 worker processes
             (when torch is installed)
+  before    with --before REV: `make_dataset` of REV's readers/dataset.py, beside this
+            tree's other modules (for a change to that file alone), as `ours` is made
 
 Each dataset is built once and iterated once per epoch, as a trainer does (Keras' fit
 makes an iterator per epoch); every epoch starts its iterator afresh, so no contender
@@ -44,9 +47,11 @@ import multiprocessing
 import os
 import random
 import statistics
+import subprocess
 import tempfile
 import time
-from typing import Callable, Collection, Iterable
+import types
+from typing import Callable, Collection, Iterable, Optional
 
 import psutil
 import tensorflow as tf
@@ -208,7 +213,19 @@ def checkpoint_bytes(out_dir: str, work_dir: str) -> int:
                if n.startswith(os.path.basename(prefix)))
 
 
-def contenders(input_files: list[str], out_dir: str) -> dict[str, Callable[[], Iterable]]:
+def dataset_module_at(rev: str) -> types.ModuleType:
+    """readers/dataset.py as it was at commit `rev`, imported as a module of its own (its
+    imports are this tree's modules)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = subprocess.run(["git", "-C", repo, "show", f"{rev}:readers/dataset.py"],
+                            check=True, capture_output=True, text=True).stdout
+    module = types.ModuleType(f"readers_dataset_at_{rev}")
+    exec(compile(source, f"{rev}:readers/dataset.py", "exec"), module.__dict__)
+    return module
+
+
+def contenders(input_files: list[str], out_dir: str, before: Optional[types.ModuleType] = None
+               ) -> dict[str, Callable[[], Iterable]]:
     shard_files = sorted(glob.glob(os.path.join(out_dir, "train-*.tfrecord")))
     baseline, floor = baseline_dataset(input_files), floor_dataset(shard_files)
     copy = copy_dataset(shard_files)
@@ -221,6 +238,9 @@ def contenders(input_files: list[str], out_dir: str) -> dict[str, Callable[[], I
         "copy": lambda: copy,
         "numpy": lambda: readers.numpy.batches(out_dir, "train", BATCH, epoch=next(epochs)),
     }
+    if before is not None:
+        earlier = before.make_dataset(out_dir, "train", batch_size=BATCH)
+        made["before"] = lambda: earlier
     loader = torch_loader(out_dir)
     if loader is not None:
         made["torch"] = lambda: loader
@@ -263,6 +283,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
               "numpy/ours": medians["numpy"] / medians["ours"]}
     if "torch" in medians:
         ratios["torch/ours"] = medians["torch"] / medians["ours"]
+    if "before" in medians:
+        ratios["ours/before"] = medians["ours"] / medians["before"]
     return {"median_windows_per_s": medians, "median_windows_per_cpu_s": cpu,
             "ratios": ratios, "cpu_ratios": {"ours/floor": cpu["ours"] / cpu["floor"],
                                              "ours/baseline": cpu["ours"] / cpu["baseline"],
@@ -297,7 +319,10 @@ def main() -> None:
     parser.add_argument("--json", required=True, help="where the results go")
     parser.add_argument("--work_dir", default=None,
                         help="where the data is written (default: a temp dir, removed after)")
+    parser.add_argument("--before", default=None, metavar="REV",
+                        help="also time make_dataset of this commit's readers/dataset.py")
     args = parser.parse_args()
+    before = dataset_module_at(args.before) if args.before else None
 
     results = []
     with tempfile.TemporaryDirectory() as temp_dir:
@@ -306,7 +331,7 @@ def main() -> None:
             input_files, out_dir = make_data(work_dir, videos, args.files)
             checkpoint = checkpoint_bytes(out_dir, work_dir)
             print(f"checkpoint of a make_dataset iterator: {checkpoint / 2**20:.1f} MiB")
-            made = contenders(input_files, out_dir)
+            made = contenders(input_files, out_dir, before)
             for busy in (int(b) for b in args.busy.split(",")):
                 label = f"{videos} videos, {busy} busy"
                 print(label, flush=True)
@@ -322,6 +347,7 @@ def main() -> None:
                                 "checkpoint_bytes": checkpoint, **summary})
     with open(args.json, "w") as f:
         json.dump({"config": {"files": args.files, "repeats": args.repeats, "batch_size": BATCH,
+                              "before": args.before,
                               "window": WINDOW, "stride": STRIDE, "num_shards": NUM_SHARDS,
                               "cpus": os.cpu_count()}, "targets": TARGETS,
                    "results": results}, f, indent=2)

@@ -1,9 +1,9 @@
 """The tf.data pipeline over a finished output directory of `beam_jobs.make_shards`.
 
 dataset.json -> shard list -> [the shards a selection keeps windows of] -> [this input
-pipeline's shards] -> shard shuffle -> interleave (each shard checked to give
-dataset.json's count; with a selection, its other records skipped) -> record shuffle ->
-batch -> vectorized parse -> prefetch.
+pipeline's shards] -> for each pass: shard permutation -> interleave (each shard checked
+to give dataset.json's count; with a selection, its other records skipped) -> record
+shuffle -> batch -> vectorized parse -> prefetch.
 """
 from __future__ import annotations
 
@@ -129,15 +129,14 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
 
     malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
     deterministic = not shuffle or seed is not None
-    ds, read = _shards(path, selection, records)
-    if shuffle:
-        ds = _shuffled_records(ds, read, selection, batch_size=batch_size, seed=seed,
-                               deterministic=deterministic, shuffle_buffer=shuffle_buffer,
-                               cycle_length=cycle_length)
+    shards, read = _shards(path, selection, records)
+    if shuffle:   # clean epochs, each in a new order
+        ds = _shuffled_passes(shards, read, selection, batch_size=batch_size, seed=seed,
+                              repeat=repeat, deterministic=deterministic,
+                              shuffle_buffer=shuffle_buffer, cycle_length=cycle_length)
     else:
-        ds = ds.flat_map(read)
-    if repeat:  # after the shuffles: clean epochs, each in a new order
-        ds = ds.repeat()
+        ds = tf.data.Dataset.from_tensor_slices(shards).flat_map(read)
+        ds = ds.repeat() if repeat else ds
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if clip is not None:   # a random number beside each batch: the seed of its clips
         ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(
@@ -200,10 +199,10 @@ def _check_a_batch(selection: Selection, records: Optional[dict[str, np.ndarray]
 
 
 def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndarray]]
-            ) -> tuple[tf.data.Dataset, Any]:
-    """(shards, read): a dataset of each shard's (file, count, the stand-in for its lost
-    records), and the function that gives a shard's records (see `shard_records`); with
-    `records`, only the ones a selection keeps."""
+            ) -> tuple[tuple[tf.Tensor, ...], Any]:
+    """(shards, read): each shard's file, count and stand-in for its lost records, as
+    columns of one row a shard, and the function that gives a shard's records from its
+    row (see `shard_records`); with `records`, only the ones a selection keeps."""
     spec = selection.spec
     files = [os.path.join(path, shard.file) for shard in selection.shards]
     counts = [shard.examples for shard in selection.shards]
@@ -213,34 +212,67 @@ def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndar
             f"than the {n} dataset.json lists, or gone ({path} rewritten or deleted while "
             f"this reader was open: open it again; python -m readers.inspect {path} --verify "
             "lists what is wrong)" for f, n in zip(files, counts, strict=True)]
-    ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64), lost))
+    shards = (tf.constant(files), tf.constant(counts, tf.int64), tf.constant(lost))
     gone = (f"{path} was rewritten or deleted while this reader was open (it reads "
             f"{f'run {spec.run_id}' if spec.run_id else 'a dataset without a run id'}): ")
     read = functools.partial(shard_records, compression=compression, local=local, gone=gone)
     if records is not None:
-        ds, read = _kept_records(ds, read, [records[s.file] for s in selection.shards], counts)
-    return ds, read
+        shards, read = _kept_records(shards, read, [records[s.file] for s in selection.shards],
+                                     counts)
+    return shards, read
 
 
-def _shuffled_records(shards: tf.data.Dataset, read, selection: Selection, *,
-                      batch_size: int, seed: Optional[int], deterministic: bool,
-                      shuffle_buffer: Optional[int], cycle_length: Optional[int]
-                      ) -> tf.data.Dataset:
-    """The records of `shards` (each read by `read`) in a new order each epoch: the shard
-    list shuffled, `cycle_length` shards read at once, in groups of about GROUP_BYTES,
-    and the records shuffled in a buffer of `shuffle_buffer` (default: about
-    SHUFFLE_BUFFER_BYTES of them, at least a batch)."""
+def _shuffled_passes(shards: tuple[tf.Tensor, ...], read, selection: Selection, *,
+                     batch_size: int, seed: Optional[int], repeat: bool, deterministic: bool,
+                     shuffle_buffer: Optional[int], cycle_length: Optional[int]
+                     ) -> tf.data.Dataset:
+    """The records of `shards` (columns, a row a shard, read by `read`), pass after pass
+    (one without `repeat`), each in an order of its own: the shards permuted,
+    `cycle_length` read at once, in groups of about GROUP_BYTES, and the records
+    shuffled in a buffer of `shuffle_buffer` (default: about SHUFFLE_BUFFER_BYTES of
+    them, at least a batch).
+
+    Each pass's order is a pure function of its pair of seed words, the next of a random
+    stream seeded by `seed` (new each iteration of the dataset, as Keras' `fit` iterates
+    it once an epoch): its shard permutation and its buffer's seeds are stateless draws
+    from them. The stream's place and the pass being read, its words with it, are what
+    an iterator checkpoint keeps, so a restored iterator reads the very passes of a run
+    never stopped. TensorFlow's own reshuffle each iteration does not: the parallel
+    interleave leaves its spent input, the shard shuffle whose seed generator counts the
+    passes, out of its checkpoint, and a restored iterator drew other shard orders from
+    the next pass on."""
     example_bytes = _example_bytes(selection.spec.features)
     group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
     files = len(selection.shards)
-    ds = shards.shuffle(files, seed=seed, reshuffle_each_iteration=True)
-    ds = tf_internals.interleave(
-        ds, lambda *shard: read(*shard).batch(group),
-        cycle_length or min(MAX_CYCLE_LENGTH, files), deterministic,
-        PREFETCH_SHARDS).unbatch()
+    cycle = cycle_length or min(MAX_CYCLE_LENGTH, files)
     buffer = shuffle_buffer or max(batch_size, min(
         MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
-    return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+    def one_pass(words: tf.Tensor) -> tf.data.Dataset:
+        order_seed, buffer_seed = tf.unstack(tf.random.experimental.stateless_split(words))
+        order = tf.random.experimental.stateless_shuffle(tf.range(files), order_seed)
+        ds = tf.data.Dataset.from_tensor_slices(tuple(tf.gather(c, order) for c in shards))
+        ds = tf_internals.interleave(ds, lambda *shard: read(*shard).batch(group), cycle,
+                                     deterministic, PREFETCH_SHARDS).unbatch()
+        return _buffer_shuffled(ds, buffer, tf.random.stateless_uniform(
+            [2], buffer_seed, minval=None, maxval=None, dtype=tf.int64))
+
+    passes = tf.data.Dataset.random(seed, rerandomize_each_iteration=True).batch(2)
+    return (passes if repeat else passes.take(1)).flat_map(one_pass)
+
+
+def _buffer_shuffled(records: tf.data.Dataset, buffer: int, seeds: tf.Tensor
+                     ) -> tf.data.Dataset:
+    """`records.shuffle(buffer)` by the two int64 `seeds`, in a function of the pipeline
+    that checkpoints: `Dataset.shuffle` there takes a seed-generator resource, state that
+    no iterator checkpoint saves ("DummySeedGenerator is stateful"); the op it is made
+    of, given both seeds, needs none (the same order, from the public raw op)."""
+    spec = records.element_spec
+    return tf.data.experimental.from_variant(tf.raw_ops.ShuffleDataset(
+        input_dataset=tf.data.experimental.to_variant(records),
+        buffer_size=tf.constant(buffer, tf.int64), seed=seeds[0], seed2=seeds[1],
+        reshuffle_each_iteration=False, output_types=[spec.dtype],
+        output_shapes=[spec.shape]), spec)
 
 
 def _parser(selected: Sequence[data_format.FeatureSpec], window: int, clip: Optional[Clip],
@@ -332,9 +364,10 @@ def _order_named(batch_size: int, *, drop_remainder: bool, shuffle: bool,
             f"{order}{', repeated' if repeat else ''}")
 
 
-def _kept_records(shards: tf.data.Dataset, read, kept: list[np.ndarray], counts: list[int]):
+def _kept_records(shards: tuple[tf.Tensor, ...], read, kept: list[np.ndarray],
+                  counts: list[int]):
     """(shards, read) where each shard's records are only those a selection keeps:
-    `kept[i]`, the record numbers of shard i. The shards' elements get the place of their
+    `kept[i]`, the record numbers of shard i. The shards' rows get the place of their
     first record in one flag per record of them all (a constant: a byte a record), and
     each record read is zipped with its number and kept when its flag is set."""
     starts = np.concatenate([[0], np.cumsum(counts[:-1], dtype=np.int64)]).astype(np.int64)
@@ -342,15 +375,13 @@ def _kept_records(shards: tf.data.Dataset, read, kept: list[np.ndarray], counts:
     for start, records in zip(starts, kept, strict=True):
         flags[start + records] = True
     flags = tf.constant(flags)
-    shards = tf.data.Dataset.zip(shards, tf.data.Dataset.from_tensor_slices(starts)).map(
-        lambda shard, start: (*shard, start))
 
     def read_kept(file, expected, lost, start):
         numbered = tf.data.Dataset.zip(read(file, expected, lost),
                                        tf.data.Dataset.range(expected))
         return numbered.filter(lambda record, i: tf.gather(flags, start + i)).map(
             lambda record, i: record)
-    return shards, read_kept
+    return (*shards, tf.constant(starts)), read_kept
 
 
 def _clip_offsets(clip: Clip, window: int, serialized: tf.Tensor, random: tf.Tensor

@@ -4,27 +4,24 @@ Each source is `readers.make_dataset`'s stream of its split in the order the job
 it (globally shuffled at write time), pass after pass, unbatched; `choose_from_datasets`
 takes windows from them as a choice stream says, then they are batched again. An epoch
 has the windows and the shares of readers.numpy's `Mixture` (readers.mixture): source i
-gives exactly n_i of the N windows (`epoch_counts`), in places that a stateless
-permutation of the epoch's N positions decides (`tf.random.experimental.index_shuffle`,
-seeded by the seed and the epoch), and epoch e takes the n_i windows of the source's
-stream from e x n_i on: each window floor(n_i / len) or ceil(n_i / len) times an epoch,
-as in readers.numpy. So both readers draw the same number of windows from each source,
-out of the same windows; which ones and their order differ (readers.numpy takes a fresh
-permutation of each source every epoch, tf.data goes round each source in its written
-order, every window before any again).
+gives exactly n_i of the N windows (`epoch_counts`), in places drawn as from an urn of
+the epoch's N windows (each place's source by a stateless draw of the seed, the epoch
+and the place, with the chances of the windows left: `_epoch_choices`), and epoch e
+takes the n_i windows of the source's stream from e x n_i on: each window floor(n_i / len)
+or ceil(n_i / len) times an epoch, as in readers.numpy. So both readers draw the same
+number of windows from each source, out of the same windows; which ones and their order
+differ (readers.numpy takes a fresh permutation of each source every epoch, tf.data goes
+round each source in its written order, every window before any again).
 
-Why not make_dataset's shuffled stream: its shard shuffle reshuffles every pass from a
-seed generator, and an iterator restored from a checkpoint drew another file order than
-the one never stopped at some later pass (TensorFlow 2.21's parallel interleave, whose
-checkpoint races with it); every part here is a pure function of its position, so a
-checkpoint of the iterator (readers.checkpoints names the mixture in it) resumes exactly.
+Every part here is a pure function of its position (a choice, of the seed, the epoch,
+the place and the windows left, which the iterator's state holds), so a checkpoint of
+the iterator (readers.checkpoints names the mixture in it) resumes exactly.
 """
 from __future__ import annotations
 
 import functools
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from readers import checkpoints
@@ -35,6 +32,8 @@ from readers.selection import Selection, flag, optional_whole_number, whole_numb
 
 # The seed word of the choice stream (readers.mixture's are numpy's, for its own streams).
 _CHOICE = 0x6D697833
+# Windows an epoch at most: an epoch's places are int64.
+MAX_EPOCH_WINDOWS = 2 ** 63 - 1
 
 
 def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int = 64, *,
@@ -56,8 +55,9 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
       seed: whole number >= 0: where each source's windows go in an epoch (the same
         seed, the same batches; each epoch another order).
       repeat: epochs without end (False: one epoch).
-      epoch_windows: windows an epoch (default: the sum of the sources' windows); source
-        i gives round(w_i x epoch_windows) of them, exactly (readers.mixture).
+      epoch_windows: windows an epoch, at most MAX_EPOCH_WINDOWS (default: the sum of
+        the sources' windows); source i gives round(w_i x epoch_windows) of them,
+        exactly (readers.mixture).
       drop_remainder, features, float_pixels, keep_float16, clip: as `make_dataset`'s,
         for every source (one clip for all).
 
@@ -81,10 +81,10 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
                               keep_float16=keep_float16, clip=clip)
         streams.append(stream.unbatch().map(functools.partial(_with_source, i)))
     refuse_unlike([_signature(s) for s in streams], names)
-    counts = epoch_counts(weights, size)
-    choices = (tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(size)).map(
-        functools.partial(_choice, bounds=tf.constant(np.cumsum(counts), tf.int64),
-                          size=size, key=seed_words(_CHOICE, seed)))
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    choices = epochs.flat_map(functools.partial(
+        _epoch_choices, counts=tf.constant(epoch_counts(weights, size), tf.int64),
+        key=seed_words(_CHOICE, seed)))
     ds = tf.data.Dataset.choose_from_datasets(streams, choices)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return checkpoints.identified(ds, _identity(
@@ -96,14 +96,14 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
 def _epoch_windows(epoch_windows: Optional[int], selections: list[Selection],
                    names: list[str], batch_size: int, *, drop_remainder: bool,
                    repeat: bool) -> int:
-    """Windows an epoch: `epoch_windows`, or the sum of the sources'. ValueError for a
-    source without windows (it cannot give its share), or an epoch shorter than a batch
-    that must be whole."""
+    """Windows an epoch: `epoch_windows` (at most MAX_EPOCH_WINDOWS), or the sum of the
+    sources'. ValueError for a source without windows (it cannot give its share), or an
+    epoch shorter than a batch that must be whole."""
     empty = [i for i, s in enumerate(selections) if not s.windows]
     if empty:
         raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
                          "an epoch")
-    size = optional_whole_number("epoch_windows", epoch_windows, 1) or sum(
+    size = optional_whole_number("epoch_windows", epoch_windows, 1, MAX_EPOCH_WINDOWS) or sum(
         s.windows for s in selections)
     if size < batch_size and (drop_remainder or repeat):
         raise ValueError(f"an epoch of this mixture has {size} windows, fewer than "
@@ -140,15 +140,26 @@ def _with_source(index: int, window: dict[str, tf.Tensor]) -> dict[str, tf.Tenso
     return {**window, SOURCE: tf.constant(index, tf.int64)}
 
 
-def _choice(k: tf.Tensor, *, bounds: tf.Tensor, size: int, key: int) -> tf.Tensor:
-    """The source of the k-th window of the mixture: position k mod size of epoch
-    k // size, permuted by the epoch's stateless shuffle, falls in one source's range of
-    [0, size) (the first n_0 positions source 0's, ...)."""
-    epoch, position = k // size, k % size
-    shuffled = tf.random.experimental.index_shuffle(
-        position, tf.stack([tf.constant(key, tf.int64), epoch]), tf.constant(size - 1, tf.int64))
-    return tf.searchsorted(bounds, tf.reshape(shuffled, [1]), side="right",
-                           out_type=tf.int64)[0]
+def _epoch_choices(epoch: tf.Tensor, *, counts: tf.Tensor, key: int) -> tf.data.Dataset:
+    """The source of each window of epoch `epoch`, in order: source i `counts[i]` times,
+    drawn as from an urn of the epoch's windows, emptied. Each draw takes source i with
+    probability (its windows left) / (windows left), by a stateless uniform float64 of
+    (key, epoch, place): every arrangement of the epoch equally likely (to float64's
+    precision), as under a uniform permutation of its places, at any epoch size. The
+    places permuted by `tf.random.experimental.index_shuffle` (before issue 57), 4
+    rounds of a Simon cipher, mixed poorly at large sizes: at 10**9 windows, runs of
+    about 8 places from one source. A draw's state is the counts left, which the scan's
+    checkpoint keeps."""
+    epoch_key = tf.random.stateless_uniform([], tf.stack([tf.constant(key, tf.int64), epoch]),
+                                            minval=None, maxval=None, dtype=tf.int64)
+
+    def draw(left: tf.Tensor, place: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        below = tf.cast(tf.cumsum(left), tf.float64) / tf.cast(tf.reduce_sum(left), tf.float64)
+        uniform = tf.random.stateless_uniform([1], tf.stack([epoch_key, place]), dtype=tf.float64)
+        source = tf.searchsorted(below, uniform, side="right", out_type=tf.int64)[0]
+        return left - tf.one_hot(source, tf.size(left), dtype=tf.int64), source
+
+    return tf.data.Dataset.range(tf.reduce_sum(counts)).scan(counts, draw)
 
 
 def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_size: int,

@@ -17,6 +17,7 @@ from helpers import docs_code, run_apart
 
 import readers
 from readers.clips import Clip
+from readers.mixed_dataset import MAX_EPOCH_WINDOWS
 from readers.numpy import Mixture, MixtureBatches, WindowSource
 
 
@@ -234,6 +235,35 @@ def test_tf_and_numpy_mixtures_draw_the_same_windows_with_the_same_shares(kinds)
         assert tuple(np.bincount([s for s, _, _ in drawn])) == mixture.counts
         assert all(key[1:] in every[key[0]] for key in drawn)
     assert flat[:117] != flat[117:234]
+
+
+def _runs(sources: np.ndarray) -> np.ndarray:
+    """The lengths of the runs of one source in a row."""
+    return np.diff(np.flatnonzero(np.diff(np.r_[-1, sources, -1])))
+
+
+@pytest.mark.parametrize("weights", [(0.7, 0.3), (1, 1)], ids=["70-30", "1-1"])
+def test_the_tf_mixture_mixes_as_documented_at_its_largest_epoch(kinds, weights):
+    """60 batches of 64 from an epoch of the most windows mix_datasets takes: source 0's
+    count a batch varies around 64 w_0 by sqrt(64 w_0 w_1) (3.7 at 0.7/0.3, 4 at 1:1:
+    each window's source drawn for it), and its longest run of one source is what
+    3,840 such draws give (about 20 at 0.7, 11 at 0.5; the bounds below are passed
+    with probability under 1%). An index_shuffle of the epoch's places mixed an epoch of
+    10**9 windows by a spread of 8.1, and at 10**12 gave 40 draws in a row from one
+    source at 1:1 and a 0.70/0.29 split."""
+    share = weights[0] / sum(weights)
+    ds = readers.mix_datasets([(kinds["latent"], weights[0]), (kinds["float16"], weights[1])],
+                              "train", 64, seed=1, epoch_windows=MAX_EPOCH_WINDOWS,
+                              features=["start"])
+    sources = np.concatenate([batch["source"].numpy() for batch in ds.take(60)])
+    per_batch = (sources.reshape(60, 64) == 0).sum(axis=1)
+    spread = np.sqrt(64 * share * (1 - share))
+    assert abs(per_batch.mean() - 64 * share) < 3 * spread / np.sqrt(60)
+    assert 0.75 * spread < per_batch.std() < 1.25 * spread
+    assert _runs(sources).max() < (35 if share == 0.7 else 22)
+    with pytest.raises(ValueError, match=rf"^epoch_windows must be a whole number in \[1, "
+                                         rf"{MAX_EPOCH_WINDOWS}\], not {MAX_EPOCH_WINDOWS + 1}$"):
+        readers.mix_datasets([(kinds["latent"], 1)], epoch_windows=MAX_EPOCH_WINDOWS + 1)
 
 
 @pytest.mark.slow

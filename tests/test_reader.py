@@ -91,6 +91,8 @@ def test_a_seed_makes_the_order_reproducible_and_epochs_differ(dataset):
     first = _order(readers.make_dataset(dataset, batch_size=4, seed=3))
     assert first == _order(readers.make_dataset(dataset, batch_size=4, seed=3))
     assert first != _order(readers.make_dataset(dataset, batch_size=4, seed=4))
+    once = readers.make_dataset(dataset, batch_size=4, seed=3)   # Keras' fit: iter() an epoch
+    assert _order(once) == first and _order(once) != first
     windows = readers.load_spec(dataset).splits["train"].windows
     repeated = _order(readers.make_dataset(dataset, batch_size=1, seed=3, repeat=True)
                       .take(2 * windows))

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from format_datasets import kind_videos, write_dataset
 from helpers import (
     random_videos,
     run_job,
@@ -19,28 +20,52 @@ from helpers import (
 
 import readers
 from readers.clips import Clip
-from readers.numpy import EpochBatches, WindowSource
+from readers.numpy import EpochBatches, Select, WindowSource
+
+
+@pytest.fixture(scope="module")
+def eight_shards(tmp_path_factory) -> str:
+    """kind_videos' 10 latent videos (113 windows of 4 every 2) in 8 shards, written by
+    format_datasets (the job's bytes, without a job run)."""
+    return write_dataset(tmp_path_factory.mktemp("eight") / "out", kind_videos()["lat"],
+                         "--window", "4", "--stride", "2", "--num_shards", "8")
+
+
+def _tf_keys(iterator, steps: int) -> list:
+    """(video_id, start, clip_offset) of each window of the next `steps` batches."""
+    return [list(zip(b["video_id"].numpy().tolist(), b["start"].numpy().tolist(),
+                     b["clip_offset"].numpy().tolist(), strict=True))
+            for b in (next(iterator) for _ in range(steps))]
 
 
 @pytest.mark.slow
-def test_the_tf_reader_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
-    path = kinds["latent"]
-    windows = readers.load_spec(path).splits["train"].windows
-    steps = 2 * windows // 3 + 3            # past the first epoch's end
+@pytest.mark.parametrize("select", [None, Select(exclude_videos=["lat-0.tfrecord:1",
+                                                                 "lat-1.tfrecord:3"])],
+                         ids=["whole", "select"])
+def test_the_tf_reader_resumes_exactly_from_a_checkpoint(eight_shards, tmp_path, select):
+    """Over six passes of 8 shards, with a clip: restored in the first pass, mid-pass in
+    later ones and at a pass boundary, the batches are those of the run never stopped.
+    Each pass reshuffles the shards: restored iterators drew other shard orders from
+    the second pass on (TensorFlow's parallel interleave drops its spent input, the
+    shard shuffle whose seed generator chose each pass's order)."""
+    def reader():
+        return iter(readers.make_dataset(eight_shards, batch_size=4, seed=5, repeat=True,
+                                         clip=Clip(2, seed=3), select=select))
 
-    def keys(iterator, n):
-        return [[(v, int(s))
-                 for v, s in zip(b["video_id"].numpy(), b["start"].numpy(), strict=True)]
-                for b in (next(iterator) for _ in range(n))]
-
-    straight = keys(iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True)), steps)
-    for stop in (1, steps // 2, windows // 3, steps - 2):
-        iterator = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True))
-        assert keys(iterator, stop) == straight[:stop]
-        saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / f"c{stop}" / "ckpt"))
-        resumed = iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True))
+    windows = len(WindowSource(eight_shards, select=select))
+    steps = -(-6 * windows // 4)           # six passes
+    straight = _tf_keys(reader(), steps)
+    flat = [key for batch in straight for key in batch]
+    passes = [sorted(key[:2] for key in flat[p * windows:(p + 1) * windows]) for p in range(6)]
+    assert all(keys == passes[0] for keys in passes) and len(set(passes[0])) == windows
+    # in the first pass, mid second, at the end of the second, mid fifth, in the sixth
+    for stop in (1, 3 * windows // 8, windows // 2, 9 * windows // 8, steps - 2):
+        iterator = reader()
+        assert _tf_keys(iterator, stop) == straight[:stop]
+        saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / f"c{stop}" / "c"))
+        resumed = reader()
         tf.train.Checkpoint(iterator=resumed).restore(saved).assert_consumed()
-        assert keys(resumed, steps - stop) == straight[stop:], stop
+        assert _tf_keys(resumed, steps - stop) == straight[stop:], stop
 
 
 def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path):
