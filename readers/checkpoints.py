@@ -81,10 +81,16 @@ def _refusal(saved: dict[str, str], now: dict[str, str]) -> str:
 
 
 _IDENTIFIED = _classes()
+# The pipelines' graph, as a checkpoint saves it with its state: a change to it (2: each
+# pass's order from seed words the checkpoint keeps, mixtures drawn from what is left)
+# makes a new one, so that a checkpoint of an older one is refused in this module's
+# line, not in TensorFlow's ("the dataset definition has changed").
+PIPELINE = "readers' tf.data pipeline 2"
 
 
 def identified(ds: tf.data.Dataset, identity: dict[str, str]) -> tf.data.Dataset:
     """`ds`, whose eager iterators save `identity` (what it reads, in words, by aspect:
-    dataset, split, ...) with their state and refuse to be restored from a checkpoint
-    that saved another."""
+    dataset, split, ...) and the PIPELINE with their state, and refuse to be restored
+    from a checkpoint that saved another."""
+    identity = {**identity, "pipeline": PIPELINE}
     return ds if _IDENTIFIED is None else _IDENTIFIED(ds, identity)

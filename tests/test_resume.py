@@ -96,6 +96,26 @@ def test_a_tf_checkpoint_restored_on_another_dataset_is_refused(kinds, tmp_path)
         assert now in str(refused.value) and "\n" not in str(refused.value)
 
 
+def test_a_tf_checkpoint_of_an_older_pipeline_is_refused_in_one_line(kinds, tmp_path,
+                                                                     monkeypatch):
+    """A pipeline's graph is saved with its state: a checkpoint of the pipeline before
+    each pass's order came from seed words failed in TensorFlow's words ("the dataset
+    definition has changed"). One saved by another PIPELINE is refused, naming it."""
+    from readers import checkpoints
+    with monkeypatch.context() as older:
+        older.setattr(checkpoints, "PIPELINE", "readers' tf.data pipeline 1")
+        iterator = iter(readers.make_dataset(kinds["latent"], batch_size=2, seed=1,
+                                             repeat=True))
+        next(iterator)
+        saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / "ckpt"))
+    now = iter(readers.make_dataset(kinds["latent"], batch_size=2, seed=1, repeat=True))
+    with pytest.raises(ValueError, match=r"they differ in pipeline \(\[readers' tf.data "
+                                         r"pipeline 1\] saved, \[readers' tf.data pipeline 2"
+                                         r"\] now\): restore it on a reader of what it read, "
+                                         r"or start this one afresh$"):
+        tf.train.Checkpoint(iterator=now).restore(saved)
+
+
 def test_a_state_saved_before_an_append_is_refused(tmp_path, rng):
     """An append changes the permutation (it is over every window): step k of the old
     epoch does not name the same windows in the grown one."""
