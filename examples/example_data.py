@@ -1,6 +1,7 @@
-"""Small datasets the examples make for themselves when they are given no `--data`: the
-job (beam_jobs.make_shards, which needs `pip install -e ".[beam]"`) run on inputs written
-here. A trainer with a dataset of its own passes `--data` and needs none of this.
+"""The examples' datasets: the small ones they make for themselves when they are given
+no `--data` (the job, beam_jobs.make_shards, which needs `pip install -e ".[beam]"`, run
+on inputs written here), and the check of one given with `--data` (`checked`): that it
+holds the kind of windows the example reads, refused in one line if not.
 
     python examples/example_data.py latent DIR     # the README's sample, cut by the job
     python examples/example_data.py fire DIR       # synthetic fire videos, cut by the job
@@ -12,10 +13,63 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from typing import NoReturn, Optional
 
 import numpy as np
 
+from readers import load_spec
+from readers.format import DatasetSpec
+
 DATASET = "dataset"   # the job's output under the directory given
+# What each example reads, as its refusals name it.
+KINDS = {"latent": "latent windows [L, C] (the README's first command makes some)",
+         "fire": "pixel windows [L, H, W, C] with one label a frame (a manifest's "
+                 "`labels`, README)"}
+
+
+def refuse(message: str) -> NoReturn:
+    """End the example with `message` in one line, and argparse's exit status for a
+    usage error (2): no traceback."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def checked(data: str, kind: str, split: str = "train",
+            batch_size: Optional[int] = None) -> DatasetSpec:
+    """`data`'s dataset.json, when it holds the `kind` of windows an example reads (KINDS)
+    in `split`, and (`batch_size`: an example that drops a short batch) a whole batch of
+    them; else `refuse`, saying what it lacks."""
+    try:
+        spec = load_spec(data)
+    except (OSError, ValueError) as e:
+        refuse(f"--data: {e}")
+    lacks = _lacks(spec, kind)
+    if lacks:
+        refuse(f"--data {data}: {lacks}; this example reads {KINDS[kind]}")
+    if split not in spec.splits or not spec.splits[split].windows:
+        refuse(f"--data {data}: it has no windows in split {split!r} (its splits: "
+               f"{', '.join(f'{name} {s.windows}' for name, s in spec.splits.items())})")
+    if batch_size is not None and batch_size > spec.splits[split].windows:
+        refuse(f"--batch_size {batch_size}: more than the {spec.splits[split].windows} "
+               f"windows of split {split!r}: not one whole batch")
+    return spec
+
+
+def _lacks(spec: DatasetSpec, kind: str) -> str:
+    """What `spec` lacks to be read by an example of `kind` (empty: nothing)."""
+    shape = spec.feature("window").shape
+    if kind == "latent":
+        return f"its windows are pixels {list(shape)}" if len(shape) != 2 else ""
+    if len(shape) != 4:
+        return f"its windows are latents {list(shape)}"
+    if "labels" not in [f.name for f in spec.features]:
+        return "it has no labels"
+    if spec.feature("labels").shape != shape[:1]:
+        return f"its labels are {list(spec.feature('labels').shape)} a window"
+    if not {"window", "labels"} <= set(spec.stats.get("train", {})):
+        return "it has no statistics of the train split's window and labels"
+    return ""
 
 
 def _made(directory: str) -> tuple[str, bool]:

@@ -24,6 +24,20 @@ What it does, and why:
   DataLoader's sampler; `--checkpoint FILE` saves the model, the optimizer and the plan's
   state every `--checkpoint_every` steps and at each epoch's end, and the same command
   goes on from it with the batches a run never stopped would have had.
+- Every read holds `--batch_size` windows at most, validation's too (it once read 64 at
+  a time whatever the flag said: at 540x960, 12.7 GB of float32 frames alone). Memory
+  at the fire story's full size, 540x960 frames in windows of 32 (each window 200 MB
+  as float32), 6 steps and a validation split of 4 windows, the peak of the process
+  tree's summed PSS sampled every 0.1 s: 2.4 GB at `--batch_size 1` (the training
+  process 1.3 GB of it) and 4.6 GB at 2 (2.3 GB): about 2.1 GB a window of the batch,
+  held in the loop, in the model's activations and in each worker's 2 batches read
+  ahead (the DataLoader's `prefetch_factor`). So the default 16 would need about 34 GB
+  there: pass 1 or 2, or have the job store frames smaller (`--frame_size 270x480`).
+- The DataLoader's workers start with `readers.workers.end_with_parent`: a killed
+  trainer takes them along (latent_gpt_torch.py says why it is needed).
+- Its numbers are checked as they are parsed, and `--data` against what it reads
+  (pixel windows [L, H, W, C] with one label a frame, the train split's statistics, a
+  whole batch of them): a mistake is one line naming the flag, not a traceback.
 """
 from __future__ import annotations
 
@@ -34,29 +48,38 @@ import os
 from typing import Any, Optional
 
 import torch
+from example_data import checked, fire_dataset
 from torch import nn
 
-from readers import load_spec
-from readers.format import ChannelStats
+from readers.format import ChannelStats, DatasetSpec
+from readers.format.numbers import whole_number_type
 from readers.numpy import EpochBatches, WindowSource
+from readers.workers import end_with_parent
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """The command line, each number checked (argparse's error, naming the flag)."""
+    count = whole_number_type(1)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a dataset of pixel windows with labels (default: "
                         "make small synthetic fires under --workdir)")
     parser.add_argument("--workdir", default="example_data/fire")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--epochs", type=count, default=10)
+    parser.add_argument("--steps", type=count, default=None,
                         help="stop after this many steps in all (default: all epochs)")
-    parser.add_argument("--batch_size", type=int, default=16, help="windows a step")
+    parser.add_argument("--batch_size", type=count, default=16,
+                        help="windows a step, and a validation batch")
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    parser.add_argument("--seed", type=whole_number_type(0, 2**32 - 1), default=0)
+    parser.add_argument("--workers", type=whole_number_type(0), default=2,
+                        help="DataLoader worker processes")
     parser.add_argument("--checkpoint", default=None,
                         help="a file: saved as the run goes, resumed from when it exists")
-    parser.add_argument("--checkpoint_every", type=int, default=50, help="steps")
-    return parser.parse_args(argv)
+    parser.add_argument("--checkpoint_every", type=count, default=50, help="steps")
+    args = parser.parse_args(argv)
+    if not 0 < args.lr < math.inf:
+        parser.error(f"argument --lr: must be a number > 0, got {args.lr}")
+    return args
 
 
 def prepare(batch: dict[str, Any], pixels: ChannelStats, labels: ChannelStats
@@ -91,20 +114,20 @@ def masked_mse(predicted: torch.Tensor, target: torch.Tensor,
     return (((predicted - target) ** 2) * weights).sum() / weights.sum().clamp(min=1)
 
 
-def validation_rmse(model: nn.Module, data: str, prepare_batch: Any,
-                    labels: ChannelStats) -> Optional[float]:
+def validation_rmse(model: nn.Module, data: str, spec: DatasetSpec, prepare_batch: Any,
+                    labels: ChannelStats, batch_size: int) -> Optional[float]:
     """The root mean squared error in the labels' own units (kW) over the validation
-    split's real frames, or None without one."""
-    if "validation" not in load_spec(data).splits:
+    split's real frames, read `batch_size` windows at a time, as training reads them (a
+    fixed larger batch once held more in memory than training ever did), or None
+    without one."""
+    if "validation" not in spec.splits or not spec.splits["validation"].windows:
         return None
     source = WindowSource(data, "validation", ["window", "mask", "labels"],
                           transform=prepare_batch)
-    if not len(source):
-        return None
     total, weight = 0.0, 0.0
     with torch.no_grad():
-        for start in range(0, len(source), 64):
-            batch = source[list(range(start, min(start + 64, len(source))))]
+        for start in range(0, len(source), batch_size):
+            batch = source[list(range(start, min(start + batch_size, len(source))))]
             predicted = labels.denormalize(model(torch.as_tensor(batch["frames"])))
             truth = labels.denormalize(torch.as_tensor(batch["labels"]))
             weights = torch.as_tensor(batch["weights"])
@@ -115,11 +138,9 @@ def validation_rmse(model: nn.Module, data: str, prepare_batch: Any,
 
 def train(args: argparse.Namespace) -> float:
     """The training loop; returns the last step's loss (on normalised labels)."""
-    data = args.data
-    if data is None:
-        from example_data import fire_dataset
-        data = fire_dataset(args.workdir)
-    stats = load_spec(data).stats["train"]
+    data = args.data if args.data is not None else fire_dataset(args.workdir)
+    spec = checked(data, "fire", batch_size=args.batch_size)
+    stats = spec.stats["train"]
     prepare_batch = functools.partial(prepare, pixels=stats["window"], labels=stats["labels"])
     source = WindowSource(data, "train", ["window", "mask", "labels"], transform=prepare_batch)
 
@@ -146,7 +167,8 @@ def train(args: argparse.Namespace) -> float:
         if epoch != plan.source.epoch:
             plan = plan_for(epoch)
         loader = torch.utils.data.DataLoader(plan.source, sampler=plan, batch_size=None,
-                                             num_workers=args.workers)
+                                             num_workers=args.workers,
+                                             worker_init_fn=end_with_parent)
         losses = []
         for batch_step, batch in enumerate(loader, start=plan.start_step):
             if step >= total:
@@ -166,7 +188,7 @@ def train(args: argparse.Namespace) -> float:
         if losses:
             print(f"epoch {epoch} steps {step} first loss {losses[0]:.4f} "
                   f"mean loss {sum(losses) / len(losses):.4f}", flush=True)
-    rmse = validation_rmse(model, data, prepare_batch, stats["labels"])
+    rmse = validation_rmse(model, data, spec, prepare_batch, stats["labels"], args.batch_size)
     print(f"final loss {last:.4f} after {step} steps"
           + (f"; validation RMSE {rmse:.1f} (labels' units; their std in train "
              f"{float(stats['labels'].std[0]):.1f})" if rmse is not None else ""), flush=True)

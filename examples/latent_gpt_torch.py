@@ -36,6 +36,14 @@ What each step does, and why:
   every rank has saved and goes on with the batches an unstopped run would have had.
   `--stop_after_step K` kills the process (SIGKILL) right after step K's checkpoint: a
   preemption, to try it.
+- The DataLoader's workers start with `readers.workers.end_with_parent`, so that a killed
+  rank takes them along, and their forkserver with them. PyTorch's own check watches a
+  worker's parent, which under forkserver is the forkserver, and the forkserver lives as
+  long as its workers: without it, each kill left a worker (about 250 MB) and its
+  forkserver running for good, holding the output pipe (`... | tail` never ended).
+- Its numbers are checked as they are parsed, and `--data` against what it reads (latent
+  windows [L, C] that hold a clip of `--clip` + 1 frames, in `--split`): a mistake is
+  one line naming the flag, not a traceback from deep in the loop.
 """
 from __future__ import annotations
 
@@ -50,42 +58,51 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from example_data import checked, latent_dataset, refuse
 from torch import nn
 
-from readers import load_spec
-from readers.clips import Clip
+from readers.clips import SEEDS, Clip
+from readers.format.numbers import whole_number_type
 from readers.numpy import EpochBatches, WindowSource
+from readers.workers import end_with_parent
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    """The command line, each number checked (argparse's error, naming the flag)."""
+    count = whole_number_type(1)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a dataset of latent windows (default: make one "
                         "under --workdir, as the README's first command does)")
     parser.add_argument("--workdir", default="example_data/latent_gpt",
                         help="where the dataset is made without --data")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--epochs", type=count, default=3)
+    parser.add_argument("--steps", type=count, default=None,
                         help="stop after this many steps in all (default: all epochs)")
-    parser.add_argument("--batch_size", type=int, default=16, help="windows a rank a step")
-    parser.add_argument("--clip", type=int, default=32,
+    parser.add_argument("--batch_size", type=count, default=16, help="windows a rank a step")
+    parser.add_argument("--clip", type=count, default=32,
                         help="frames the model reads (a clip of one more is read)")
-    parser.add_argument("--width", type=int, default=64, help="the transformer's width")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--width", type=count, default=64, help="the transformer's width")
+    parser.add_argument("--layers", type=count, default=2)
+    parser.add_argument("--heads", type=count, default=4, help="a divisor of --width")
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--seed", type=whole_number_type(0, SEEDS - 1), default=0)
+    parser.add_argument("--workers", type=whole_number_type(0), default=1,
                         help="DataLoader worker processes a rank (0: read in the loop)")
     parser.add_argument("--checkpoint", default=None,
                         help="a folder for each rank's checkpoints; a run resumes from it")
-    parser.add_argument("--checkpoint_every", type=int, default=20, help="steps")
-    parser.add_argument("--stop_after_step", type=int, default=None,
+    parser.add_argument("--checkpoint_every", type=count, default=20, help="steps")
+    parser.add_argument("--stop_after_step", type=count, default=None,
                         help="kill this process (SIGKILL) right after step K's checkpoint")
     parser.add_argument("--log_dir", default=None,
                         help="each rank writes rank<r>.jsonl there: a line a step with "
                              "its epoch, step, window numbers and the loss")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 0 < args.lr < math.inf:
+        parser.error(f"argument --lr: must be a number > 0, got {args.lr}")
+    if args.width % args.heads:
+        parser.error(f"argument --heads: must divide --width ({args.width}), got {args.heads}")
+    return args
 
 
 class GPT(nn.Module):
@@ -185,17 +202,19 @@ def train(args: argparse.Namespace) -> float:
     data = args.data
     if data is None:
         if rank == 0:
-            from example_data import latent_dataset
             latent_dataset(args.workdir)
         if dist.is_initialized():
             dist.barrier()
         data = os.path.join(args.workdir, "dataset")
 
-    spec = load_spec(data)
+    spec = checked(data, "latent", args.split)
     names = [f.name for f in spec.features]
     features = ["window", "mask"] + (["metadata"] if "metadata" in names else [])
-    dim = spec.feature("window").shape[-1]
+    length, dim = spec.feature("window").shape
     metadata = spec.feature("metadata").shape[0] if "metadata" in names else 0
+    if args.clip >= length:
+        refuse(f"--clip {args.clip}: the model reads a clip of {args.clip + 1} frames, "
+               f"more than the dataset's windows hold ({length})")
     clip = Clip(args.clip + 1, offset="random", seed=args.seed)
     # the target's shift runs where each batch is read: in the DataLoader's workers
     source = WindowSource(data, args.split, features, clip=clip, transform=next_latent)
@@ -237,7 +256,8 @@ def train(args: argparse.Namespace) -> float:
             plan = plan_for(epoch)   # a new plan each epoch: the epoch's permutation
         loader = torch.utils.data.DataLoader(
             plan.source, sampler=plan, batch_size=None, num_workers=args.workers,
-            multiprocessing_context="forkserver" if args.workers else None)
+            multiprocessing_context="forkserver" if args.workers else None,
+            worker_init_fn=end_with_parent)   # the workers die with this process
         for batch_step, batch in enumerate(loader, start=plan.start_step):
             if step >= total:
                 break

@@ -4,12 +4,14 @@ Fixtures live in conftest.py. TensorFlow, Beam and job_process.py are imported b
 helpers that use them, not here: tests/readers_only/ imports this module without them."""
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import json
 import os
 import pathlib
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +98,28 @@ def command(*args: str, cwd=None, env=None, timeout: float = 600
     return subprocess.run([sys.executable, "-m", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                           timeout=timeout)
+
+
+def session_processes(session: int) -> list[str]:
+    """The processes of `session` (the pid of a process started with start_new_session)
+    still running, one 'pid state command' line each; a zombie, dead and waiting to be
+    reaped, is not one."""
+    listed = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(session)],
+                            capture_output=True, text=True).stdout.splitlines()
+    return [line.strip() for line in listed if not line.split()[1].startswith("Z")]
+
+
+def assert_session_ends(session: int) -> None:
+    """That every process of `session` ends once its leader is dead (a worker, a
+    forkserver, a resource tracker): waited for within a bound that only guards against
+    a hang; those still running then are killed (the test's own), and named."""
+    deadline = time.monotonic() + 60
+    while (left := session_processes(session)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for line in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert not left, "\n".join(left)
 
 
 def failures_by_video(out) -> dict:

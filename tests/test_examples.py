@@ -3,7 +3,7 @@ model can learn, and each example, run as a user runs it, learns (its loss falls
 DDP one sees every window once an epoch, and a killed run resumes with the batches it
 would have had."""
 import filecmp
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import assert_verified
+from format_datasets import kind_videos, write_kind
+from helpers import assert_session_ends, assert_verified
 
 from beam_jobs.sample import write_latent_sample
 from readers import load_spec
@@ -57,27 +58,44 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
-def _example_data():
-    """examples/example_data.py, the examples' own dataset maker."""
-    spec = importlib.util.spec_from_file_location("example_data",
-                                                  os.path.join(EXAMPLES, "example_data.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _example(name: str):
+    """examples/NAME.py imported in this process, with examples/ on the path as a script
+    run there has it (the examples import example_data, their datasets' maker)."""
+    if EXAMPLES not in sys.path:
+        sys.path.insert(0, EXAMPLES)
+    return importlib.import_module(name)
+
+
+def _env() -> dict:
+    """This tree's readers and beam_jobs first on the path (PYTHONPATH: an editable
+    install may point elsewhere)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
 def _run(*argv: str, cwd, ok: bool = True) -> subprocess.CompletedProcess:
     """An example as a user runs it (`python examples/x.py ...`, `torchrun ...`), in its
-    own process, importing this tree's readers and beam_jobs (PYTHONPATH: an editable
-    install may point elsewhere)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    own process, importing this tree's readers and beam_jobs."""
     result = subprocess.run([sys.executable, *map(str, argv)], capture_output=True,
-                            text=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            text=True, cwd=cwd, env=_env(), stdin=subprocess.DEVNULL,
                             timeout=600)
     if ok:
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return result
+
+
+def _killed(*argv: str, cwd) -> None:
+    """An example run as `_run` runs it that kills itself (`--stop_after_...`), in a
+    session of its own, its output in a file (not a pipe, which a process left behind
+    would hold open): once it is dead, every process of its session ends too."""
+    with open(os.path.join(cwd, "killed.out"), "w") as out:
+        example = subprocess.Popen([sys.executable, *map(str, argv)], stdout=out,
+                                   stderr=subprocess.STDOUT, cwd=cwd, env=_env(),
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        status = example.wait(timeout=600)
+    with open(os.path.join(cwd, "killed.out")) as f:
+        assert status != 0, f.read()[-4000:]
+    assert_session_ends(example.pid)
 
 
 def _steps(log_dir, rank: int) -> list[dict]:
@@ -90,8 +108,8 @@ def latents(tmp_path_factory) -> str:
     """57 windows of 20 latents (8 videos of the sample's kind): an odd number, so that
     two ranks leave one out an epoch, and 28 a rank, which batches of 5 do not divide."""
     root = tmp_path_factory.mktemp("latents")
-    out = _example_data().latent_dataset(str(root), videos=8, frames=(60, 100), window=20,
-                                         stride=10)
+    out = _example("example_data").latent_dataset(str(root), videos=8, frames=(60, 100),
+                                                  window=20, stride=10)
     assert_verified(out)
     assert load_spec(out).splits["train"].windows == 57
     return out
@@ -150,6 +168,15 @@ def test_the_gpt_killed_then_resumed_gets_the_batches_of_a_run_never_stopped(
         assert _steps(tmp_path / "resumed", rank) == never_stopped
 
 
+@pytest.mark.slow
+def test_a_killed_gpt_takes_its_dataloader_worker_and_forkserver_along(latents, tmp_path):
+    """One process (no torchrun, which kills its ranks' process groups), SIGKILLed by
+    its own --stop_after_step: its DataLoader worker and the forkserver that made it
+    end too, where they once ran on for good, holding the output pipe."""
+    _killed(*GPT, "--data", latents, "--stop_after_step", "1", "--checkpoint",
+            tmp_path / "ckpt", cwd=tmp_path)
+
+
 def _final(stdout: str) -> dict[str, float]:
     """The figures of an example's last line: 'final loss X ...; validation RMSE Y (...
     their std in train Z)'."""
@@ -165,7 +192,7 @@ def _final(stdout: str) -> dict[str, float]:
 def fires(tmp_path_factory) -> str:
     """The examples' small synthetic fires (with missing frames: masks 0), as the fire
     examples make them without --data."""
-    out = _example_data().fire_dataset(str(tmp_path_factory.mktemp("fires")), videos=16)
+    out = _example("example_data").fire_dataset(str(tmp_path_factory.mktemp("fires")), videos=16)
     assert_verified(out)
     spec = load_spec(out)
     assert spec.splits["train"].bad_frames > 0 and spec.stats["train"]["labels"].count > 0
@@ -185,14 +212,101 @@ def test_the_torch_fire_regressor_learns_from_normalised_labels(fires, tmp_path)
 
 
 @pytest.mark.slow
-def test_the_keras_fire_regressor_makes_its_data_and_learns(tmp_path):
+def test_the_keras_fire_regressor_makes_its_data_learns_and_resumes_an_epoch(tmp_path):
     """Run as it stands, with no --data: it makes its fires (a dataset that verifies),
-    then its last epoch's mean loss is under a fifth of its first's, and its validation
-    error in kW under a fifth of the labels' spread."""
-    result = _run(os.path.join(EXAMPLES, "fire_regressor_keras.py"), "--epochs", "3",
-                  "--workdir", tmp_path / "fire", "--seed", "0", cwd=tmp_path)
+    is killed after epoch 2's backup, and the same command resumes at epoch 3 and says
+    so (not "first epoch"); its last epoch's mean loss is under a fifth of epoch 1's, and
+    its validation error in kW under a fifth of the labels' spread."""
+    command = [os.path.join(EXAMPLES, "fire_regressor_keras.py"), "--epochs", "3",
+               "--workdir", tmp_path / "fire", "--seed", "0", "--checkpoint", tmp_path / "ck"]
+    killed = _run(*command, "--stop_after_epoch", "2", cwd=tmp_path, ok=False)
+    assert killed.returncode == -9, (killed.stdout + killed.stderr)[-3000:]
     assert_verified(tmp_path / "fire" / "dataset")
-    first = float(re.search(r"first epoch ([\d.]+)", result.stdout).group(1))
-    figures = _final(result.stdout)
-    assert figures["final"] < 0.2 * first, result.stdout
-    assert figures["rmse"] < 0.2 * figures["std"], result.stdout
+    first = float(re.search(r"loss: ([\d.]+)", killed.stdout).group(1))   # epoch 1's
+    resumed = _run(*command, cwd=tmp_path)
+    assert re.search(r"after 3 epochs of \d+ steps \(resumed at epoch 3: [\d.]+\)",
+                     resumed.stdout), resumed.stdout
+    figures = _final(resumed.stdout)
+    assert figures["final"] < 0.2 * first, (killed.stdout, resumed.stdout)
+    assert figures["rmse"] < 0.2 * figures["std"], resumed.stdout
+
+
+# --- what the examples refuse, in one line ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_kinds(tmp_path_factory) -> dict[str, str]:
+    """Latent windows [4, 3] and png windows [4, 24, 32, 3] with two labels a frame
+    (format_datasets: numpy only, no job run)."""
+    root, videos = tmp_path_factory.mktemp("kinds"), kind_videos()
+    return {name: write_kind(str(root / name), name, videos) for name in ("latent", "png")}
+
+
+def _refusal(name: str, argv: list, capsys) -> str:
+    """examples/NAME.py run on `argv` in this process (in the test's folder: one that
+    does not refuse makes its data there) until it refuses: exit status 2 and one line
+    saying why, no traceback. That line."""
+    module = _example(name)
+    with pytest.raises(SystemExit) as refused:
+        module.train(module.parse_args([str(a) for a in argv]))
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "Traceback" not in err, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
+REFUSALS = [   # (example, its arguments, what its line says); "{...}": a dataset
+    ("latent_gpt_torch", ["--data", "{missing}"], "is not a finished dataset"),
+    ("latent_gpt_torch", ["--data", "{fires}"],
+     "its windows are pixels [8, 32, 48, 3]; this example reads latent windows [L, C]"),
+    ("latent_gpt_torch", ["--data", "{latent}", "--clip", "4"],
+     "--clip 4: the model reads a clip of 5 frames, more than the dataset's windows hold (4)"),
+    ("latent_gpt_torch", ["--data", "{latent}", "--split", "validation"],
+     "it has no windows in split 'validation' (its splits: train 98, test 17, empty 0)"),
+    ("latent_gpt_torch", ["--clip", "0"], "argument --clip: must be a whole number >= 1, got 0"),
+    ("latent_gpt_torch", ["--epochs", "-1"], "argument --epochs: must be a whole number >= 1"),
+    ("latent_gpt_torch", ["--heads", "3"], "argument --heads: must divide --width (64), got 3"),
+    ("latent_gpt_torch", ["--lr", "nan"], "argument --lr: must be a number > 0, got nan"),
+    ("fire_regressor_torch", ["--data", "{latent}"],
+     "its windows are latents [4, 3]; this example reads pixel windows [L, H, W, C]"),
+    ("fire_regressor_torch", ["--data", "{png}"], "its labels are [4, 2] a window"),
+    ("fire_regressor_torch", ["--data", "{fires}", "--batch_size", "1000"],
+     "--batch_size 1000: more than the"),
+    ("fire_regressor_torch", ["--workers", "-1"], "argument --workers: must be a whole number"),
+    ("fire_regressor_keras", ["--epochs", "0"], "argument --epochs: must be a whole number >= 1"),
+    ("fire_regressor_keras", ["--data", "{latent}"], "its windows are latents [4, 3]"),
+    ("fire_regressor_keras", ["--epochs", "2", "--stop_after_epoch", "2"],
+     "argument --stop_after_epoch: must be less than --epochs (2), got 2"),
+]
+
+
+@pytest.mark.parametrize("name, argv, said", REFUSALS,
+                         ids=[f"{name}:{' '.join(argv)}" for name, argv, _ in REFUSALS])
+def test_each_example_refuses_a_wrong_argument_or_dataset_in_one_line(
+        name, argv, said, fires, small_kinds, tmp_path, monkeypatch, capsys):
+    """Before it reads anything: a mistake was a traceback from deep in the loop (a torch
+    dtype error, `KeyError: 'labels'`, Keras's `KeyError: 'loss'` after 0 epochs), or a
+    run that did nothing and exited 0 (`--epochs -1`), or trained on empty clips
+    (`--clip 0`: loss 0.0000)."""
+    monkeypatch.chdir(tmp_path)
+    datasets = {"fires": fires, "missing": tmp_path / "nothing", **small_kinds}
+    line = _refusal(name, [a.format(**datasets) for a in argv], capsys)
+    assert "error: " in line and said in line, line
+
+
+def test_the_torch_fire_regressor_validates_in_batches_of_its_batch_size(
+        fires, monkeypatch, capsys):
+    """Every batch its model sees holds --batch_size windows or fewer, validation's too
+    (which once read 64 whatever --batch_size was: at 540x960 frames, windows of 32,
+    --batch_size 2 peaked at 7.3 GB where 3.9 GB is its own)."""
+    module = _example("fire_regressor_torch")
+    seen = []
+
+    class Recording(module.Regressor):
+        def forward(self, frames):
+            seen.append(len(frames))
+            return super().forward(frames)
+
+    monkeypatch.setattr(module, "Regressor", Recording)
+    module.train(module.parse_args(["--data", fires, "--batch_size", "3", "--epochs", "1",
+                                    "--steps", "2", "--workers", "0"]))
+    assert "validation RMSE" in capsys.readouterr().out
+    assert len(seen) > 2 and max(seen) == 3, seen

@@ -15,6 +15,7 @@ import pytest
 from helpers import (
     assert_same_windows,
     assert_verified,
+    docs_code,
     index_offsets,
     read_dataset_json,
     windows_by_key,
@@ -22,6 +23,7 @@ from helpers import (
 )
 
 from readers import selection
+from readers.clips import Clip
 from readers.format import numbers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
@@ -380,6 +382,32 @@ def test_grain_reads_a_window_source(datasets):
         assert batch["video_id"].dtype.kind == "S" and batch["window"].dtype == np.float32
         seen += [(v, int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
     assert len(seen) == len(set(seen)) == len(source)
+
+
+@pytest.mark.slow
+def test_grain_reads_each_epoch_with_its_own_clips_as_the_docs_show(datasets):
+    """docs/readers.md's Grain loop, a loader per epoch over `source.for_epoch(epoch)`
+    (two workers): each epoch reads every window once, with that epoch's clips (one
+    loader over 3 epochs gave every epoch the first's: Grain hands a source the window's
+    number, never the epoch)."""
+    pytest.importorskip("grain.python")
+    docs = {"__name__": "grain_docs"}          # its `__main__` part does not run
+    exec(docs_code("readers.md", "Grain and JAX"), docs)
+    source = WindowSource(datasets["latent"], "train", clip=Clip(2))
+    epochs = []
+    for epoch in (0, 1):
+        read = {}
+        for batch in docs["epoch_loader"](source, epoch, batch_size=1):
+            read.update(_clips_by_window(batch))
+        assert read == _clips_by_window(source.for_epoch(epoch)[:])
+        epochs.append(read)
+    assert epochs[0] != epochs[1]
+
+
+def _clips_by_window(batch) -> dict:
+    """(video_id, start) -> clip_offset, of each window of a batch."""
+    return {(video, int(start)): int(offset) for video, start, offset in
+            zip(batch["video_id"], batch["start"], batch["clip_offset"], strict=True)}
 
 
 @pytest.mark.slow
