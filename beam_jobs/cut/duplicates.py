@@ -131,6 +131,7 @@ class FindDuplicates(beam.PTransform):
         super().__init__()
         self._config, self._known = config, known
 
+    @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
     def expand(self, inputs) -> Duplicates:
         videos, abandoned, bad_frames = inputs
         config, known = self._config, self._known
