@@ -78,6 +78,26 @@ def job_line(capsys, *argv: str, status: int = 2) -> str:
     return err.strip().splitlines()[-1]
 
 
+# What the lines in docs/guarantees.md's table of paused and fenced runs stand for.
+_EXIT_PLACEHOLDERS = re.compile(r"\b(OUT|RUNNER|RUN|PID|HOST|STARTED|JOB|STATE)\b")
+
+
+def assert_documented_exit(status: int, line: str) -> None:
+    """Check that docs/guarantees.md's table of how a paused or fenced run ends has a
+    row of exit `status` that gives `line`, the command's last line on stderr (its OUT,
+    RUN, JOB... standing for any text)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "guarantees.md")) as f:
+        text = f.read()
+    table = text[text.index("### How a paused or fenced run ends"):]
+    table = table[:table.index("\n#")]
+    said = line.removeprefix("python -m beam_jobs.make_shards: ")
+    documented = [_EXIT_PLACEHOLDERS.sub(".+", re.escape(quoted))
+                  for row in table.splitlines() if row.startswith("| ") and
+                  [cell.strip() for cell in row.split("|")][2] == str(status)
+                  for quoted in re.findall(r"`([^`]+)`", row.split("|")[3])]
+    assert any(re.fullmatch(pattern, said) for pattern in documented), (status, said)
+
+
 def inspect_run(capsys, *argv: str) -> tuple[int, str, str]:
     """readers.inspect's command in this process: (exit status, stdout, stderr)."""
     from readers import inspect

@@ -123,3 +123,21 @@ class StopAtCommit:
             return function(*args, **kwargs)
 
         module.finalize = stopping
+
+
+class StopAfterLease:
+    """A `prepare` that makes the command stop itself (SIGSTOP) as soon as it holds the
+    output directory's lease, still starting (outdir/claim.py's `prepare`), so that a
+    test can take its lease over at that moment and then continue it (SIGCONT)."""
+
+    def __call__(self) -> None:
+        from beam_jobs.outdir import lease
+
+        acquire = lease.Lease.acquire
+
+        def stopping(self):
+            held = acquire(self)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return held
+
+        lease.Lease.acquire = stopping

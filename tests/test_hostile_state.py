@@ -33,7 +33,7 @@ from beam_jobs import make_shards, outdir
 from beam_jobs.job import job_states
 from beam_jobs.job.errors import Refused
 from beam_jobs.outdir import lease
-from beam_jobs.outdir.holder import Job
+from beam_jobs.outdir.holder import Holder, Job, lost_marker, may_still_write
 
 PROG = "python -m beam_jobs.make_shards: error:"
 FLAGS = ["--window", "5", "--stride", "3"]
@@ -113,6 +113,44 @@ def test_a_lease_deleted_as_its_refusal_says_lets_the_next_run_commit(old, input
         make_shards.run(_job(inputs["small"], old))
     path.unlink()
     run_job(inputs["small"], old, *FLAGS, "--overwrite")   # as it says
+
+
+@contextlib.contextmanager
+def _zombie() -> Iterator[int]:
+    """The pid of a process of this host that has exited and is not reaped yet (a
+    zombie, as a run killed with -9 is until its parent waits for it), the leader of a
+    process group of its own; reaped after the block."""
+    child = subprocess.Popen(["true"], process_group=0)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)   # exited, still there
+    try:
+        yield child.pid
+    finally:
+        child.wait()
+
+
+def test_a_lease_whose_process_is_a_zombie_is_taken_over(old, inputs):
+    # A run killed with -9 stays a zombie until its parent reaps it, and a large one
+    # takes a while to tear its memory down: either way it writes nothing more. Its
+    # lease, not yet expired, was taken for a live run's, and the rerun refused.
+    path = old / "_make_shards" / "lease.json"
+    path.parent.mkdir()
+    with _zombie() as pid:
+        path.write_bytes(_lease(pid=pid))
+        run_job(inputs["small"], old, *FLAGS, "--overwrite")
+    assert_verified(old)
+    assert not path.exists()
+
+
+def test_a_lost_leases_marker_whose_processes_are_zombies_names_no_writer():
+    # The marker of a run that lost its lease names its process and its process group
+    # (its workers'), killed with it by a kill -9 of the group: zombies write nothing.
+    with _zombie() as pid:
+        marker = lost_marker(Holder("0123456789ab", socket.gethostname(), pid,
+                                    time.time(), time.time() + 600))
+        assert json.loads(marker)["group"] == pid
+        assert not may_still_write(marker)
+    assert may_still_write(lost_marker(Holder("0123456789ab", socket.gethostname(),
+                                              os.getpid(), time.time(), time.time())))
 
 
 def _in_child(code: str, limit_bytes: int) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 from helpers import (
+    assert_documented_exit,
     assert_verified,
     dataset_bytes,
     first_day,
@@ -23,7 +24,7 @@ from helpers import (
     run_job,
     write_videos,
 )
-from job_process import DieAtCommitStep, JobProcess, StopAtCommit
+from job_process import DieAtCommitStep, JobProcess, StopAfterLease, StopAtCommit
 
 import readers
 from beam_jobs import make_shards
@@ -112,12 +113,21 @@ def test_a_paused_run_that_lost_its_lease_commits_nothing_and_blocks_no_one(day1
     # where it was paused: still starting (refused), or running (fails at its commit)
     expected = {2: "while this one started", 1: "commits nothing"}
     assert "another run took the lease" in last and expected.get(status, "?") in last, last
+    assert_documented_exit(status, last)
     assert read_dataset_json(out)["run_id"] == b
     assert_verified(out)
     # C: whatever A wrote is A's (named with its id), removed; nothing refused
     run_job(glob, out, *FLAGS, "--overwrite")
     assert not [n for n in os.listdir(out) if held["run_id"] in n]
     assert_verified(out)
+
+
+def _stopped(job: JobProcess) -> None:
+    """Wait until `job` has stopped itself (SIGSTOP)."""
+    deadline = time.monotonic() + 120
+    while psutil.Process(job.pid).status() != psutil.STATUS_STOPPED:
+        assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -131,10 +141,7 @@ def test_a_run_that_lost_its_lease_at_its_commit_says_so_in_one_line(day1, tmp_p
     glob = str(day1 / "R" / "day1" / "*.tfrecord")
     a = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, "--overwrite"],
                    prepare=StopAtCommit())
-    deadline = time.monotonic() + 120
-    while psutil.Process(a.pid).status() != psutil.STATUS_STOPPED:
-        assert a.poll() is None and time.monotonic() < deadline, a.stderr.read()
-        time.sleep(0.05)
+    _stopped(a)
     path = out / "_make_shards" / "lease.json"
     try:
         held = json.loads(path.read_text())
@@ -152,8 +159,38 @@ def test_a_run_that_lost_its_lease_at_its_commit_says_so_in_one_line(day1, tmp_p
     assert errors == [said.strip().splitlines()[-1]], said
     assert "another run took the lease" in errors[0] and "commits nothing" in errors[0]
     assert errors[0].count("another run took the lease") == 1
+    assert_documented_exit(1, errors[0])
     run_job(glob, out, *FLAGS, "--overwrite")   # C: A's process is gone, so is its marker
     assert not os.path.exists(out / "_make_shards")
+    assert_verified(out)
+
+
+@pytest.mark.slow
+def test_a_run_paused_right_after_it_took_its_lease_is_refused_in_one_line(day1, tmp_path):
+    """Run A is paused as soon as it holds the lease, still starting; B takes over and
+    commits. A, continued, finds its lease gone before it has written anything of its
+    own there: refused, exit 2, the line docs/guarantees.md gives for it."""
+    out = tmp_path / "out"
+    shutil.copytree(day1 / "out", out)
+    glob = str(day1 / "R" / "day1" / "*.tfrecord")
+    a = JobProcess(["--input", glob, "--output_dir", out, *FLAGS, "--overwrite"],
+                   prepare=StopAfterLease())
+    path = out / "_make_shards" / "lease.json"
+    try:
+        _stopped(a)
+        held = json.loads(path.read_text())
+        held["expires"] = time.time() - 1   # as if 120 s went by without a renewal
+        path.write_text(json.dumps(held))
+        run_job(glob, out, *FLAGS, "--overwrite")   # B
+        b = read_dataset_json(out)["run_id"]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=300) == 2
+    last = a.stderr.read().strip().splitlines()[-1]
+    assert "another run took the lease while this one started" in last, last
+    assert_documented_exit(2, last)
+    assert read_dataset_json(out)["run_id"] == b
+    assert not [n for n in os.listdir(out) if held["run_id"] in n]
     assert_verified(out)
 
 

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from helpers import (
+    assert_documented_exit,
     assert_verified,
     job_line,
     plain_names,
@@ -210,6 +211,7 @@ def test_a_second_run_is_refused_while_the_first_writes(tmp_path, rng, capsys):
     finally:
         os.kill(first.pid, signal.SIGCONT)
     assert "is being written by run" in last and f"pid {first.pid}" in last
+    assert_documented_exit(2, last)   # as a paused run's, continued while another holds it
     assert first.wait() == 0, first.stderr.read()[-2000:]
     assert read_dataset_json(out)["window"]["length"] == 8
     assert_verified(out)

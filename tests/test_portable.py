@@ -22,6 +22,7 @@ import psutil
 import pytest
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from helpers import (
+    assert_documented_exit,
     assert_verified,
     dataset_bytes,
     random_videos,
@@ -196,6 +197,7 @@ def test_ctrl_c_keeps_the_lease_of_a_job_the_runner_does_not_confirm_stopped(
         last = said.strip().splitlines()[-1]
         assert "interrupted: could not confirm that job" in last and "CANCELLED" in last
         assert "its lease stays with it" in last
+        assert_documented_exit(130, last)
         assert _lease(out)["job"]["id"] == job["id"]
         with pytest.raises(Refused) as refused:
             make_shards.run(["--input", latents, "--output_dir", str(out), *FLAGS])
@@ -224,6 +226,7 @@ def test_ctrl_c_fences_off_the_commit_of_a_job_the_runner_lets_run_on(
         last = said.strip().splitlines()[-1]
         assert "interrupted: could not confirm that job" in last, last
         assert "it commits nothing now" in last and "holds what it held before" in last
+        assert_documented_exit(130, last)
     assert _wait_for(portable["jobs"], job["id"], {"DONE", "FAILED"}) == "DONE"
     assert dataset_bytes(out) == before
     assert_verified(out)

@@ -1,6 +1,6 @@
 """The README and docs/ tell the truth where a program can check it: the job's flags,
 their defaults and --help groups (docs/flags.md), the reader's keywords, the constants they
-quote, the CI command, and that every page is linked."""
+quote, the CI command, how a paused or fenced run ends, and that every page is linked."""
 import argparse
 import inspect
 import os
@@ -8,9 +8,11 @@ import re
 from fractions import Fraction
 
 import pytest
+from helpers import assert_documented_exit
 
 from beam_jobs.job import flags
 from beam_jobs.outdir import lease
+from beam_jobs.outdir.claim import taken_over_error
 from beam_jobs.runtime import local_workers
 from readers import dataset, malloc, preview
 from readers import format as data_format
@@ -164,6 +166,16 @@ def test_the_constants_the_docs_quote():
     assert "INTEGER_ACCURATE" in fmt
     flags_doc = _words(_read("docs", "flags.md"))
     assert f"at most {data_format.MAX_SHARDS:,}" in flags_doc
+
+
+def test_guarantees_lists_the_lines_a_paused_run_ends_with():
+    # The refusal of a run paused while it started was said nowhere. The tests that make
+    # each row happen check their lines so too (tests/test_kills.py, test_portable.py).
+    error = "python -m beam_jobs.make_shards: error: "
+    assert_documented_exit(2, error + str(taken_over_error("/data/out")))
+    assert_documented_exit(1, error + str(lease.LeaseLost("/data/out")))
+    with pytest.raises(AssertionError):
+        assert_documented_exit(2, error + str(lease.LeaseLost("/data/out")))
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ class MergeFailures(beam.PTransform):
     """(this run's failure rows, the dataset's failure rows, ids of this run's videos
     that gave no failure) -> `Merged`."""
 
+    @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
     def expand(self, inputs) -> Merged:
         new, old, good = inputs
         merged = (

@@ -183,6 +183,7 @@ class Finalize(beam.PTransform):
         super().__init__()
         self._run, self._config, self._known = run, config, known
 
+    @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
     def expand(self, inputs: FinalizeInputs):
         run, known = self._run, self._known
         video_rows = inputs.videos | "VideoRows" >> beam.Map(VideoCount.to_json)

@@ -21,7 +21,7 @@ than once (and their copies) go on, and the side input holds only the keys to dr
 from __future__ import annotations
 
 import logging
-from typing import Iterable, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 import apache_beam as beam
 
@@ -35,6 +35,14 @@ ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process
 # are also among the skipped videos dataset.json counts, with the ids an --append skips.
 DUPLICATE_VIDEOS = "videos_skipped_as_duplicates"
 _ALIASES = "aliases"
+# The (split, keys) rows of windows to leave out, and the side input they make, as Beam
+# is told they are typed. A window key is unsigned 64-bit (cut/keys.py), and the coder
+# Beam gives an `int` it finds in an annotation, VarIntCoder, is signed 64-bit: a key
+# of 2**63 or more fails the job (Beam 2.78 reads the annotations that `from __future__
+# import annotations` leaves as strings, `_keys`'s among them). Told Any, Beam takes
+# FastPrimitivesCoder, which takes any int.
+_KEY_ROWS = tuple[str, Iterable[Any]]
+_DROPPED = dict[str, Any]
 
 
 class Duplicates(NamedTuple):
@@ -123,6 +131,7 @@ class FindDuplicates(beam.PTransform):
         super().__init__()
         self._config, self._known = config, known
 
+    @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
     def expand(self, inputs) -> Duplicates:
         videos, abandoned, bad_frames = inputs
         config, known = self._config, self._known
@@ -153,11 +162,14 @@ class FindDuplicates(beam.PTransform):
                                                            times[group[0]]),
                         beam.pvalue.AsDict(repeated)))
         dropped = (
-            (copies | "KeysOfCopies" >> beam.Map(_keys, config),
-             aliases | "KeysOfAliases" >> beam.Map(lambda a: _keys(a[0], config)),
-             abandoned | "KeysOfAbandoned" >> beam.Map(lambda a: (a.split, a.keys)))
+            (copies | "KeysOfCopies" >> beam.Map(_keys, config).with_output_types(_KEY_ROWS),
+             aliases | "KeysOfAliases" >> beam.Map(
+                 lambda a: _keys(a[0], config)).with_output_types(_KEY_ROWS),
+             abandoned | "KeysOfAbandoned" >> beam.Map(
+                 lambda a: (a.split, a.keys)).with_output_types(_KEY_ROWS))
             | "AllDropped" >> beam.Flatten()
-            | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()).without_defaults())
+            | "DroppedKeys" >> beam.CombineGlobally(_MergeKeys()).without_defaults()
+            .with_output_types(_DROPPED))
         alias_ids = aliases | "LogAliases" >> beam.ParDo(_LogAliases())
         bad_frames = bad_frames | "NotOfAliases" >> beam.Filter(
             lambda row, ids: row["video_id"] not in ids,

@@ -109,6 +109,7 @@ class CutWindows(beam.PTransform):
                               allow_nonfinite)
         self._known_digests = known_digests
 
+    @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
     def expand(self, videos) -> CutOutputs:
         schemes = () if self._known_digests is None else (beam.pvalue.AsSingleton(
             self._known_digests | "DigestScheme" >> DatasetScheme()),)

@@ -117,7 +117,7 @@ def prepare(request: ClaimRequest) -> Claim:
     try:
         committed = _repaired_committed_spec(out)
         if not held.still_held():   # paused past its expiry: deleting is not its part now
-            raise OutputDirError(_taken_over(out))
+            raise taken_over_error(out)
         replaces, leftovers = _clear(out, request.overwrite or request.append,
                                      held.took_over, in_pipeline=job is not None)
         if request.append and committed is not None:
@@ -132,7 +132,7 @@ def prepare(request: ClaimRequest) -> Claim:
         taken = isinstance(e, (OSError, OutputDirError)) and not held.still_held()
         release(Claim(run, held, created))
         if taken:
-            raise OutputDirError(_taken_over(out)) from None
+            raise taken_over_error(out) from None
         raise
     return Claim(run, held, created, base)
 
@@ -193,9 +193,12 @@ def _write_run_json(run: RunDir, replaces: list[str]) -> None:
          "replaces": replaces}).encode("utf-8"))
 
 
-def _taken_over(out: str) -> str:
-    return (f"--output_dir: {out}: another run took the lease while this one started (it "
-            "was paused past its expiry); run again once that run is done")
+def taken_over_error(out: str) -> OutputDirError:
+    """What a run whose lease another run took over while it started (paused past its
+    expiry after it took the lease) is refused with (docs/guarantees.md)."""
+    return OutputDirError(f"--output_dir: {out}: another run took the lease while this one "
+                          "started (it was paused past its expiry); run again once that run "
+                          "is done")
 
 
 def _committed_spec(out: str) -> Optional[data_format.DatasetSpec]:

@@ -111,14 +111,58 @@ def may_still_write(marker: bytes) -> bool:
 
 
 def alive(pid: int, group: bool = False) -> bool:
-    """Whether the process `pid` (with `group`, any process of the group) is there."""
+    """Whether the process `pid` (with `group`, any process of the group) may still
+    write: it is there, and not a zombie or exiting (`_may_run`), as a run killed with
+    -9 is until its parent reaps it, or while it tears down its memory."""
     try:
         (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if not group:
+        return _may_run(pid)
+    members = _group_members(pid)
+    return not members or any(_may_run(member) for member in members)
+
+
+_PF_EXITING = 0x4   # a task's flag in /proc/PID/stat (Linux's sched.h): it is exiting
+
+
+def _may_run(pid: int) -> bool:
+    """Whether a thread of the process `pid` may still run: one that /proc shows is
+    not a zombie (Z), dead (X) or exiting (PF_EXITING). Where /proc cannot say (not
+    Linux, a /proc that hides it), kill's word stands: it may."""
+    try:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            fields = _stat(f"/proc/{pid}/task/{thread}/stat")
+            if fields is not None and fields[0] not in "ZX" and not (
+                    int(fields[6]) & _PF_EXITING):
+                return True
+    except OSError:
         return True
-    return True
+    return False
+
+
+def _group_members(group: int) -> list[int]:
+    """The processes of a process group, as /proc lists them (none where it cannot)."""
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
+                and (fields := _stat(f"/proc/{entry}/stat")) is not None
+                and int(fields[2]) == group]
+    except OSError:
+        return []
+
+
+def _stat(path: str) -> Optional[list[str]]:
+    """The fields of a /proc stat file after the command's name (state, ppid, pgrp,
+    session, tty, tpgid, flags...); None when its process or thread is gone."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(b")") + 2:].decode("ascii").split()
 
 
 def parse(data: bytes) -> Holder:
