@@ -10,14 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import (
-    plain_name,
-    read_dataset_json,
-    run_job,
-    write_frame_folder,
-    write_manifest,
-    write_videos,
-)
+from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
 
 pytestmark = pytest.mark.slow   # six builds
 
@@ -41,13 +34,13 @@ PINNED = {
         "val-00001-of-00002.tfrecord.index":
             "68b381d2a866bd7b0beeb3785b72dac10b838187d3c7ea590ba14bc9db071b96",
         "train-00000-of-00002.tfrecord.table":
-            "c4ae890025d40a6c4b50ab48edcb9c1062fdcb5bf6d00c64d567062c8a9b7117",
+            "528b95684c53138c288c7b6907d31c0ba9f51d0b75399f006b5759cc70eba23c",
         "train-00001-of-00002.tfrecord.table":
-            "92b481656428f1ac56d75ece566d64c87aa41a533d1ff4e93f7a7b68eee9f789",
+            "7acb7420bce77eb0b165341abcc369487d0404724f3843103ff10b6c651fea98",
         "val-00000-of-00002.tfrecord.table":
-            "dc1f024320676666632d1a81a538cc1e28b4b227906f049b95f7f9a11960d360",
+            "117452fbe556a585a1b6175b074dbc8a8d3c4290b2435e4e88c1c13a6bb3c4a4",
         "val-00001-of-00002.tfrecord.table":
-            "c8eeb3b0fb952f90bf4564445ee238d40bf640563a389ca01f7369cc986e2977",
+            "b8da81b0ffbc06aa335b22351292062f2e004cdd0bc3d3abf7156a0d929cf94d",
     },
     "float16_pad": {
         "train-00000-of-00001.tfrecord":
@@ -55,7 +48,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "eaa63873cd711c9e8005a1e17ba9c2b92153032ca265ed9397426d602c2a3d28",
         "train-00000-of-00001.tfrecord.table":
-            "557d2e506bc169d6e542768bae68bc1c28f026a4a7673029657174dbd07fd49b",
+            "7cc285ed0e62041acad4f91ce5b6507c831892dcd4c8be9ba31ac67aa680a23f",
     },
     "jpeg": {
         "train-00000-of-00001.tfrecord":
@@ -63,7 +56,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "d34251caf4b2ee536fcb1646b5732b1bd6fe766717adaec82dd486753a7729a3",
         "train-00000-of-00001.tfrecord.table":
-            "2c65878ceafe34e02eba45014495581f4f5df59528e18bf386f79d7bbf2ac4d8",
+            "08e876c12b8507102a3c473a16ce2a2cb849d67cbf834a877b7d7974bc61f719",
     },
     "png_resized": {
         "train-00000-of-00001.tfrecord":
@@ -71,7 +64,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "2c44d817f0331d601c6071dcf13a5b0d93f174d4c9a392c09be78dbd26288946",
         "train-00000-of-00001.tfrecord.table":
-            "2da02fa4433a18e3116c8d02edb9b2ed3c43e1a9f88a80afcdda3e938dc869ac",
+            "19882f7b7c5805fcb5ce523e5a4ac4f545c100afe921f7ebb75489b7d0dbb481",
     },
     "raw_grayscale": {
         "train-00000-of-00001.tfrecord":
@@ -79,7 +72,7 @@ PINNED = {
         "train-00000-of-00001.tfrecord.index":
             "4f853bcc14dd4daad261efe31ec451ba4de3175f0f7ff2c136677d568e2b9e28",
         "train-00000-of-00001.tfrecord.table":
-            "31bda7907a7ef8639475c2e981d8b2fa725ab889b97e5ac3d89e0dfa5af80ceb",
+            "7114e5bf694fc7482f62ca80d88b438482e0180bdb144edb3a0b504b1d4c627d",
     },
 }
 
@@ -129,19 +122,10 @@ def built(tmp_path_factory) -> dict[str, str]:
 
 
 def _digests(path: str) -> dict[str, str]:
-    """sha256 by shard name without its run id (plain_name): the bytes are pinned; a
-    window table's with the run id in its shard's name, and its CRC (of that name too),
-    made zeros (test_select.py checks a table's CRC)."""
-    run_id = read_dataset_json(path)["run_id"].encode()
-    digests = {}
-    for name in sorted(os.listdir(path)):
-        if ".tfrecord" in name:
-            with open(os.path.join(path, name), "rb") as f:
-                data = f.read()
-            if name.endswith(".table"):
-                data = (data[:16] + bytes(4) + data[20:]).replace(run_id, bytes(len(run_id)))
-            digests[plain_name(name)] = hashlib.sha256(data).hexdigest()
-    return digests
+    """sha256 by shard name without its run id (plain_name): the bytes are pinned."""
+    return {plain_name(name): hashlib.sha256(open(os.path.join(path, name), "rb").read()
+                                             ).hexdigest()
+            for name in sorted(os.listdir(path)) if ".tfrecord" in name}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))

@@ -23,6 +23,7 @@ import readers
 from readers import streaming
 from readers.clips import Clip
 from readers.format import FORMAT_VERSION, Shard, index, window_table
+from readers.format.names import without_run_id
 from readers.numpy import EpochBatches, Select, WindowSource, batches
 
 WINDOW = 16
@@ -416,7 +417,8 @@ def _swapped(copy, shard, other) -> str:
     a, b = (copy / shard.table).read_bytes(), (copy / other.table).read_bytes()
     (copy / shard.table).write_bytes(b)
     (copy / other.table).write_bytes(a)
-    return rf"{shard.table}: the table of shard '{other.file}', not of {shard.file}"
+    return (rf"{shard.table}: the table of shard '{without_run_id(other.file)}', not of "
+            rf"{shard.file}")
 
 
 def _recounted(copy, shard, other) -> str:

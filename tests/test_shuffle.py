@@ -97,14 +97,21 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
                            and e.key not in dropped.get(split, ())), key=lambda e: e.key)
         assert spill == [e.example for e in expected]
         for mode in ("spill", "group"):   # each shard's window table: its records' facts
-            tables = [data_format.window_table.decode(
-                open(os.path.join(tmp_path / mode, data_format.table_name(
-                    data_format.shard_name(split, i, 4, "none", "r1"))), "rb").read(),
-                "t", hi - lo, 5) for i, (lo, hi) in enumerate(shard_ranges(len(expected), 4))]
-            assert np.concatenate([videos for videos, _ in tables]).tolist() == [
+            tables = [_table(tmp_path / mode, data_format.shard_name(split, i, 4, "none", "r1"),
+                             hi - lo) for i, (lo, hi) in enumerate(shard_ranges(len(expected), 4))]
+            assert np.concatenate([table.videos for table in tables]).tolist() == [
                 e.video for e in expected]
-            assert np.concatenate([valid for _, valid in tables]).tolist() == [
+            assert np.concatenate([table.valid for table in tables]).tolist() == [
                 e.valid for e in expected]
+
+
+def _table(out, shard: str, records: int):
+    """The window table of `shard` in `out`, of `records` records, decoded."""
+    with open(os.path.join(out, data_format.table_name(shard)), "rb") as f:
+        data = f.read()
+    return data_format.window_table.decode(data, data_format.Shard(
+        shard, records, table=data_format.table_name(shard),
+        table_crc32c=data_format.window_table.crc32c(data)), 5)
 
 
 def test_a_spill_that_cannot_be_written_fails_its_bundle(tmp_path):

@@ -55,6 +55,16 @@ def run_id_of(shard: str) -> Optional[str]:
     return match and match["run"]
 
 
+def without_run_id(shard: str) -> str:
+    """A shard's name without the run id it carries (`train-00000-of-00004.tfrecord`):
+    the same in every run of the same inputs. Any other name as it is."""
+    match = _SHARD_NAME.fullmatch(shard)
+    if not (match and match["run"]):
+        return shard
+    start, end = match.span("run")
+    return shard[:start - 1] + shard[end:]
+
+
 def shard_suffix(compression: str) -> str:
     return _SUFFIX[compression]
 

@@ -7,12 +7,15 @@ shard as it writes the shard (`encode`), format version 6 on; readers load a spl
 tables when a selection opens (`decode`), and `readers.inspect --verify` checks every
 entry against the records it parses.
 
-A table belongs to one shard, and says which (format 7 on): its file name, its record
-count and the CRC32C of its offset index (the index's text, which changes with the
-length of any record; a gzip shard's is the index its records would have uncompressed).
-dataset.json gives each table's own CRC (`table_crc32c`), so that a table swapped with
-another of the same length, or edited with its CRC made anew, is told when a reader
-opens it, without reading a shard; `--verify` checks the index's CRC and every entry.
+A table belongs to one shard, and says which (format 7 on): its file name without its
+run id (so that the tables of two runs of the same inputs are the same bytes, as their
+shards are; the table's own name carries the run id), its record count and the CRC32C
+of its offset index (the index's text, which changes with the length of any record; a
+gzip shard's is the index its records would have uncompressed). dataset.json gives
+each table's own CRC (`table_crc32c`), so that a table swapped with another of the same
+length (of another generation too), or edited with its CRC made anew, is told when a
+reader opens it, without reading a shard; `--verify` checks the index's CRC and every
+entry.
 Binary, little-endian:
 
     bytes 0-7    magic b"VWSTAB02" (b"VWSTAB01": format 6, without bytes 24 on)
@@ -21,9 +24,10 @@ Binary, little-endian:
     byte 20      w, the bytes of one valid count: 1, 2 or 4
     bytes 21-23  zero
     bytes 24-27  CRC32C of the shard's offset index (uint32)
-    bytes 28-29  k, the bytes of the shard's file name (uint16)
+    bytes 28-29  k, the bytes of the shard's name (uint16)
     bytes 30-31  zero
-    bytes 32-    the shard's file name (UTF-8), zero-padded to a multiple of 8 bytes
+    bytes 32-    the shard's file name without its run id (UTF-8), zero-padded to a
+                 multiple of 8 bytes
     then         n video hashes (uint64), then n valid counts (uint8, uint16 or uint32)
 
 About 9 bytes a window for windows of up to 255 frames: 9 MB for a million windows. The
@@ -40,6 +44,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 import google_crc32c
 import numpy as np
 
+from readers.format.names import without_run_id
 from readers.format.splits import Shard
 
 MAGIC = b"VWSTAB02"
@@ -78,15 +83,16 @@ def _width(largest: int) -> int:
     return next(w for w in (1, 2, 4) if largest < 1 << (8 * w))
 
 
-def _owner_bytes(shard_file: str) -> int:
-    """The bytes of the owner part (bytes 24 on, before the entries) for a shard name."""
-    return _OWNER.size + -(-len(shard_file.encode("utf-8")) // 8) * 8
+def _owner_bytes(named: str) -> int:
+    """The bytes of the owner part (bytes 24 on, before the entries) naming `named`."""
+    return _OWNER.size + -(-len(named.encode("utf-8")) // 8) * 8
 
 
 def largest(shard: Shard) -> int:
     """The most bytes the table of `shard` (its dataset.json entry) can have: what a
     reader reads of it at most."""
-    return HEADER_BYTES + _owner_bytes(shard.file) + (_VIDEO.itemsize + 4) * shard.examples
+    return (HEADER_BYTES + _owner_bytes(without_run_id(shard.file))
+            + (_VIDEO.itemsize + 4) * shard.examples)
 
 
 def encode(videos: Sequence[int], valid: Sequence[int], shard_file: str, index: bytes) -> bytes:
@@ -99,9 +105,9 @@ def encode(videos: Sequence[int], valid: Sequence[int], shard_file: str, index: 
     if counts.size and counts.min() < 0:
         raise ValueError("a negative valid count")
     width = _width(int(counts.max()) if counts.size else 0)
-    name = shard_file.encode("utf-8")
-    owner = _OWNER.pack(google_crc32c.value(index), len(name), b"\0" * 2)
-    owner += name.ljust(_owner_bytes(shard_file) - _OWNER.size, b"\0")
+    named = without_run_id(shard_file)
+    owner = _OWNER.pack(google_crc32c.value(index), len(named.encode("utf-8")), b"\0" * 2)
+    owner += named.encode("utf-8").ljust(_owner_bytes(named) - _OWNER.size, b"\0")
     body = (owner + np.asarray(videos, np.uint64).astype(_VIDEO).tobytes()
             + counts.astype(_WIDTHS[width]).tobytes())
     return _HEADER.pack(MAGIC, len(counts), google_crc32c.value(body), width,
@@ -133,7 +139,7 @@ def decode(data: bytes, shard: Shard, window: int) -> Table:
     size = start + (_VIDEO.itemsize + width) * count
     if len(data) != size:
         raise TableError(f"{name}: {len(data)} bytes, a table of {count} records has {size}")
-    if owner is not None and owner[1] != shard.file:
+    if owner is not None and owner[1] != without_run_id(shard.file):
         raise TableError(f"{name}: the table of shard {owner[1]!r}, not of {shard.file}")
     if count != shard.examples:
         raise TableError(f"{name}: a table of {count} records, dataset.json gives its shard "
@@ -151,8 +157,8 @@ def decode(data: bytes, shard: Shard, window: int) -> Table:
 
 
 def _owner(data: bytes, name: str) -> tuple[int, str]:
-    """(the CRC of its shard's index, its shard's file name) that a table of format 7
-    gives; TableError when they are not there."""
+    """(the CRC of its shard's index, its shard's name without its run id) that a table
+    of format 7 gives; TableError when they are not there."""
     if len(data) < HEADER_BYTES + _OWNER.size:
         raise TableError(f"{name}: {len(data)} bytes, too short for a window table")
     index_crc, length, zeros = _OWNER.unpack_from(data, HEADER_BYTES)
