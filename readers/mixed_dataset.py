@@ -11,7 +11,10 @@ takes the n_i windows of the source's stream from e x n_i on: each window floor(
 or ceil(n_i / len) times an epoch, as in readers.numpy. So both readers draw the same
 number of windows from each source, out of the same windows; which ones and their order
 differ (readers.numpy takes a fresh permutation of each source every epoch, tf.data goes
-round each source in its written order, every window before any again).
+round each source in its written order, every window before any again). A source may be
+selected (`select=`: readers.subset): its windows are then those its selection keeps, in
+the split's order, as a selected `WindowSource` numbers them, and its stream is
+`make_dataset`'s of that selection.
 
 Every part here is a pure function of its position (a choice, of the seed, the epoch,
 the place and the windows left, which the iterator's state holds), so a checkpoint of
@@ -20,15 +23,16 @@ the iterator (readers.checkpoints names the mixture in it) resumes exactly.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from readers import checkpoints
+from readers import checkpoints, subset
 from readers.clips import Clip
 from readers.dataset import dataset_named, make_dataset, values_named
 from readers.mixture import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
 from readers.selection import Selection, flag, optional_whole_number, whole_number
+from readers.subset import Select, Subset
 
 # The seed word of the choice stream (readers.mixture's are numpy's, for its own streams).
 _CHOICE = 0x6D697833
@@ -40,7 +44,9 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
                  seed: int = 0, repeat: bool = False, epoch_windows: Optional[int] = None,
                  drop_remainder: bool = True, features: Optional[Sequence[str]] = None,
                  float_pixels: bool = False, keep_float16: bool = False,
-                 clip: Optional[Clip] = None) -> tf.data.Dataset:
+                 clip: Optional[Clip] = None,
+                 select: Union[None, Select, Sequence[Optional[Select]]] = None
+                 ) -> tf.data.Dataset:
     """Batches of windows mixed from several datasets (or splits) by weight: each element
     is `make_dataset`'s dict and `source`, int64 [batch], each window's source (its place
     in `sources`).
@@ -56,29 +62,44 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
         seed, the same batches; each epoch another order).
       repeat: epochs without end (False: one epoch).
       epoch_windows: windows an epoch, at most MAX_EPOCH_WINDOWS (default: the sum of
-        the sources' windows); source i gives round(w_i x epoch_windows) of them,
-        exactly (readers.mixture).
+        the sources' windows, selected ones' as selected); source i gives
+        round(w_i x epoch_windows) of them, exactly (readers.mixture).
       drop_remainder, features, float_pixels, keep_float16, clip: as `make_dataset`'s,
         for every source (one clip for all).
+      select: a `readers.Select` for every source, or a list of one for each (None: the
+        whole source): a source's windows are those its selection keeps, as
+        `make_dataset(select=)` and a selected `WindowSource` read them, resolved now.
 
     Returns:
       A `tf.data.Dataset` of batches, prefetched; a checkpoint of its iterator resumes
-      it, and is refused on a reader of another mixture.
+      it, and is refused on a reader of another mixture (other selections too).
+
+    Raises:
+      TypeError or ValueError in one line: sources, a weight or a count as above, a
+      `select` that is neither a Select nor a list of one per source (Select or None),
+      a selection that keeps no window of its source (readers.subset.resolve), a
+      source without windows, features that differ.
     """
     batch_size = whole_number("batch_size", batch_size, 1)
     seed = whole_number("seed", seed, 0)
     repeat, drop_remainder = flag("repeat", repeat), flag("drop_remainder", drop_remainder)
     entries = _entries(sources, split)
+    selects = _selects(select, len(entries))
     weights = [w for _, _, w in entries]
     selections = [Selection.load(path, split, features) for path, split, _ in entries]
+    kept = [subset.resolve(chosen, selection)
+            for chosen, selection in zip(selects, selections, strict=True)]
+    windows = [s.windows if k is None else len(k)
+               for s, k in zip(selections, kept, strict=True)]
     names = [f"source {i} ({path} split {split!r})" for i, (path, split, _) in enumerate(entries)]
-    size = _epoch_windows(epoch_windows, selections, names, batch_size,
+    size = _epoch_windows(epoch_windows, windows, names, batch_size,
                           drop_remainder=drop_remainder, repeat=repeat)
     streams = []
-    for i, ((path, split, _), selection) in enumerate(zip(entries, selections, strict=True)):
-        stream = make_dataset(path, split, min(batch_size, selection.windows), shuffle=False,
+    for i, ((path, split, _), chosen) in enumerate(zip(entries, selects, strict=True)):
+        # make_dataset resolves the selection again: readers.subset kept it (the last 8)
+        stream = make_dataset(path, split, min(batch_size, windows[i]), shuffle=False,
                               repeat=True, features=features, float_pixels=float_pixels,
-                              keep_float16=keep_float16, clip=clip)
+                              keep_float16=keep_float16, clip=clip, select=chosen)
         streams.append(stream.unbatch().map(functools.partial(_with_source, i)))
     refuse_unlike([_signature(s) for s in streams], names)
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
@@ -88,23 +109,22 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     ds = tf.data.Dataset.choose_from_datasets(streams, choices)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return checkpoints.identified(ds, _identity(
-        entries, selections, clip, batch_size=batch_size, seed=seed, size=size,
+        entries, selections, kept, clip, batch_size=batch_size, seed=seed, size=size,
         repeat=repeat, drop_remainder=drop_remainder, float_pixels=float_pixels,
         keep_float16=keep_float16))
 
 
-def _epoch_windows(epoch_windows: Optional[int], selections: list[Selection],
-                   names: list[str], batch_size: int, *, drop_remainder: bool,
-                   repeat: bool) -> int:
+def _epoch_windows(epoch_windows: Optional[int], windows: list[int], names: list[str],
+                   batch_size: int, *, drop_remainder: bool, repeat: bool) -> int:
     """Windows an epoch: `epoch_windows` (at most MAX_EPOCH_WINDOWS), or the sum of the
-    sources'. ValueError for a source without windows (it cannot give its share), or an
-    epoch shorter than a batch that must be whole."""
-    empty = [i for i, s in enumerate(selections) if not s.windows]
+    sources' (`windows`, as selected). ValueError for a source without windows (it cannot
+    give its share), or an epoch shorter than a batch that must be whole."""
+    empty = [i for i, n in enumerate(windows) if not n]
     if empty:
         raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
                          "an epoch")
     size = optional_whole_number("epoch_windows", epoch_windows, 1, MAX_EPOCH_WINDOWS) or sum(
-        s.windows for s in selections)
+        windows)
     if size < batch_size and (drop_remainder or repeat):
         raise ValueError(f"an epoch of this mixture has {size} windows, fewer than "
                          f"batch_size {batch_size}: not one batch comes out; lower "
@@ -136,6 +156,25 @@ def _entries(sources: Any, split: str) -> list[tuple[str, str, float]]:
     return entries
 
 
+def _selects(select: Any, sources: int) -> list[Optional[Select]]:
+    """The selection of each of `sources` sources (None: the whole source): `select` for
+    every one, or its list of one each; TypeError or ValueError in one line for anything
+    else (a list of another length, an item that is no Select or None)."""
+    if select is None or isinstance(select, Select):
+        return [select] * sources
+    said = (f"select must be one readers.Select for every source, or a list of one for each "
+            f"of the {sources} sources (None: the whole source), not ")
+    if isinstance(select, (str, bytes, dict)) or not isinstance(select, Sequence):
+        raise TypeError(f"{said}{type(select).__name__} {select!r}")
+    if len(select) != sources:
+        raise ValueError(f"{said}a {type(select).__name__} of {len(select)}")
+    for i, chosen in enumerate(select):
+        if chosen is not None and not isinstance(chosen, Select):
+            raise TypeError(f"select[{i}] must be a readers.Select or None, not "
+                            f"{type(chosen).__name__} {chosen!r}")
+    return list(select)
+
+
 def _with_source(index: int, window: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     return {**window, SOURCE: tf.constant(index, tf.int64)}
 
@@ -162,19 +201,24 @@ def _epoch_choices(epoch: tf.Tensor, *, counts: tf.Tensor, key: int) -> tf.data.
     return tf.data.Dataset.range(tf.reduce_sum(counts)).scan(counts, draw)
 
 
-def _identity(entries: list, selections: list, clip: Optional[Clip], *, batch_size: int,
-              seed: int, size: int, repeat: bool, drop_remainder: bool, float_pixels: bool,
-              keep_float16: bool) -> dict[str, str]:
+def _identity(entries: list, selections: list, kept: list[Optional[Subset]],
+              clip: Optional[Clip], *, batch_size: int, seed: int, size: int, repeat: bool,
+              drop_remainder: bool, float_pixels: bool, keep_float16: bool) -> dict[str, str]:
     """What the iterator's checkpoint names (readers.checkpoints): the sources (each
-    dataset's directory and run, and its split), the weights, features, clip and order."""
+    dataset's directory and run, and its split), the weights, features, clip and order,
+    and the selections (only where a source has one, as make_dataset's: a mixture of
+    whole sources is named as before selections)."""
     sources = _sources_named(entries, selections)
     values = values_named(float_pixels, keep_float16)
+    selected = "; ".join(f"source {i} {'every window' if k is None else k.said()}"
+                         for i, k in enumerate(kept))
     return {"dataset": f"a mixture of {sources}",
             "weights": f"weights {[w for _, _, w in entries]}",
             "features": f"features {[f.name for f in selections[0].features]}{values}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
-                     f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}"}
+                     f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}",
+            **({} if all(k is None for k in kept) else {"selections": f"selections: {selected}"})}
 
 
 def _sources_named(entries: list, selections: list) -> str:

@@ -1,7 +1,8 @@
 """Mixtures of datasets and splits with weights (readers.mixture, readers.mixed_dataset):
 an epoch's shares, its draws per (seed, epoch), per-rank slices, the source of each
 window, features that cannot mix, exact resume in readers.numpy (two DataLoader workers,
-a new process) and tf.data (checkpoints), and both readers drawing the same windows.
+a new process) and tf.data (checkpoints), and both readers drawing the same windows, of
+whole sources and of selected ones.
 
 The datasets: `kinds`' latent train (98 windows) and test (17) splits, and its float16
 train split (19; read as float32 it mixes with the latent one)."""
@@ -18,7 +19,7 @@ from helpers import docs_code, run_apart
 import readers
 from readers.clips import Clip
 from readers.mixed_dataset import MAX_EPOCH_WINDOWS
-from readers.numpy import Mixture, MixtureBatches, WindowSource
+from readers.numpy import Mixture, MixtureBatches, Select, WindowSource
 
 
 def _keys(batch) -> list[tuple]:
@@ -176,7 +177,7 @@ _RESUME = textwrap.dedent('''
     import json, os, pickle, sys
     import numpy as np
     import torch
-    from readers.numpy import Mixture, MixtureBatches, WindowSource
+    from readers.numpy import Mixture, MixtureBatches, Select, WindowSource
     latent, half = json.loads(sys.argv[1])
     mixture = Mixture([(WindowSource(latent, "train"), 0.7),
                        (WindowSource(half, "train"), 0.3)], seed=1)
@@ -237,6 +238,100 @@ def test_tf_and_numpy_mixtures_draw_the_same_windows_with_the_same_shares(kinds)
     assert flat[:117] != flat[117:234]
 
 
+# select= in both forms, on the latent and float16 train splits: one for each source
+# (None: the whole source), and one for every source (the id is in both datasets).
+_SELECTS = {"one each": [Select(exclude_videos=["lat-0.tfrecord:2", "lat-1.tfrecord:4"]),
+                         None],
+            "one for all": Select(exclude_videos=["lat-0.tfrecord:2"])}
+
+
+def _selected(kinds, select) -> list[WindowSource]:
+    each = select if isinstance(select, list) else [select, select]
+    return [WindowSource(kinds[name], "train", select=one)
+            for name, one in zip(("latent", "float16"), each, strict=True)]
+
+
+def _tf_epoch(ds) -> list[tuple]:
+    return [key for batch in ds for key in _keys({k: v.numpy() for k, v in batch.items()})]
+
+
+@pytest.mark.parametrize("form", _SELECTS)
+def test_tf_and_numpy_mixtures_of_selections_read_the_same_windows(kinds, form):
+    select, sources = _SELECTS[form], _selected(kinds, _SELECTS[form])
+    kept = [{(i, bytes(v), int(t)) for v, t in zip(b["video_id"], b["start"], strict=True)}
+            for i, b in enumerate(s.read_batch(slice(None)) for s in sources)]
+    sizes = [len(s) for s in sources]
+    assert sizes == ([65, 19] if form == "one each" else [80, 13])
+    paths = [(kinds["latent"], sizes[0]), (kinds["float16"], sizes[1])]
+    # weights in proportion to the sizes: both read every selected window once an epoch
+    numpy_epoch = _whole(MixtureBatches(Mixture(list(zip(sources, sizes, strict=True)), seed=3),
+                                        5, drop_remainder=False))
+    tf_epoch = _tf_epoch(readers.mix_datasets(paths, batch_size=5, seed=3,
+                                              drop_remainder=False, select=select))
+    assert sorted(tf_epoch) == sorted(numpy_epoch) == sorted(kept[0] | kept[1])
+    # 70/30 over three epochs: the same counts a source, each window of the source with
+    # windows to spare at most once, of the other each once or twice: in both readers
+    mixture = Mixture([(sources[0], 0.7), (sources[1], 0.3)], seed=1)
+    windows = mixture.epoch_windows
+    ds = readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)], "train",
+                              windows // 3, seed=1, repeat=True, select=select)
+    flat = _tf_epoch(ds.take(9))
+    for epoch in range(3):
+        numpy_drawn = _whole(MixtureBatches(mixture, 6, epoch=epoch, drop_remainder=False))
+        for drawn in (flat[epoch * windows:(epoch + 1) * windows], numpy_drawn):
+            assert tuple(np.bincount([s for s, _, _ in drawn])) == mixture.counts
+            ones = collections.Counter(drawn)
+            assert max(n for (s, _, _), n in ones.items() if s == 0) == 1
+            assert set(ones) - kept[0] == kept[1]         # every window of source 1
+            assert set(ones) <= kept[0] | kept[1]
+
+
+def test_selections_a_mixture_cannot_take_are_refused_in_one_line(kinds):
+    sources = [(kinds["latent"], 0.7), (kinds["float16"], 0.3)]
+    for select, error, says in (
+            ([Select(min_valid_frames=1)], ValueError,
+             r"select must be one readers.Select for every source, or a list of one for "
+             r"each of the 2 sources \(None: the whole source\), not a list of 1$"),
+            ([None, 3], TypeError, r"select\[1\] must be a readers.Select or None, not int 3$"),
+            ("videos", TypeError, r"select must be one readers.Select for every source, or a "
+                                  r"list of one for each of the 2 sources \(None: the whole "
+                                  r"source\), not str 'videos'$"),
+            ([None, Select(where=lambda row: False)], ValueError,
+             r"Select\(where=.*\): 0 windows, sha256 \w+ keeps no window of split 'train' "
+             r"of \S*float16$")):
+        with pytest.raises(error, match=f"^{says}") as e:
+            readers.mix_datasets(sources, select=select)
+        assert "\n" not in str(e.value)
+
+
+def test_a_tf_mixture_of_selections_resumes_and_its_checkpoint_names_them(kinds, tmp_path):
+    select = _SELECTS["one each"]
+
+    def mixed(select):    # epochs of 100 windows whatever the selections: 25 batches
+        return iter(readers.mix_datasets([(kinds["latent"], 0.7), (kinds["float16"], 0.3)],
+                                         "train", 4, seed=3, repeat=True, epoch_windows=100,
+                                         select=select))
+
+    straight = _tf_keys(mixed(select), 30)
+    iterator = mixed(select)
+    assert _tf_keys(iterator, 27) == straight[:27]
+    saved = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / "c"))
+    resumed = mixed(select)
+    tf.train.Checkpoint(iterator=resumed).restore(saved).assert_consumed()
+    assert _tf_keys(resumed, 3) == straight[27:]
+    for other, differ in (
+            (None, r"selections \(\[selections: source 0 Select\(exclude_videos=\['lat-0"
+                   r".tfrecord:2', 'lat-1.tfrecord:4'\]\): 65 windows, sha256 \w+; source 1 "
+                   r"every window\] saved, \[not named\] now\)"),
+            ([None, Select(videos=["lat-0.tfrecord:0"])],
+             r"selections \(\[selections: source 0 Select.*\] saved, \[selections: source 0 "
+             r"every window; source 1 Select\(videos=\['lat-0.tfrecord:0'\]\): 7 windows, ")):
+        with pytest.raises(ValueError, match=r"^this tf.data checkpoint reads a mixture of .*: "
+                                             rf"they differ in {differ}") as e:
+            tf.train.Checkpoint(iterator=mixed(other)).restore(saved)
+        assert "\n" not in str(e.value)
+
+
 def _runs(sources: np.ndarray) -> np.ndarray:
     """The lengths of the runs of one source in a row."""
     return np.diff(np.flatnonzero(np.diff(np.r_[-1, sources, -1])))
@@ -295,7 +390,7 @@ def test_the_tf_mixture_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
 def test_the_docs_latent_mixtures_run(kinds, tmp_path, monkeypatch):
     """docs/readers.md's 70/30 mixture of two latent datasets: readers.numpy's with two
     DataLoader workers in a fresh interpreter (the block as it stands, after a trainer's
-    epoch, rank and world), and tf.data's here."""
+    epoch, rank and world), and tf.data's here, whole and selected."""
     monkeypatch.chdir(tmp_path)
     os.symlink(kinds["latent"], tmp_path / "latents_a")
     os.symlink(kinds["float16"], tmp_path / "latents_b")
@@ -308,6 +403,8 @@ def test_the_docs_latent_mixtures_run(kinds, tmp_path, monkeypatch):
     shown = {}
     exec(docs_code("readers.md", "Mixtures in tf.data"), shown)
     assert shown["batch"]["source"].shape == (64,)
+    exec(docs_code("readers.md", "Mixtures in tf.data", 1), shown)     # with a selection
+    assert next(iter(shown["ds"]))["source"].shape == (64,)
 
 
 def _window_as_list(batch: dict) -> dict:
