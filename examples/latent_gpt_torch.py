@@ -61,9 +61,8 @@ import torch.distributed as dist
 from example_data import checked, latent_dataset, refuse
 from torch import nn
 
-from readers.clips import SEEDS, Clip
-from readers.format.numbers import whole_number_type
-from readers.numpy import EpochBatches, WindowSource
+from readers.format.numbers import SEEDS, whole_number_type
+from readers.numpy import Clip, EpochBatches, WindowSource
 from readers.workers import end_with_parent
 
 

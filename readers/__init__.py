@@ -5,8 +5,9 @@
     ds = readers.mix_datasets([("a/", 0.7), ("b/", 0.3)], "train", 64)  # a mixture
     spec = readers.load_spec("out/")                                  # dataset.json
     keep = readers.Select(min_valid_frames=12)      # select=keep: in both readers
+    clip = readers.Clip(8, step=2)                  # clip=clip: in both readers
 
-    from readers.numpy import batches, WindowSource                  # no TensorFlow
+    from readers.numpy import batches, Clip, Select, WindowSource    # no TensorFlow
 
 Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_dataset`
 (or `mix_datasets`) only, so that `readers.format` (the format, shared with the Beam
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from readers.clips import Clip
 from readers.format import DatasetSpec, FeatureSpec, load_spec
 from readers.subset import Select
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from readers.mixed_dataset import mix_datasets
 
 __all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec",
-           "Select"]
+           "Select", "Clip"]
 
 
 def __getattr__(name: str):

@@ -24,12 +24,9 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from readers.format.features import PER_FRAME
-from readers.selection import one_of, whole_number
+from readers.selection import one_of, seed_number, whole_number
 
 OFFSETS = ("random", "start", "center")
-# Seeds a clip takes: the offsets' hash keeps 32 bits of the seed (and tf.data's one
-# seeds its stream with it), so seeds 2**32 apart would give the same clips.
-SEEDS = 2 ** 32
 CLIP_OFFSET = "clip_offset"    # what the readers name each clip's offset in its window
 _MASK = 0xFFFFFFFF
 
@@ -47,7 +44,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class Clip:
     """`length` frames of each window, every `step`-th, from `offset`: "random" (per
-    window and epoch, from `seed`, in [0, 2**32)), "start" or "center".
+    window and epoch, from `seed`, a whole number in [0, 2**63) as every reader's),
+    "start" or "center".
 
     A clip spans (length - 1) * step + 1 frames, which must fit in the stored window.
     Its numbers are checked and kept as Python ints (numpy integers too: a span in
@@ -59,10 +57,9 @@ class Clip:
 
     def __post_init__(self):
         # each number as the Python int it holds (frozen: set through object)
-        for name, minimum, maximum in (("length", 1, None), ("step", 1, None),
-                                       ("seed", 0, SEEDS - 1)):
-            object.__setattr__(self, name, whole_number(f"Clip {name}", getattr(self, name),
-                                                        minimum, maximum))
+        for name in ("length", "step"):
+            object.__setattr__(self, name, whole_number(f"Clip {name}", getattr(self, name), 1))
+        object.__setattr__(self, "seed", seed_number("Clip seed", self.seed))
         one_of("Clip offset", self.offset, OFFSETS)
 
     @property
@@ -95,7 +92,10 @@ class Clip:
         windows = np.asarray(windows, np.int64)
         if self.offset != "random":
             return np.full(len(windows), self.fixed_offset(window), np.int64)
-        key = _mix(_mix(np.asarray(self.seed, np.int64) & _MASK) ^ (epoch & _MASK))
+        # the seed's high word hashed into its low one: 0 for a seed below 2**32 (_mix(0)
+        # is 0), whose clips are those of before seeds had 63 bits
+        seed = np.asarray(self.seed, np.int64)
+        key = _mix(_mix(_mix(seed >> 32) ^ (seed & _MASK)) ^ (epoch & _MASK))
         return _mix(key ^ (windows & _MASK)) % count
 
     def frames(self, offset: int) -> slice:

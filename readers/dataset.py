@@ -18,7 +18,13 @@ import tensorflow as tf
 from readers import checkpoints, clips, malloc, subset, tf_internals
 from readers import format as data_format
 from readers.clips import CLIP_OFFSET, Clip
-from readers.selection import Selection, flag, optional_whole_number, whole_number
+from readers.selection import (
+    Selection,
+    flag,
+    optional_whole_number,
+    seed_number,
+    whole_number,
+)
 from readers.subset import Select, Subset
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
@@ -66,7 +72,8 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         `input_context.get_per_replica_batch_size(batch_size)`.
       shuffle: reshuffle the shard list every epoch and shuffle records in a buffer.
         False reads the shards, and the records in each, in order.
-      seed: makes the shuffled order reproducible (and the interleave deterministic).
+      seed: a whole number in [0, 2**63): makes the shuffled order reproducible (and the
+        interleave deterministic).
       repeat: repeat forever, each epoch in a new order.
       drop_remainder: drop the last partial batch so that the batch dimension is static.
       features: names of the features to parse (default: all of dataset.json's).
@@ -107,7 +114,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
         that is no Clip, a select that is no Select.
     """
     batch_size = whole_number("batch_size", batch_size, 1)
-    seed = optional_whole_number("seed", seed, -2 ** 63, 2 ** 63 - 1)    # an int64
+    seed = None if seed is None else seed_number("seed", seed)
     shuffle_buffer = optional_whole_number("shuffle_buffer", shuffle_buffer, 1)
     cycle_length = optional_whole_number("cycle_length", cycle_length, 1)
     shuffle, repeat, drop_remainder, float_pixels, keep_float16 = (

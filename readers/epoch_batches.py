@@ -14,7 +14,7 @@ import numpy as np
 
 from readers import streaming
 from readers.clips import Clip
-from readers.selection import flag, optional_whole_number, whole_number
+from readers.selection import flag, optional_whole_number, seed_number, whole_number
 from readers.subset import Select
 from readers.window_source import SELECTION, Transform, WindowSource
 
@@ -172,7 +172,7 @@ def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_in
     num_shards = whole_number("num_shards", num_shards, 1)
     buffer_bytes = optional_whole_number("buffer_bytes", buffer_bytes, 1)
     return {"batch_size": whole_number("batch_size", batch_size, 1),
-            "shuffle": flag("shuffle", shuffle), "seed": whole_number("seed", seed, 0),
+            "shuffle": flag("shuffle", shuffle), "seed": seed_number("seed", seed),
             "epoch": whole_number("epoch", epoch, 0),
             "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
             "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
@@ -234,7 +234,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
         windows it keeps.
       batch_size: windows a batch.
       shuffle: a new permutation each epoch (False: the split's order).
-      seed, epoch: which permutation.
+      seed, epoch: which permutation (a seed is a whole number in [0, 2**63)).
       shard_index, num_shards: this host's slice of the epoch; every host gets the same
         number of steps (the few windows left over are left out).
       drop_remainder: leave out a last partial batch.

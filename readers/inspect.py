@@ -28,7 +28,7 @@ from readers import format as data_format
 from readers import output, quiet, report
 from readers import stats as stats_text
 from readers.files import DatasetFiles
-from readers.format.numbers import whole_number_type
+from readers.format.numbers import SEEDS, whole_number_type
 from readers.verify import verify
 
 MAX_PROBLEMS = 20
@@ -126,7 +126,7 @@ def _seed(text: str) -> int:
     """A seed both numpy (--report) and tf.data (--preview, --stats) take: checked here,
     so that a wrong one is blamed on --seed, not on what uses it."""
     value = whole_number_type()(text)
-    if not 0 <= value < 2**63:
+    if not 0 <= value < SEEDS:
         raise argparse.ArgumentTypeError(f"must be from 0 to 2**63 - 1, got {value}")
     return value
 

@@ -31,7 +31,13 @@ from readers import checkpoints, subset
 from readers.clips import Clip
 from readers.dataset import dataset_named, make_dataset, values_named
 from readers.mixture import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
-from readers.selection import Selection, flag, optional_whole_number, whole_number
+from readers.selection import (
+    Selection,
+    flag,
+    optional_whole_number,
+    seed_number,
+    whole_number,
+)
 from readers.subset import Select, Subset
 
 # The seed word of the choice stream (readers.mixture's are numpy's, for its own streams).
@@ -58,7 +64,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
         dtypes (else ValueError in one line naming the feature).
       split: the split of a source that names none.
       batch_size: windows a batch.
-      seed: whole number >= 0: where each source's windows go in an epoch (the same
+      seed: a whole number in [0, 2**63): where each source's windows go in an epoch (the same
         seed, the same batches; each epoch another order).
       repeat: epochs without end (False: one epoch).
       epoch_windows: windows an epoch, at most MAX_EPOCH_WINDOWS (default: the sum of
@@ -81,7 +87,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
       source without windows, features that differ.
     """
     batch_size = whole_number("batch_size", batch_size, 1)
-    seed = whole_number("seed", seed, 0)
+    seed = seed_number("seed", seed)
     repeat, drop_remainder = flag("repeat", repeat), flag("drop_remainder", drop_remainder)
     entries = _entries(sources, split)
     selects = _selects(select, len(entries))

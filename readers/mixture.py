@@ -42,7 +42,7 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from readers.clips import CLIP_OFFSET, clipped_shape
-from readers.selection import optional_whole_number, whole_number
+from readers.selection import optional_whole_number, seed_number, whole_number
 
 # The batch key that names each window's source: its place in the mixture's list.
 SOURCE = "source"
@@ -154,7 +154,7 @@ class Mixture:
         names, shapes and dtypes (after `features=`, `float_pixels`, `keep_float16` and
         their clips; clips that differ but give the same shapes mix); a mixture refuses
         others in one line naming the feature.
-      seed: whole number >= 0; with the epoch it decides every draw and order.
+      seed: a whole number in [0, 2**63); with the epoch it decides every draw and order.
       epoch_windows: windows an epoch (default: the sum of the sources' lengths).
 
     Each batch it reads has one more key, `source`: int64 [batch], the place in `sources`
@@ -168,7 +168,7 @@ class Mixture:
         _check_pairs(sources)
         self.sources = tuple(source for source, _ in sources)
         self.weights = tuple(weight(f"weight {i}", w) for i, (_, w) in enumerate(sources))
-        self.seed = whole_number("seed", seed, 0)
+        self.seed = seed_number("seed", seed)
         lengths = [len(source) for source in self.sources]
         _refuse_empty(self.sources, lengths)
         refuse_unlike([_signature(s) for s in self.sources],

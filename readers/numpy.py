@@ -28,7 +28,7 @@ keeps, numbered 0..n-1, resolved when the source opens from the window tables be
 the shards (readers.subset), never by reading a record.
 
 `Mixture` and `MixtureBatches` (readers.mixture and readers.mixture_batches, exported
-here) mix sources by weight.
+here) mix sources by weight. `Select` and `Clip` are here and in `readers` alike.
 
 This module is the API only: `WindowSource` is readers.window_source's, `EpochBatches`
 and `batches` readers.epoch_batches'; the request is checked by readers.selection (as
@@ -39,7 +39,9 @@ from __future__ import annotations
 
 # The API, from the modules that hold it: the source (readers.window_source), an
 # epoch's plan and its reader (readers.epoch_batches), mixtures and their plans
-# (readers.mixture, readers.mixture_batches) and selections (readers.subset).
+# (readers.mixture, readers.mixture_batches), selections (readers.subset) and clips
+# (readers.clips), the last two as `readers` exports them.
+from readers.clips import Clip  # noqa: F401
 from readers.epoch_batches import EpochBatches, batches, epoch_order  # noqa: F401
 from readers.mixture import Mixture  # noqa: F401
 from readers.mixture_batches import MixtureBatches  # noqa: F401

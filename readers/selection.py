@@ -6,8 +6,9 @@ error for a dataset that changed under an open reader (`gone_error`).
 path, split, features and batch size: they go through this module so that they refuse the
 same requests with the same words; and every number and flag they (and `Clip`) take is
 checked by its helpers, `whole_number` (readers/format/numbers.py's, which the command
-lines' numbers share), `flag`, `one_of` (and `optional_callable`), where it is given, in
-one line that names it. Numpy only: readers.numpy imports it.
+lines' numbers share; `seed_number` for a seed), `flag`, `one_of` (and
+`optional_callable`), where it is given, in one line that names it. Numpy only:
+readers.numpy imports it.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from readers.format import (
 )
 from readers.format.numbers import (  # noqa: F401 (the readers' check, re-exported)
     optional_whole_number,
+    seed_number,
     whole_number,
 )
 

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests (the `slow` marker is declared in pytest.ini;
 `pytest -m "not slow"` is the inner loop). Helpers are in helpers.py."""
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -44,23 +45,47 @@ def _write_kinds_inputs(root) -> None:
     write_manifest(root / "m.jsonl", rows)
 
 
+def _built_once(tmp_path_factory, request, name: str, build) -> pathlib.Path:
+    """The folder `name` where `build(folder)` ran once a session (with pytest-xdist,
+    once for all its workers: the first to ask builds, the others wait for it)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    # an xdist worker's temp folder lies in the session's, which all workers share
+    root = (base.parent if hasattr(request.config, "workerinput") else base) / name
+    with FileLock(f"{root}.lock"):
+        if not (root / "built").exists():
+            root.mkdir(exist_ok=True)
+            build(root)
+            (root / "built").touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def kinds(tmp_path_factory, request) -> dict[str, str]:
     """KINDS, built once a session (with pytest-xdist, once for all its workers): name ->
     the dataset's path. Tests read them; a test that changes one changes a copy."""
-    from filelock import FileLock
     from helpers import run_jobs
 
-    base = tmp_path_factory.getbasetemp()
-    # an xdist worker's temp folder lies in the session's, which all workers share
-    root = (base.parent if hasattr(request.config, "workerinput") else base) / "kinds"
-    with FileLock(f"{root}.lock"):
-        if not (root / "built").exists():
-            root.mkdir(exist_ok=True)
-            _write_kinds_inputs(root)
-            run_jobs(root, [(name, source, flags) for name, (source, flags) in KINDS.items()])
-            (root / "built").touch()
+    def build(root) -> None:
+        _write_kinds_inputs(root)
+        run_jobs(root, [(name, source, flags) for name, (source, flags) in KINDS.items()])
+
+    root = _built_once(tmp_path_factory, request, "kinds", build)
     return {name: os.path.join(root, name) for name in KINDS}
+
+
+@pytest.fixture(scope="session")
+def fire_sample(tmp_path_factory, request) -> str:
+    """The fire sample the examples make without --data (examples/example_data.py), of
+    16 videos, built once a session: what the fire examples and the docs' fire blocks
+    (tests/test_docs_code.py) read. Tests read it as it is."""
+    from helpers import example_module
+
+    made = example_module("example_data")
+    root = _built_once(tmp_path_factory, request, "fire_sample",
+                       lambda root: made.fire_dataset(str(root), videos=16))
+    return os.path.join(root, made.DATASET)
 
 
 @pytest.fixture(scope="session", params=["format", pytest.param("job", marks=pytest.mark.slow)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
+import importlib
 import json
 import os
 import pathlib
@@ -18,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
+from docs_blocks import docs_code  # noqa: F401 (a docs block, for the tests that run one)
 
 if TYPE_CHECKING:
     from job_process import JobProcess
@@ -316,18 +318,16 @@ def write_index(path, offsets: Sequence[int]) -> None:
         f.write("".join(f"{a} {b - a}\n" for a, b in zip(offsets, offsets[1:], strict=False)))
 
 
-def docs_code(page: str, heading: str, index: int = 0) -> str:
-    """The `index`-th ```python block (the first: 0) under `## heading` of docs/`page`:
-    the code the docs show, for a test to run as it is (tests/test_docs_code.py checks
-    that a block marked `run by` a test file is asked for so there)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "docs", page)) as f:
-        text = f.read()
-    section = text[text.index(f"\n## {heading}\n"):]
-    end = section.find("\n## ", 1)
-    blocks = re.findall(r"^```python\n(.*?)^```$", section[:end if end > 0 else None],
-                        re.S | re.M)
-    return blocks[index]
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "examples")
+
+
+def example_module(name: str):
+    """examples/NAME.py imported in this process, with examples/ on the path as a script
+    run there has it (the examples import example_data, their datasets' maker)."""
+    if EXAMPLES not in sys.path:
+        sys.path.insert(0, EXAMPLES)
+    return importlib.import_module(name)
 
 
 def run_apart(code: str, *args: str, tmp_path) -> object:

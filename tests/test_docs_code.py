@@ -1,23 +1,22 @@
-"""Every ```python block of README.md and docs/*.md runs as it is, as tests/test_readme.py
-checks the flags: a block a user copies must not end in a NameError.
+"""Every ```python block of README.md and docs/*.md runs as written: a block a user
+copies must not end in a NameError, nor need data it does not name.
 
-A block runs in a fresh interpreter, in a folder whose `out/` is the dataset the README's
-first command makes (its sample, windows of 100 x 200), after the earlier blocks of its
-page whose names it uses (as a reader of the page has run them), with the names a
-trainer's own loop has (`GIVEN`). A block that cannot run here has a marker on the line
-before it, which the static tests below hold to account:
+A block imports and defines every name it uses, or its marker names the block it goes
+on from (`<!-- continues: HEADING -->`; the markers: tests/docs_blocks.py). It runs in a
+fresh interpreter, after the blocks it continues (one program whose lines are the
+page's: a traceback names the page's line), in a folder that holds the samples its
+`data` marker names where it names them:
 
-    <!-- not run: why (a real bucket, a GPU, ...) -->
-    <!-- run by: tests/test_x.py -->     (which runs it with docs_code(page, heading[, i]))
+- `readme` (the default, at out/): the dataset the README's first command makes, run
+  here as the README says (its sample: latent windows of 100 x 200, 371 of them);
+- `fire`: the fire sample the examples make (examples/example_data.py): PNG frames with
+  a heat-release label each, windows of 8, train and validation splits.
 
-Every block, run or not, must compile; a block that runs imports every module it uses
-(a reader copies one block: the clips block once used `torch` and `readers` that only
-blocks above it imported), and names nothing else that neither it, an earlier block of
-its page nor `GIVEN` defines."""
+A block that raises fails. One that cannot run here says why (`not run`), and it too
+must compile and use no name that neither it nor a block it continues defines."""
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import os
 import re
 import shlex
@@ -27,48 +26,48 @@ import sys
 from typing import Optional
 
 import pytest
+from docs_blocks import MARKERS, ROOT, Block, blocks, pages
 from helpers import assert_verified
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md", *sorted(os.path.join("docs", name)
-                              for name in os.listdir(os.path.join(ROOT, "docs"))
-                              if name.endswith(".md"))]
-# The names a trainer's loop has of its own, as the blocks use them, and what they are
-# here: one process, the first epoch, no resume; a model and optimizer as tf.train
-# checkpoints take them (any trackable).
-GIVEN = {"epoch": "0", "epochs": "1", "rank": "0", "world": "1", "host": "0", "hosts": "1",
-         "resume": "0", "model": "__import__('tensorflow').Module()",
-         "optimizer": "__import__('tensorflow').Module()"}
-_MARKER = re.compile(r"<!-- (not run|run by): (.*?) -->")
-_FENCE = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+# The samples a `data` marker may name, and the fixture that makes each.
+SAMPLES = {"readme": "readme_out", "fire": "fire_sample"}
+BLOCKS = [block for page in pages() for block in blocks(page)]
+RUN = [block for block in BLOCKS if block.marker("not run") is None]
 
 
-@dataclasses.dataclass
-class Block:
-    """A ```python block: where it is, what it says, its marker, the names it binds at
-    the top of its module (`imports`: those of them it imports) and those it uses
-    without binding them."""
-    page: str
-    line: int
-    heading: str
-    index: int              # its place among the blocks under its heading
-    code: str
-    marker: Optional[tuple[str, str]]
-    binds: frozenset
-    imports: frozenset
-    uses: frozenset
-
-    @property
-    def where(self) -> str:
-        return f"{self.page}:{self.line}"
+def _continued(block: Block) -> Optional[Block]:
+    """The block `block` continues: the last one above it, on its page, under the
+    heading its `continues` marker names (None: no such block, or no marker)."""
+    above = [b for b in BLOCKS if b.page == block.page and b.line < block.line
+             and b.heading == block.marker("continues")]
+    return above[-1] if above else None
 
 
-def _names(code: str, where: str) -> tuple[frozenset, frozenset, frozenset]:
-    """(names bound at module level, those of them imported, names used but bound
-    nowhere in `code`)."""
-    table = symtable.symtable(code, where, "exec")
+def _chain(block: Block) -> list[Block]:
+    """The blocks that run as one program for `block`: those it continues, then it."""
+    chain = [block]
+    while (continued := _continued(chain[0])) is not None:
+        chain.insert(0, continued)
+    return chain
+
+
+def _data(block: Block) -> dict[str, str]:
+    """Where `block`'s program finds each sample (a folder -> a SAMPLES name), as the
+    first block of its chain names them (default: the README's at out/)."""
+    said = _chain(block)[0].marker("data") or "readme"
+    places = {}
+    for item in said.split(","):
+        name, _, place = item.strip().partition(" at ")
+        assert name in SAMPLES, f"{block.where}: data {name!r} is none of {sorted(SAMPLES)}"
+        places[(place or "out/").rstrip("/")] = name
+    return places
+
+
+def _names(block: Block) -> tuple[frozenset, frozenset]:
+    """(the names `block` binds at the top of its module, the names it uses without
+    binding them: a builtin aside)."""
+    table = symtable.symtable(block.code, block.where, "exec")
     binds = {s.get_name() for s in table.get_symbols() if s.is_local()}
-    imports = {s.get_name() for s in table.get_symbols() if s.is_imported()}
     uses = {s.get_name() for s in table.get_symbols() if s.is_referenced() and not s.is_local()}
 
     def free(scope: symtable.SymbolTable) -> None:
@@ -78,89 +77,67 @@ def _names(code: str, where: str) -> tuple[frozenset, frozenset, frozenset]:
             free(child)
 
     free(table)
-    return (frozenset(binds), frozenset(imports),
-            frozenset(uses - binds - set(dir(builtins)) - {"__name__"}))
+    return frozenset(binds), frozenset(uses - binds - set(dir(builtins)) - {"__name__"})
 
 
-def _blocks(page: str) -> list[Block]:
-    with open(os.path.join(ROOT, page)) as f:
-        text = f.read()
-    found, under = [], {}
-    for match in _FENCE.finditer(text):
-        before = text[:match.start()]
-        line = before.count("\n") + 1
-        headings = re.findall(r"^#+ (.+)$", before, re.M)
-        heading = headings[-1] if headings else ""
-        previous = before.rstrip("\n").rsplit("\n", 1)[-1]
-        marker = _MARKER.fullmatch(previous.strip())
-        index = under[heading] = under.get(heading, -1) + 1
-        found.append(Block(page, line, heading, index, match.group(1),
-                           marker and (marker.group(1), marker.group(2).strip()),
-                           *_names(match.group(1), f"{page}:{line}")))
-    return found
+def _program(chain: list[Block]) -> str:
+    """The chain's code, each block's lines on its page's lines (blank lines between)."""
+    lines: list[str] = []
+    for block in chain:
+        lines += [""] * (block.line - len(lines))     # its code starts after its fence
+        lines += block.code.splitlines()
+    return "\n".join(lines) + "\n"
 
 
-BLOCKS = [block for page in PAGES for block in _blocks(page)]
-RUN = [block for block in BLOCKS if block.marker is None]
-
-
-def _program(block: Block) -> str:
-    """The block, after the earlier blocks of its page that bind the names it uses (and
-    theirs, in the page's order), after the `GIVEN` names they use. AssertionError
-    naming a name nothing binds, or one only a block that does not run here binds."""
-    page = [b for b in BLOCKS if b.page == block.page and b.line <= block.line]
-    needed, wanted = {block.line}, [block]
-    while wanted:
-        current = wanted.pop()
-        for name in sorted(current.uses - set(GIVEN)):
-            binders = [b for b in page if b.line < current.line and name in b.binds]
-            assert binders, (f"{current.where} uses {name!r}, which neither it, an earlier "
-                             f"block of {current.page} nor a trainer's loop ({sorted(GIVEN)}) "
-                             "defines: import or define it in the block")
-            binder = binders[-1]
-            assert name not in binder.imports, (
-                f"{current.where} uses {name!r}, which only {binder.where} imports: "
-                "import it in this block too")
-            assert binder.marker is None, (f"{current.where} uses {name!r} from "
-                                           f"{binder.where}, which is not run here")
-            if binder.line not in needed:
-                needed.add(binder.line)
-                wanted.append(binder)
-    chosen = [b for b in page if b.line in needed]
-    given = sorted(set(GIVEN) & {name for b in chosen for name in b.uses})
-    return "".join([*(f"{name} = {GIVEN[name]}\n" for name in given),
-                    *(f"# {b.where}\n{b.code}" for b in chosen)])
-
-
-def test_the_pages_have_python_blocks_and_most_of_them_run():
-    assert {b.page for b in BLOCKS} >= {"README.md", "docs/readers.md"}
-    assert len(RUN) >= 8, [b.where for b in RUN]
+def test_every_python_block_of_every_page_is_found():
+    """A fence the finder missed (```py, a python3 tag) would be a block never run."""
+    for page in pages():
+        with open(os.path.join(ROOT, page)) as f:
+            fences = re.findall(r"^ *```py", f.read(), re.M)
+        assert len(fences) == len(blocks(page)), f"{page}: a ```py fence is not ```python"
+    assert {b.page for b in RUN} >= {"README.md", "docs/readers.md"}
+    assert len(RUN) >= 3 * len(BLOCKS) // 4, [b.where for b in BLOCKS if b not in RUN]
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.where)
-def test_every_block_compiles_and_every_marker_holds(block):
+def test_every_block_compiles_defines_what_it_uses_and_its_markers_hold(block):
     compile(block.code, block.where, "exec")
-    if block.marker is None:
-        _program(block)       # every name it uses is bound where it runs
-        return
-    kind, said = block.marker
-    if kind == "not run":
-        assert len(said.split()) >= 3, f"{block.where}: say why it cannot run here"
-        return
-    path = os.path.join(ROOT, said)
-    assert said.startswith("tests/") and os.path.isfile(path), f"{block.where}: {said}"
-    with open(path) as f:
-        test = " ".join(f.read().split())
-    asks = f'docs_code("{os.path.relpath(block.page, "docs")}", "{block.heading}"'
-    asks += f", {block.index})" if block.index else ")"
-    assert asks in test, f"{block.where}: {said} does not run it ({asks} is not there)"
+    kinds = [kind for kind, _ in block.markers]
+    assert set(kinds) <= set(MARKERS) and len(set(kinds)) == len(kinds), (
+        f"{block.where}: markers {kinds}, each at most once of {MARKERS}")
+    if block.marker("continues") is not None:
+        assert _continued(block), (f"{block.where} continues {block.marker('continues')!r}, "
+                                   f"but no block above it on {block.page} is under it")
+        assert block.marker("data") is None, (
+            f"{block.where}: a block runs on the data of the block it continues: name it there")
+    chain = _chain(block)
+    bound = frozenset().union(*(_names(b)[0] for b in chain))
+    missing = sorted(_names(block)[1] - bound)
+    assert not missing, (f"{block.where} uses {missing}, which neither it nor a block it "
+                         "continues defines: import or define them in the block, or mark "
+                         "the block it goes on from (<!-- continues: HEADING -->)")
+    if block.marker("not run") is None:
+        assert all(b.marker("not run") is None for b in chain), (
+            f"{block.where} continues a block that is not run here")
+        _data(block)
+    else:
+        assert len(block.marker("not run").split()) >= 3, f"{block.where}: say why it cannot run"
+    test = block.marker("run by")
+    if test is not None:
+        path = os.path.join(ROOT, test)
+        assert test.startswith("tests/") and os.path.isfile(path), f"{block.where}: {test}"
+        with open(path) as f:
+            text = " ".join(f.read().split())
+        asks = f'docs_code("{os.path.relpath(block.page, "docs")}", "{block.heading}"'
+        asks += f", {block.index})" if block.index else ")"
+        assert asks in text, f"{block.where}: {test} does not run it ({asks} is not there)"
 
 
 @pytest.fixture(scope="module")
 def readme_out(tmp_path_factory) -> str:
     """The README's first command, less its install, run where it says: the sample and
-    the dataset `out/` every block reads, checked by inspect --verify as the command
-    does (and by the suite's own check)."""
+    the dataset `out/` the README's blocks read, checked by inspect --verify as the
+    command does (and by the suite's own check)."""
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     command = re.search(r"^pip install -e \"\.\[beam\]\" && (.+)$", readme, re.M).group(1)
@@ -181,13 +158,20 @@ def _env() -> dict:
         [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
+# A block runs in the program of the last block that continues it.
+LAST = [block for block in RUN if not any(
+    block in _chain(other)[:-1] for other in RUN if other.marker("continues"))]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("block", RUN, ids=lambda b: b.where)
-def test_every_block_runs(block, readme_out, tmp_path):
-    os.symlink(readme_out, tmp_path / "out")
-    script = tmp_path / "block.py"
-    script.write_text(_program(block))
+@pytest.mark.parametrize("block", LAST, ids=lambda b: b.where)
+def test_every_block_runs_on_the_data_it_names(block, request, tmp_path):
+    for place, sample in _data(block).items():
+        os.symlink(request.getfixturevalue(SAMPLES[sample]), tmp_path / place)
+    script = tmp_path / f"{os.path.basename(block.page)}.py"
+    script.write_text(_program(_chain(block)))
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, f"{block.where}:\n{script.read_text()}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{' then '.join(b.where for b in _chain(block))}, "
+                                  f"on {_data(block)}:\n{done.stderr[-3000:]}")

@@ -3,7 +3,6 @@ model can learn, and each example, run as a user runs it, learns (its loss falls
 DDP one sees every window once an epoch, and a killed run resumes with the batches it
 would have had."""
 import filecmp
-import importlib
 import json
 import os
 import re
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from format_datasets import kind_videos, write_kind
-from helpers import assert_session_ends, assert_verified
+from helpers import EXAMPLES, assert_session_ends, assert_verified, example_module
 
 from beam_jobs.sample import write_latent_sample
 from readers import load_spec
@@ -55,15 +54,6 @@ def test_the_sample_has_structure_in_time_that_its_recipe_drives(tmp_path):
 # --- the examples, run as a user runs them, on small data they make -------------------
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = os.path.join(ROOT, "examples")
-
-
-def _example(name: str):
-    """examples/NAME.py imported in this process, with examples/ on the path as a script
-    run there has it (the examples import example_data, their datasets' maker)."""
-    if EXAMPLES not in sys.path:
-        sys.path.insert(0, EXAMPLES)
-    return importlib.import_module(name)
 
 
 def _env() -> dict:
@@ -108,7 +98,7 @@ def latents(tmp_path_factory) -> str:
     """57 windows of 20 latents (8 videos of the sample's kind): an odd number, so that
     two ranks leave one out an epoch, and 28 a rank, which batches of 5 do not divide."""
     root = tmp_path_factory.mktemp("latents")
-    out = _example("example_data").latent_dataset(str(root), videos=8, frames=(60, 100),
+    out = example_module("example_data").latent_dataset(str(root), videos=8, frames=(60, 100),
                                                   window=20, stride=10)
     assert_verified(out)
     assert load_spec(out).splits["train"].windows == 57
@@ -189,14 +179,13 @@ def _final(stdout: str) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def fires(tmp_path_factory) -> str:
+def fires(fire_sample) -> str:
     """The examples' small synthetic fires (with missing frames: masks 0), as the fire
-    examples make them without --data."""
-    out = _example("example_data").fire_dataset(str(tmp_path_factory.mktemp("fires")), videos=16)
-    assert_verified(out)
-    spec = load_spec(out)
+    examples make them without --data (conftest's, built once a session)."""
+    assert_verified(fire_sample)
+    spec = load_spec(fire_sample)
     assert spec.splits["train"].bad_frames > 0 and spec.stats["train"]["labels"].count > 0
-    return out
+    return fire_sample
 
 
 def test_the_torch_fire_regressor_learns_from_normalised_labels(fires, tmp_path):
@@ -245,7 +234,7 @@ def _refusal(name: str, argv: list, capsys) -> str:
     """examples/NAME.py run on `argv` in this process (in the test's folder: one that
     does not refuse makes its data there) until it refuses: exit status 2 and one line
     saying why, no traceback. That line."""
-    module = _example(name)
+    module = example_module(name)
     with pytest.raises(SystemExit) as refused:
         module.train(module.parse_args([str(a) for a in argv]))
     err = capsys.readouterr().err
@@ -297,7 +286,7 @@ def test_the_torch_fire_regressor_validates_in_batches_of_its_batch_size(
     """Every batch its model sees holds --batch_size windows or fewer, validation's too
     (which once read 64 whatever --batch_size was: at 540x960 frames, windows of 32,
     --batch_size 2 peaked at 7.3 GB where 3.9 GB is its own)."""
-    module = _example("fire_regressor_torch")
+    module = example_module("fire_regressor_torch")
     seen = []
 
     class Recording(module.Regressor):

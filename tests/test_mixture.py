@@ -389,12 +389,12 @@ def test_the_tf_mixture_resumes_exactly_from_a_checkpoint(kinds, tmp_path):
 @pytest.mark.slow
 def test_the_docs_latent_mixtures_run(kinds, tmp_path, monkeypatch):
     """docs/readers.md's 70/30 mixture of two latent datasets: readers.numpy's with two
-    DataLoader workers in a fresh interpreter (the block as it stands, after a trainer's
-    epoch, rank and world), and tf.data's here, whole and selected."""
+    DataLoader workers in a fresh interpreter (the block as it stands), and tf.data's
+    here, whole and selected."""
     monkeypatch.chdir(tmp_path)
     os.symlink(kinds["latent"], tmp_path / "latents_a")
     os.symlink(kinds["float16"], tmp_path / "latents_b")
-    code = ("epoch, rank, world = 0, 0, 1\n" + docs_code("readers.md", "Mixtures of datasets")
+    code = (docs_code("readers.md", "Mixtures of datasets")
             + "import os, pickle\nwith open(os.environ['RESULT'], 'wb') as f:\n"
               "    pickle.dump((step, batch['source'].tolist(), state), f)\n")
     step, sources, state = run_apart(code, tmp_path=tmp_path)

@@ -26,7 +26,8 @@ from helpers import (
 )
 
 import readers
-from readers.numpy import WindowSource, batches
+from readers.clips import Clip
+from readers.numpy import EpochBatches, Mixture, WindowSource, batches
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +157,8 @@ def test_errors_name_the_problem(dataset, tmp_path):
     ({"batch_size": float("nan")}, TypeError, "batch_size must be a whole number >= 1, not nan"),
     ({"batch_size": 2.5}, TypeError, "batch_size must be a whole number >= 1, not 2.5"),
     ({"batch_size": True}, TypeError, "batch_size must be a whole number >= 1, not True"),
-    ({"seed": "3"}, TypeError, "seed must be a whole number in [-9223372036854775808, "
-                               "9223372036854775807], not '3'"),
-    ({"seed": 2 ** 63}, ValueError, "seed must be a whole number in [-9223372036854775808, "
-                                    "9223372036854775807], not 9223372036854775808"),
+    ({"seed": "3"}, TypeError, "seed must be a whole number in [0, 9223372036854775807], "
+                               "not '3'"),
     ({"shuffle_buffer": 0}, ValueError, "shuffle_buffer must be a whole number >= 1, not 0"),
     ({"cycle_length": True}, TypeError, "cycle_length must be a whole number >= 1, not True"),
     ({"shuffle": "false"}, TypeError, "shuffle must be True or False, not 'false'"),
@@ -170,6 +169,45 @@ def test_errors_name_the_problem(dataset, tmp_path):
 def test_every_argument_is_checked_when_given_naming_it(dataset, options, error, says):
     with pytest.raises(error, match=f"^{re.escape(says)}$"):
         readers.make_dataset(dataset, **options)
+
+
+def _seeded(dataset: str) -> dict:
+    """Each reader that takes a seed, as a function of the seed."""
+    source = WindowSource(dataset, "train")
+    return {"make_dataset": lambda seed: readers.make_dataset(dataset, batch_size=4, seed=seed),
+            "batches": lambda seed: batches(dataset, "train", 4, seed=seed),
+            "EpochBatches": lambda seed: EpochBatches(source, 4, seed=seed),
+            "Mixture": lambda seed: Mixture([(source, 1)], seed=seed),
+            "mix_datasets": lambda seed: readers.mix_datasets([(dataset, 1)], "train", 4,
+                                                              seed=seed),
+            "Clip": lambda seed: Clip(2, seed=seed)}
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 63])
+def test_a_seed_out_of_range_is_refused_in_the_same_words_by_every_reader(dataset, seed):
+    """make_dataset took any int64 (-1 too), batches, EpochBatches and the mixtures any
+    whole number >= 0 (2**63 too, which tf.data cannot take), a Clip one below 2**32:
+    a seed that one reader took, another refused."""
+    for name, reader in _seeded(dataset).items():
+        with pytest.raises(ValueError) as refused:
+            reader(seed)
+        assert str(refused.value).removeprefix("Clip ") == (
+            f"seed must be a whole number in [0, 9223372036854775807], not {seed}"), name
+
+
+def test_every_reader_reads_with_the_largest_seed_and_none_below_it_alike(dataset):
+    """2**63 - 1, the largest, reads; a clip's seeds 2**32 apart (once the same clips,
+    so refused past 2**32) give other clips."""
+    for seed in (0, 2 ** 63 - 1):
+        made = _seeded(dataset)
+        assert next(iter(made["make_dataset"](seed)))["window"].shape[0] == 4
+        assert next(iter(made["batches"](seed)))["window"].shape[0] == 4
+        assert len(list(made["EpochBatches"](seed))) == len(list(made["EpochBatches"](0)))
+        assert next(iter(made["mix_datasets"](seed)))["source"].shape == (4,)
+        assert len(made["Mixture"](seed)) == len(WindowSource(dataset, "train"))
+    offsets = {seed: Clip(2, seed=seed).offsets(8, np.arange(64), epoch=0)
+               for seed in (5, 5 + 2 ** 32, 2 ** 63 - 1)}
+    assert len({tuple(o) for o in offsets.values()}) == 3
 
 
 def test_numpy_integers_are_taken_as_the_numbers_they_hold(dataset):

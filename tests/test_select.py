@@ -110,7 +110,7 @@ def test_a_selection_is_a_filter_over_every_window_read_whole(fire, name):
 
 def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):
     code = docs_code("readers.md", "Selecting windows")
-    scope = {"epoch": 0}
+    scope: dict = {}
     exec(code.replace('"out/"', repr(fire)).replace("64", "4"), scope)
     held = scope["validation"].read_batch(slice(None))
     train = [k for b in batches(fire, "train", 4, select=scope["train"]) for k in _keys(b)]

@@ -30,7 +30,7 @@ from beam_jobs.outdir.claim import check_inputs
 from beam_jobs.outdir.inventory import OutputDirError
 from beam_jobs.sources import inputs
 from readers import format as data_format
-from readers.format.numbers import whole_number_type
+from readers.format.numbers import SEEDS, whole_number_type
 
 PROG = "python -m beam_jobs.make_shards"
 FRAME_ENCODINGS = ("raw", "png", "jpeg")
@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
                      default=None, help="shards per split (default: from --shard_size_mb)")
     out.add_argument("--shard_size_mb", type=number(0.001, 1e6), default=200.0,
                      help="target shard size when --num_shards is absent (default: %(default)s)")
-    out.add_argument("--seed", type=whole_number_type(0, 2**63 - 1), default=0,
+    out.add_argument("--seed", type=whole_number_type(0, SEEDS - 1), default=0,
                      help="seed of the split assignment and the shuffle (default: %(default)s)")
     out.add_argument("--compression", choices=data_format.COMPRESSIONS, default="none",
                      help="shard compression (default: %(default)s)")

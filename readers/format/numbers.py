@@ -10,6 +10,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+# Seeds: what make_dataset, mix_datasets, batches, EpochBatches, Mixture and Clip take
+# (the job's and readers.inspect's --seed too): the int64s that tf.data seeds with,
+# less the negative ones that numpy's generators refuse.
+SEEDS = 2 ** 63
+
 
 def whole_number(name: str, value: Any, minimum: Optional[int] = None,
                  maximum: Optional[int] = None) -> int:
@@ -25,6 +30,12 @@ def whole_number(name: str, value: Any, minimum: Optional[int] = None,
     if not _within(number, minimum, maximum):
         raise ValueError(f"{name} must be {_whole(minimum, maximum)}, not {number}")
     return number
+
+
+def seed_number(name: str, value: Any) -> int:
+    """`value`, a seed (the argument `name`), as `whole_number` in [0, SEEDS): the one
+    range of every reader's seed, so that a seed one reader takes no other refuses."""
+    return whole_number(name, value, 0, SEEDS - 1)
 
 
 def optional_whole_number(name: str, value: Any, minimum: Optional[int] = None,

@@ -8,6 +8,8 @@ import pytest
 from helpers import assert_clips_of
 from PIL import Image
 
+import readers
+import readers.numpy
 from readers.clips import Clip
 from readers.numpy import EpochBatches, WindowSource, batches
 
@@ -97,14 +99,29 @@ def test_clips_that_cannot_be_cut_are_refused_in_one_line(datasets):
         WindowSource(datasets["latent"], "train").for_epoch(-1)
 
 
-@pytest.mark.parametrize("seed, error", [(2 ** 32, ValueError), (2 ** 64, ValueError),
+@pytest.mark.parametrize("seed, error", [(2 ** 63, ValueError), (2 ** 64, ValueError),
                                          (-1, ValueError), ("abc", TypeError),
                                          (None, TypeError), (float("nan"), TypeError),
                                          (1.5, TypeError), (True, TypeError)])
-def test_a_clip_seed_outside_32_bits_or_no_whole_number_is_refused(seed, error):
-    """Seeds 2**32 apart gave the same clips (the offsets keep 32 bits); 1.5 and True
-    were taken as 1, 'abc', None and NaN failed only when a batch was read."""
-    with pytest.raises(error, match=r"^Clip seed must be a whole number in \[0, 4294967295\], "
-                                    rf"not {re.escape(repr(seed))}$"):
+def test_a_clip_seed_outside_every_readers_range_or_no_whole_number_is_refused(seed, error):
+    """1.5 and True were taken as 1, 'abc', None and NaN failed only when a batch was
+    read; a seed is in [0, 2**63), as the readers' (tests/test_reader.py)."""
+    with pytest.raises(error, match=r"^Clip seed must be a whole number in "
+                                    rf"\[0, 9223372036854775807\], not {re.escape(repr(seed))}$"):
         Clip(2, seed=seed)
-    assert Clip(2, seed=2 ** 32 - 1).seed == 2 ** 32 - 1
+    assert Clip(2, seed=2 ** 63 - 1).seed == 2 ** 63 - 1
+
+
+def test_seeds_2_to_the_32_apart_give_other_clips_and_those_below_the_same_as_before():
+    """A clip's offsets kept 32 bits of the seed, so seeds past 2**32 were refused; its
+    high word now goes into the hash, and adds nothing below 2**32 (clips saved with
+    such a seed, in a resume state, are the same)."""
+    windows = np.arange(1000)
+    low, high = (Clip(2, seed=s).offsets(10, windows, epoch=3) for s in (7, 7 + 2 ** 32))
+    assert (low != high).mean() > 0.5
+    np.testing.assert_array_equal(low[:8], [2, 4, 0, 4, 0, 1, 3, 5])    # as before
+
+
+def test_a_clip_is_imported_from_readers_and_readers_numpy_as_a_selection_is():
+    assert readers.Clip is readers.numpy.Clip is Clip and "Clip" in readers.__all__
+    assert readers.Select is readers.numpy.Select and "Select" in readers.__all__

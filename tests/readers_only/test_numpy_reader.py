@@ -195,8 +195,8 @@ def test_indices_mean_what_they_mean_to_numpy_or_are_refused(datasets):
     ({"num_shards": 0}, ValueError, "num_shards must be a whole number >= 1, not 0"),
     ({"num_shards": 2, "shard_index": 2}, ValueError,
      "shard_index must be a whole number in [0, 1], not 2"),
-    ({"seed": -1}, ValueError, "seed must be a whole number >= 0, not -1"),
-    ({"seed": 1.0}, TypeError, "seed must be a whole number >= 0, not 1.0"),
+    ({"seed": -1}, ValueError, "seed must be a whole number in [0, 9223372036854775807], not -1"),
+    ({"seed": 1.0}, TypeError, "seed must be a whole number in [0, 9223372036854775807], not 1.0"),
     ({"epoch": np.float64(1)}, TypeError, "epoch must be a whole number >= 0, not "
                                           f"{np.float64(1)!r}"),
     ({"prefetch": -1}, ValueError, "prefetch must be a whole number >= 0, not -1"),

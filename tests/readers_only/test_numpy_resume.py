@@ -77,7 +77,8 @@ def test_a_state_missing_a_field_or_of_the_wrong_type_is_refused_naming_it(datas
     state = EpochBatches(source, 2, seed=1).state(1)
     for key, value, error, says in (
             ("shuffle", "false", TypeError, "shuffle must be True or False, not 'false'"),
-            ("seed", "3", TypeError, "seed must be a whole number >= 0, not '3'"),
+            ("seed", "3", TypeError,
+             r"seed must be a whole number in \[0, 9223372036854775807\], not '3'"),
             ("drop_remainder", "no", TypeError,
              "drop_remainder must be True or False, not 'no'"),
             ("windows", "279", TypeError, "windows must be a whole number >= 0, not '279'"),
