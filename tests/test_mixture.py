@@ -171,6 +171,24 @@ def test_a_state_resumes_only_on_its_mixture_naming_what_differs(kinds):
         MixtureBatches.resume(mixture, {k: v for k, v in state.items() if k != "seed"})
 
 
+def test_a_mixture_takes_the_slices_and_masks_a_window_source_takes(kinds):
+    mixture = _mixture(kinds)
+    size = len(mixture)
+    mask = np.arange(size) % 7 == 3
+    for selector, windows in ((slice(3, 9, 2), [3, 5, 7]), (slice(None, None, -50), [116, 66, 16]),
+                              (mask, np.flatnonzero(mask)), ([-1, 0], [116, 0]),
+                              (np.array([5], np.uint8), [5])):
+        assert _keys(mixture[selector]) == _keys(mixture.read_batch(windows))
+        assert _keys(mixture.read_batch(selector)) == _keys(mixture.read_batch(windows))
+    for selector, error, says in (
+            (mask[1:], IndexError, f"a boolean mask of {size - 1} values for {size} windows"),
+            ([0.5], TypeError, "windows are selected by integers, a slice or a boolean mask"),
+            ([[0, 1]], TypeError, "windows are selected by integers"),
+            ([size], IndexError, f"window {size} is out of range for {size} windows")):
+        with pytest.raises(error, match=f"^{says}"):
+            mixture[selector]
+
+
 # Resumes the state in sys.argv[2] on the mixture of sys.argv[1]'s datasets, reading with
 # two DataLoader workers; pickles the keys of the batches.
 _RESUME = textwrap.dedent('''
