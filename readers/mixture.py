@@ -230,11 +230,16 @@ class Mixture:
 
     def order(self, epoch: int, shard_index: int = 0, num_shards: int = 1) -> np.ndarray:
         """Rank `shard_index` of `num_shards`'s windows of `epoch`, in the order it reads
-        them: every num_shards-th draw from its own on (floor(N / num_shards) of them),
+        them: its `deal` of the epoch's draws."""
+        return self.deal(self.draws(epoch), epoch, shard_index, num_shards)
+
+    def deal(self, draws: np.ndarray, epoch: int, shard_index: int, num_shards: int
+             ) -> np.ndarray:
+        """Rank `shard_index` of `num_shards`'s windows of `epoch`'s `draws`: every
+        num_shards-th draw from its own on (floor(len(draws) / num_shards) of them),
         permuted."""
         num_shards = whole_number("num_shards", num_shards, 1)
         shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
-        draws = self.draws(epoch)
         per_rank = len(draws) // num_shards
         mine = draws[shard_index:per_rank * num_shards:num_shards]
         return mine[np.random.default_rng([_RANK, self.seed, epoch, num_shards, shard_index])
