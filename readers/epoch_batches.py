@@ -14,6 +14,7 @@ import numpy as np
 
 from readers import streaming
 from readers.clips import Clip
+from readers.epoch_plan import EpochPlan, equal_share, plan_arguments
 from readers.selection import flag, optional_whole_number, seed_number, whole_number
 from readers.subset import Select
 from readers.window_source import SELECTION, Transform, WindowSource
@@ -24,27 +25,24 @@ def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index:
     """This host's windows for an epoch: a permutation of all of them (a pure function
     of seed and epoch), cut into `num_shards` equal contiguous slices (the few windows
     left over are left out, so that every host takes the same number of steps)."""
-    order = (np.random.default_rng([seed, epoch]).permutation(size) if shuffle
-             else np.arange(size))
-    return _host_slice(order, shard_index, num_shards)
+    return equal_share(_permutation(size, shuffle, seed, epoch), shard_index, num_shards)
 
 
-def _host_slice(order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
-    num_shards = whole_number("num_shards", num_shards, 1)
-    shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
-    per_host = len(order) // num_shards
-    return order[shard_index * per_host:(shard_index + 1) * per_host]
+def _permutation(size: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(size) if shuffle else \
+        np.arange(size)
 
 
 # What a resume state holds: the reading it was saved on (checked against the source it
 # resumes on; the dataset's path only told, since a copy of a run is the same run), and
-# the arguments of EpochBatches that make its batches (given back to it).
+# the arguments of EpochBatches that make its batches (given back to it), with the
+# elastic resumes before it (readers.epoch_plan's RESUMED_FROM; none in an older state).
 READING = ("dataset", "run_id", "split", "windows", "features", "clip")
 ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
              "drop_remainder", "order", "buffer_bytes", "start_step")
 
 
-class EpochBatches:
+class EpochBatches(EpochPlan):
     """The batches of one epoch as lists of window numbers, in `batches()`'s order: a
     pure function of (seed, epoch), cut per host, from `start_step` on. As a DataLoader's
     sampler with `batch_size=None`, its workers read whole batches, and the DataLoader
@@ -60,21 +58,25 @@ class EpochBatches:
     `state(step)` is what to save beside a model's checkpoint; `EpochBatches.resume`
     refuses a state of another run, split, size, features, clip or selection (an
     --append or a rebuild since changes the permutation; another split, clip or
-    selection other windows or frames: the same step would not give the same batch).
+    selection other windows or frames: the same step would not give the same batch),
+    and resumes on another number of hosts with `shard_index` and `num_shards`
+    (readers.epoch_plan: `resumed_from` records it; leave it out otherwise).
     Over a source with a selection, the order is of its selected windows (0..n-1),
     and the streaming order reads only the chunks that hold one.
     """
 
+    ARGUMENTS = ARGUMENTS
+
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, shard_index: int = 0, num_shards: int = 1,
                  drop_remainder: bool = True, start_step: int = 0, order: str = "random",
-                 buffer_bytes: Optional[int] = None):
+                 buffer_bytes: Optional[int] = None,
+                 resumed_from: Sequence[dict[str, int]] = ()):
         given = _arguments(batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
                            shard_index=shard_index, num_shards=num_shards,
                            drop_remainder=drop_remainder, order=order,
-                           buffer_bytes=buffer_bytes, start_step=start_step)
-        self.batch_size = batch_size = given["batch_size"]
-        self._given = given   # what a state names (`state`)
+                           buffer_bytes=buffer_bytes, start_step=start_step,
+                           resumed_from=resumed_from)
         self.source = source.for_epoch(given["epoch"])
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
@@ -83,68 +85,44 @@ class EpochBatches:
         self.chunks = (streaming.chunks_of(source.shards, windows=selected)
                        if order == "stream" else None)
         if self.chunks is not None and shuffle:
-            self._order = _host_slice(streaming.stream_order(
-                self.chunks, seed=seed, epoch=epoch, buffer_bytes=self.buffer_bytes,
-                selected=selected), given["shard_index"], given["num_shards"])
+            epoch_windows = streaming.stream_order(self.chunks, seed=seed, epoch=epoch,
+                                                   buffer_bytes=self.buffer_bytes,
+                                                   selected=selected)
         else:
-            self._order = epoch_order(len(source), shuffle=shuffle, seed=seed, epoch=epoch,
-                                      shard_index=given["shard_index"],
-                                      num_shards=given["num_shards"])
-        size = len(self._order)
-        self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
-        if self.steps == 0:
-            raise source.no_batch_error(size, batch_size, holder="gives this host")
-        self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
+            epoch_windows = _permutation(len(source), shuffle, seed, epoch)
+        super().__init__(given, epoch_windows)
 
-    def __len__(self) -> int:
-        return self.steps - self.start_step
+    def _deal(self, order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
+        """Hosts take equal contiguous slices of the epoch's order (`equal_share`)."""
+        return equal_share(order, shard_index, num_shards)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for step in range(self.start_step, self.steps):
-            yield self.batch(step)
+    def _no_batch_error(self, windows: int) -> ValueError:
+        return self.source.no_batch_error(windows, self.batch_size, holder="gives this host")
 
-    def windows(self) -> np.ndarray:
-        """The windows of the batches from `start_step` on, in order."""
-        return self._order[self.start_step * self.batch_size:self.steps * self.batch_size]
-
-    def batch(self, step: int) -> list[int]:
-        return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
-
-    def state(self, step: int) -> dict[str, Any]:
-        """What resumes the epoch after `step` steps were taken (JSON-ready): the reading
-        (`WindowSource.reading`) and the arguments that resume it (`start_step` = step)."""
-        step = whole_number("step", step, 0, self.steps)
-        return {**self.source.reading, **self._given, "start_step": step}
+    @property
+    def reading(self) -> dict[str, Any]:
+        return self.source.reading
 
     @classmethod
-    def resume(cls, source: WindowSource, state: dict[str, Any]) -> "EpochBatches":
-        """The batches after `state`'s step, on `source`. In one line: TypeError or
-        ValueError naming a field the state lacks or whose value is of the wrong type, and
-        ValueError when `source` is not the run, split, size, features, clip and selection
-        the state was saved on."""
+    def _check_saved_on(cls, target: WindowSource, state: dict[str, Any]) -> None:
+        """ValueError naming each field of the reading in which `target` differs from
+        what the state was saved on; TypeError or ValueError for a field missing or of
+        the wrong type."""
         _check_state_fields(state)
         try:
             saved = _saved_reading(state)
-            given = _arguments(**{key: state[key] for key in ARGUMENTS})
         except (TypeError, ValueError) as e:
             raise type(e)(f"this state's {e}") from None
-        now = source.reading
+        now = target.reading
         differ = [key for key in (*READING, SELECTION)
                   if key != "dataset" and saved[key] != now[key]]
         if differ:
-            raise _mismatch_error(saved, now, differ, source)
-        try:
-            return cls(source, **given)
-        except ValueError as e:   # its start_step past the epoch's end, known only now
-            raise ValueError(f"this state's {e}") from None
+            raise _mismatch_error(saved, now, differ, target)
 
 
-def _check_state_fields(state: Any) -> None:
-    """TypeError for a state that is no dict, ValueError for one that lacks a field of
-    the reading or of EpochBatches' arguments."""
-    if not isinstance(state, dict):
-        raise TypeError(f"state must be a dict, as EpochBatches.state gives it, not "
-                        f"{type(state).__name__}")
+def _check_state_fields(state: dict[str, Any]) -> None:
+    """ValueError for a state that lacks a field of the reading or of EpochBatches'
+    arguments."""
     missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
     if missing:
         raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
@@ -164,20 +142,14 @@ def _mismatch_error(saved: dict[str, Any], now: dict[str, Any], differ: list[str
                       "it on what it was saved on, or start the epoch at step 0")
 
 
-def _arguments(*, batch_size: Any, shuffle: Any, seed: Any, epoch: Any, shard_index: Any,
-               num_shards: Any, drop_remainder: Any, order: Any, buffer_bytes: Any,
-               start_step: Any) -> dict[str, Any]:
-    """EpochBatches' arguments checked, as Python values (start_step's end is the
-    epoch's, checked once it is known)."""
-    num_shards = whole_number("num_shards", num_shards, 1)
+def _arguments(*, shuffle: Any, seed: Any, order: Any, buffer_bytes: Any,
+               **common: Any) -> dict[str, Any]:
+    """EpochBatches' arguments checked, as Python values: every plan's
+    (`plan_arguments`) and its own."""
     buffer_bytes = optional_whole_number("buffer_bytes", buffer_bytes, 1)
-    return {"batch_size": whole_number("batch_size", batch_size, 1),
-            "shuffle": flag("shuffle", shuffle), "seed": seed_number("seed", seed),
-            "epoch": whole_number("epoch", epoch, 0),
-            "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
-            "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
-            "order": streaming.check_order(order, buffer_bytes), "buffer_bytes": buffer_bytes,
-            "start_step": whole_number("start_step", start_step, 0)}
+    return {**plan_arguments(**common), "shuffle": flag("shuffle", shuffle),
+            "seed": seed_number("seed", seed),
+            "order": streaming.check_order(order, buffer_bytes), "buffer_bytes": buffer_bytes}
 
 
 def _saved_reading(state: dict[str, Any]) -> dict[str, Any]:

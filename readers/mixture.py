@@ -42,7 +42,12 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from readers.clips import CLIP_OFFSET, clipped_shape
-from readers.selection import optional_whole_number, seed_number, whole_number
+from readers.selection import (
+    optional_whole_number,
+    seed_number,
+    whole_number,
+    window_numbers,
+)
 
 # The batch key that names each window's source: its place in the mixture's list.
 SOURCE = "source"
@@ -202,8 +207,10 @@ class Mixture:
                 "seed": self.seed, "epoch_windows": self.epoch_windows}
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(each window's source, its number in that source) of mixture windows."""
-        windows = self._indices(indices)
+        """(each window's source, its number in that source) of mixture windows: indices,
+        a slice or a boolean mask, as numpy reads them (readers.selection's
+        `window_numbers`, as a WindowSource reads them)."""
+        windows = window_numbers(indices, len(self))
         which = np.searchsorted(self.offsets, windows, side="right") - 1
         return which, windows - self.offsets[which]
 
@@ -223,19 +230,25 @@ class Mixture:
 
     def order(self, epoch: int, shard_index: int = 0, num_shards: int = 1) -> np.ndarray:
         """Rank `shard_index` of `num_shards`'s windows of `epoch`, in the order it reads
-        them: every num_shards-th draw from its own on (floor(N / num_shards) of them),
+        them: its `deal` of the epoch's draws."""
+        return self.deal(self.draws(epoch), epoch, shard_index, num_shards)
+
+    def deal(self, draws: np.ndarray, epoch: int, shard_index: int, num_shards: int
+             ) -> np.ndarray:
+        """Rank `shard_index` of `num_shards`'s windows of `epoch`'s `draws`: every
+        num_shards-th draw from its own on (floor(len(draws) / num_shards) of them),
         permuted."""
         num_shards = whole_number("num_shards", num_shards, 1)
         shard_index = whole_number("shard_index", shard_index, 0, num_shards - 1)
-        draws = self.draws(epoch)
         per_rank = len(draws) // num_shards
         mine = draws[shard_index:per_rank * num_shards:num_shards]
         return mine[np.random.default_rng([_RANK, self.seed, epoch, num_shards, shard_index])
                     .permutation(per_rank)]
 
     def __getitem__(self, i: Any) -> dict[str, Any]:
-        """Window `i` as {name: array} (with `source`); a list or array of indices gives
-        their `read_batch` (a DataLoader with `batch_size=None` and a batch sampler)."""
+        """Window `i` as {name: array} (with `source`); indices, a slice or a boolean mask
+        give their `read_batch` (a DataLoader with `batch_size=None` and a batch sampler),
+        as a WindowSource's do."""
         if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
             return self.__getitems__([int(i)])[0]
         return self.read_batch(i)
@@ -257,19 +270,6 @@ class Mixture:
         batch = _joined(len(windows), read, [_described(s) for s in self.sources])
         batch[SOURCE] = which.astype(np.int64)
         return batch
-
-    def _indices(self, selector: Any) -> np.ndarray:
-        """Mixture window numbers: whole numbers (negative ones from the end), in range."""
-        size = len(self)
-        array = np.asarray(selector)
-        if array.ndim > 1 or (array.size and array.dtype.kind not in "iu"):
-            raise TypeError(f"mixture windows are selected by whole numbers, not {selector!r}")
-        array = array.astype(np.int64).reshape(-1)
-        if array.size and not (-size <= array.min() and array.max() < size):
-            raise IndexError(f"window {array[(array < -size) | (array >= size)][0]} is out "
-                             f"of range for a mixture of {size} windows")
-        return np.where(array < 0, array + size, array)
-
 
 def _check_pairs(sources: Any) -> None:
     """TypeError unless `sources` is a non-empty sequence of (source, weight) pairs (a

@@ -4,93 +4,70 @@ numbers, per rank, resumable from its state; for readers.numpy, which exports it
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any, Sequence
 
 import numpy as np
 
+from readers.epoch_plan import EpochPlan, plan_arguments
 from readers.mixture import Mixture
-from readers.selection import flag, whole_number
 
-# A state's fields besides the mixture's reading: MixtureBatches' arguments.
+# A state's fields besides the mixture's reading: MixtureBatches' arguments (and the
+# elastic resumes before it, readers.epoch_plan's RESUMED_FROM; none in an older state).
 ARGUMENTS = ("batch_size", "epoch", "shard_index", "num_shards", "drop_remainder",
              "start_step")
 
 
-class MixtureBatches:
+class MixtureBatches(EpochPlan):
     """One epoch of a mixture as batches of mixture window numbers, for rank
     `shard_index` of `num_shards`, from `start_step` on: a pure function of the mixture's
     seed and the epoch. As a DataLoader's sampler with `batch_size=None` over
     `plan.source` (the mixture reading the epoch's clips), each worker reads whole
     batches and the DataLoader keeps their order, so a run resumed from `state(step)`
     (`MixtureBatches.resume`) gets the batches a run never stopped got, whatever its
-    workers. Every rank takes the same number of steps; `drop_remainder` (the default)
-    leaves out a rank's last partial batch."""
+    workers; with `shard_index` and `num_shards`, `resume` goes on on another number of
+    ranks (readers.epoch_plan: `resumed_from` records it; leave it out otherwise).
+    Every rank takes the same number of steps; `drop_remainder` (the default) leaves out
+    a rank's last partial batch."""
+
+    ARGUMENTS = ARGUMENTS
 
     def __init__(self, mixture: Mixture, batch_size: int, *, epoch: int = 0,
                  shard_index: int = 0, num_shards: int = 1, drop_remainder: bool = True,
-                 start_step: int = 0):
-        num_shards = whole_number("num_shards", num_shards, 1)
-        self._given = {
-            "batch_size": whole_number("batch_size", batch_size, 1),
-            "epoch": whole_number("epoch", epoch, 0),
-            "shard_index": whole_number("shard_index", shard_index, 0, num_shards - 1),
-            "num_shards": num_shards, "drop_remainder": flag("drop_remainder", drop_remainder),
-            "start_step": whole_number("start_step", start_step, 0)}
-        self.batch_size = batch_size = self._given["batch_size"]
+                 start_step: int = 0, resumed_from: Sequence[dict[str, int]] = ()):
+        given = plan_arguments(batch_size=batch_size, epoch=epoch, shard_index=shard_index,
+                               num_shards=num_shards, drop_remainder=drop_remainder,
+                               start_step=start_step, resumed_from=resumed_from)
         self.mixture = mixture
-        self.source = mixture.for_epoch(self._given["epoch"])
-        self._order = mixture.order(self._given["epoch"], self._given["shard_index"], num_shards)
-        size = len(self._order)
-        whole = self._given["drop_remainder"]
-        self.steps = size // batch_size if whole else -(-size // batch_size)
-        if self.steps == 0:
-            raise ValueError(f"this mixture gives rank {self._given['shard_index']} of "
-                             f"{num_shards} {size} "
-                             f"windows an epoch, fewer than batch_size {batch_size}: not one "
-                             "batch comes out; lower batch_size, or pass epoch_windows")
-        self.start_step = whole_number("start_step", start_step, 0, self.steps)
+        self.source = mixture.for_epoch(given["epoch"])
+        super().__init__(given, mixture.draws(given["epoch"]))
 
-    def __len__(self) -> int:
-        return self.steps - self.start_step
+    def _deal(self, order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
+        """The mixture's deal of its draws (`Mixture.deal`)."""
+        return self.mixture.deal(order, self.epoch, shard_index, num_shards)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for step in range(self.start_step, self.steps):
-            yield self.batch(step)
+    def _no_batch_error(self, windows: int) -> ValueError:
+        return ValueError(f"this mixture gives rank {self._given['shard_index']} of "
+                          f"{self._given['num_shards']} {windows} windows an epoch, fewer "
+                          f"than batch_size {self.batch_size}: not one batch comes out; "
+                          "lower batch_size, or pass epoch_windows")
 
-    def batch(self, step: int) -> list[int]:
-        return self._order[step * self.batch_size:(step + 1) * self.batch_size].tolist()
-
-    def windows(self) -> np.ndarray:
-        """The mixture windows of the batches from `start_step` on, in order."""
-        return self._order[self.start_step * self.batch_size:self.steps * self.batch_size]
-
-    def state(self, step: int) -> dict[str, Any]:
-        """What resumes the epoch after `step` steps (JSON-ready): the mixture's reading
-        (each source's, with its weight; the seed; the epoch's windows) and the arguments,
-        `start_step` = step."""
-        step = whole_number("step", step, 0, self.steps)
-        return {**self.mixture.reading, **self._given, "start_step": step}
+    @property
+    def reading(self) -> dict[str, Any]:
+        """The mixture's reading: each source's, with its weight; the seed; the epoch's
+        windows."""
+        return self.mixture.reading
 
     @classmethod
-    def resume(cls, mixture: Mixture, state: dict[str, Any]) -> "MixtureBatches":
-        """The batches after `state`'s step, on `mixture`. ValueError in one line naming
-        what differs when `mixture` is not what the state was saved on (a source's run,
-        split, windows, features or clip; the number of sources, a weight, the seed, the
-        epoch's windows), or a field the state lacks; TypeError or ValueError naming an
-        argument of the wrong type or range. A source's path is told, not compared (a
-        copy of a run is the same run)."""
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict, as MixtureBatches.state gives it, not "
-                            f"{type(state).__name__}")
-        now = json.loads(json.dumps(mixture.reading))
+    def _check_saved_on(cls, target: Mixture, state: dict[str, Any]) -> None:
+        """ValueError in one line naming what differs when `target` is not what the
+        state was saved on (a source's run, split, windows, features or clip; the number
+        of sources, a weight, the seed, the epoch's windows), or a field the state lacks.
+        A source's path is told, not compared (a copy of a run is the same run)."""
+        now = json.loads(json.dumps(target.reading))
         saved = _saved_sources(state, now)
         differ = _differences(saved, state, now)
         if differ:
             raise _mismatch_error(saved, now, differ)
-        try:
-            return cls(mixture, **{key: state[key] for key in ARGUMENTS})
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"this state's {e}") from None
 
 
 def _saved_sources(state: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:

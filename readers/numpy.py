@@ -30,6 +30,10 @@ the shards (readers.subset), never by reading a record.
 `Mixture` and `MixtureBatches` (readers.mixture and readers.mixture_batches, exported
 here) mix sources by weight. `Select` and `Clip` are here and in `readers` alike.
 
+Both epoch plans, `EpochBatches` and `MixtureBatches`, are readers.epoch_plan's: a
+state resumes on the ranks that saved it, or, with `shard_index` and `num_shards`, on
+another number of them.
+
 This module is the API only: `WindowSource` is readers.window_source's, `EpochBatches`
 and `batches` readers.epoch_batches'; the request is checked by readers.selection (as
 make_dataset's is), records are found and read by readers.shards, and decoded into

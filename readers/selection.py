@@ -154,6 +154,37 @@ def callable_name(fn: Optional[Callable]) -> str:
     return repr(fn)
 
 
+def window_numbers(selector: Any, size: int) -> np.ndarray:
+    """The window numbers of `size` windows that a selector names, as numpy reads it:
+    integers (negative ones count from the end), a slice, or a boolean mask of `size`
+    values (`WindowSource[...]` and `Mixture[...]` alike). TypeError for anything else (a
+    float, a bool alone, a nested list), IndexError out of range."""
+    if isinstance(selector, slice):
+        return np.arange(size)[selector]
+    try:
+        array = np.asarray(selector)
+    except ValueError:   # ragged
+        array = np.asarray(selector, dtype=object)
+    if array.dtype == np.bool_ and array.ndim == 1:
+        if len(array) != size:
+            raise IndexError(f"a boolean mask of {len(array)} values for {size} windows")
+        return np.flatnonzero(array)
+    return _integers(array, size)
+
+
+def _integers(array: np.ndarray, size: int) -> np.ndarray:
+    """Integers as window numbers of `size` windows, negative ones from the end;
+    TypeError for anything but a flat array of integers, IndexError out of range."""
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"windows are selected by integers, a slice or a boolean mask "
+                        f"of {size} values, not {array.dtype} of shape {array.shape}")
+    array = array.astype(np.int64)
+    if array.size and not (-size <= array.min() and array.max() < size):
+        bad = array[(array < -size) | (array >= size)][0]
+        raise IndexError(f"window {bad} is out of range for {size} windows")
+    return np.where(array < 0, array + size, array)
+
+
 def one_of(name: str, value: Any, choices: Sequence[str]) -> str:
     """`value`, the argument `name`, when it is one of `choices`; ValueError otherwise."""
     if not (isinstance(value, str) and value in choices):

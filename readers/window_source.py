@@ -15,7 +15,14 @@ import numpy as np
 
 from readers import clips, scatter, subset
 from readers.clips import Clip
-from readers.selection import Selection, callable_name, flag, optional_callable, whole_number
+from readers.selection import (
+    Selection,
+    callable_name,
+    flag,
+    optional_callable,
+    whole_number,
+    window_numbers,
+)
 from readers.shards import Shards
 from readers.subset import Select
 
@@ -185,34 +192,11 @@ class WindowSource:
         return self._selection.no_batch_error(windows, batch_size, holder=holder)
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
-        """The window numbers a selector names, as numpy reads it: integers (negative
-        ones count from the end), a slice, or a boolean mask of `len(self)`. TypeError for
-        anything else (a float, a bool alone, a nested list), IndexError out of range."""
-        size = len(self)
-        if isinstance(selector, slice):
-            return np.arange(size)[selector]
-        try:
-            array = np.asarray(selector)
-        except ValueError:   # ragged
-            array = np.asarray(selector, dtype=object)
-        if array.dtype == np.bool_ and array.ndim == 1:
-            if len(array) != size:
-                raise IndexError(f"a boolean mask of {len(array)} values for {size} windows")
-            return np.flatnonzero(array)
-        return _window_numbers(array, size)
-
-
-def _window_numbers(array: np.ndarray, size: int) -> np.ndarray:
-    """Integers as window numbers of `size` windows, negative ones from the end;
-    TypeError for anything but a flat array of integers, IndexError out of range."""
-    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-        raise TypeError(f"windows are selected by integers, a slice or a boolean mask "
-                        f"of {size} values, not {array.dtype} of shape {array.shape}")
-    array = array.astype(np.int64)
-    if array.size and not (-size <= array.min() and array.max() < size):
-        bad = array[(array < -size) | (array >= size)][0]
-        raise IndexError(f"window {bad} is out of range for {size} windows")
-    return np.where(array < 0, array + size, array)
+        """The window numbers a selector names, as numpy reads it (`window_numbers`):
+        integers (negative ones count from the end), a slice, or a boolean mask of
+        `len(self)`. TypeError for anything else (a float, a bool alone, a nested list),
+        IndexError out of range."""
+        return window_numbers(selector, len(self))
 
 
 def _row(column: Any, row: int) -> Any:

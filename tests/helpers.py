@@ -4,6 +4,7 @@ Fixtures live in conftest.py. TensorFlow, Beam and job_process.py are imported b
 helpers that use them, not here: tests/readers_only/ imports this module without them."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import filecmp
 import importlib
@@ -340,6 +341,28 @@ def run_apart(code: str, *args: str, tmp_path) -> object:
     assert done.returncode == 0, done.stderr[-3000:]
     with open(result, "rb") as f:
         return pickle.load(f)
+
+
+def windows_read(plans, steps: Optional[int] = None) -> collections.Counter:
+    """The windows (a plan's numbers) that epoch plans (EpochBatches, MixtureBatches), one
+    a rank, read from their `start_step` on: all their batches, or their first `steps`."""
+    return collections.Counter(
+        window for plan in plans
+        for step in range(plan.start_step, plan.steps if steps is None else
+                          plan.start_step + steps)
+        for window in plan.batch(step))
+
+
+def assert_read_once(plans, unread: collections.Counter, fewer_than: int) -> collections.Counter:
+    """Epoch plans of the new ranks of an elastic resume (one a rank) take the same steps
+    from step 0 and read only windows of `unread` (a window twice only where `unread`
+    holds it twice: a mixture's draws), leaving out fewer than `fewer_than`; what they
+    read."""
+    assert {(plan.start_step, plan.steps) for plan in plans} == {(0, plans[0].steps)}
+    read = windows_read(plans)
+    assert not read - unread, read - unread
+    assert sum((unread - read).values()) < fewer_than, (unread - read, fewer_than)
+    return read
 
 
 def windows_by_key(batch_dicts) -> dict:

@@ -9,12 +9,13 @@ train split (19; read as float32 it mixes with the latent one)."""
 import collections
 import json
 import os
+import pickle
 import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import docs_code, run_apart
+from helpers import assert_read_once, docs_code, run_apart, windows_read
 
 import readers
 from readers.clips import Clip
@@ -169,6 +170,72 @@ def test_a_state_resumes_only_on_its_mixture_naming_what_differs(kinds):
     with pytest.raises(ValueError, match="^this state lacks seed: it is no state "
                                          "MixtureBatches.state gave"):
         MixtureBatches.resume(mixture, {k: v for k, v in state.items() if k != "seed"})
+
+
+def _resumed(mixture, state, world):
+    return [MixtureBatches.resume(mixture, state, shard_index=rank, num_shards=world)
+            for rank in range(world)]
+
+
+def test_a_mixture_resumes_on_another_number_of_ranks_reading_each_unread_draw_once(kinds):
+    """As EpochBatches (tests/readers_only/test_numpy_resume.py): 2 ranks stopped after
+    step 5 resume on 3 and on 1 from either one's state, reading each draw of the epoch
+    they had not read once (a window the epoch draws twice, twice), but fewer than
+    2 + 3 (2 + 1); again on 2 from the 3's step 2; over a selected source too."""
+    first = WindowSource(kinds["latent"], "train")[0]["video_id"].decode()
+    for mixture in (_mixture(kinds), Mixture(
+            [(WindowSource(kinds["latent"], "train", select=Select(exclude_videos=[first])),
+              0.7), (WindowSource(kinds["float16"], "train"), 0.3)], seed=1)):
+        two = [MixtureBatches(mixture, 4, epoch=1, shard_index=rank, num_shards=2,
+                              drop_remainder=False) for rank in range(2)]
+        assert two[0].epoch == 1
+        unread = collections.Counter(mixture.draws(1).tolist()) - windows_read(two, 5)
+        state = json.loads(json.dumps(two[0].state(5)))
+        for world in (3, 1):
+            new = _resumed(mixture, state, world)
+            assert_read_once(new, unread, 2 + world)
+            batches_of = [list(plan) for plan in new]
+            assert batches_of == [list(plan) for plan in _resumed(mixture, two[1].state(5),
+                                                                  world)]
+            assert batches_of == [list(pickle.loads(pickle.dumps(plan))) for plan in new]
+            assert new[0].epoch == 1
+        three = _resumed(mixture, state, 3)
+        left = unread - windows_read(three, 2)
+        again = _resumed(mixture, json.loads(json.dumps(three[1].state(2))), 2)
+        assert_read_once(again, left, 2 + 3 + 2)
+        assert list(MixtureBatches.resume(mixture, again[0].state(1))) == list(again[0])[1:]
+    # on as many ranks, each rank's own resume; a state without resumed_from as before
+    mixture = _mixture(kinds)
+    ranks = [MixtureBatches(mixture, 3, epoch=2, shard_index=rank, num_shards=2)
+             for rank in (0, 1)]
+    assert [list(plan) for plan in _resumed(mixture, ranks[0].state(4), 2)] == \
+        [list(MixtureBatches.resume(mixture, plan.state(4))) for plan in ranks]
+    old = {key: value for key, value in ranks[1].state(4).items() if key != "resumed_from"}
+    assert list(MixtureBatches.resume(mixture, old)) == list(ranks[1])[4:]
+    with pytest.raises(ValueError, match=r"^shard_index must be a whole number in \[0, 2\], "
+                                         r"not 3$"):
+        MixtureBatches.resume(mixture, old, shard_index=3, num_shards=3)
+    with pytest.raises(ValueError, match=r"^this state, saved on a mixture of .* they differ "
+                                         r"in seed \(1 saved, 2 now\)"):
+        MixtureBatches.resume(_mixture(kinds, seed=2), old, shard_index=0, num_shards=3)
+
+
+def test_a_mixture_takes_the_slices_and_masks_a_window_source_takes(kinds):
+    mixture = _mixture(kinds)
+    size = len(mixture)
+    mask = np.arange(size) % 7 == 3
+    for selector, windows in ((slice(3, 9, 2), [3, 5, 7]), (slice(None, None, -50), [116, 66, 16]),
+                              (mask, np.flatnonzero(mask)), ([-1, 0], [116, 0]),
+                              (np.array([5], np.uint8), [5])):
+        assert _keys(mixture[selector]) == _keys(mixture.read_batch(windows))
+        assert _keys(mixture.read_batch(selector)) == _keys(mixture.read_batch(windows))
+    for selector, error, says in (
+            (mask[1:], IndexError, f"a boolean mask of {size - 1} values for {size} windows"),
+            ([0.5], TypeError, "windows are selected by integers, a slice or a boolean mask"),
+            ([[0, 1]], TypeError, "windows are selected by integers"),
+            ([size], IndexError, f"window {size} is out of range for {size} windows")):
+        with pytest.raises(error, match=f"^{says}"):
+            mixture[selector]
 
 
 # Resumes the state in sys.argv[2] on the mixture of sys.argv[1]'s datasets, reading with
