@@ -7,11 +7,13 @@
 
 `Select` says what to keep: videos by id (`videos`, `exclude_videos`), windows with at
 least `min_valid_frames` real frames (their mask's 1s: neither padding nor a bad frame),
-videos whose row of the videos file a predicate accepts (`where`). `resolve` makes a
-`Subset` of it for one split: the window numbers kept, from the split's window tables
-(readers.format.window_table: each record's video hash and valid frames) and, only when
-videos are chosen, the videos file; no shard and no offset index is read. A dataset of a
-format before 6 has no tables and cannot select (one line says so); it reads whole.
+videos whose row of the videos file a predicate accepts (`where`: a row holds the
+video's metadata and its manifest row's own fields, readers.format.video_rows).
+`resolve` makes a `Subset` of it for one split: the window numbers kept, from the
+split's window tables (readers.format.window_table: each record's video hash and valid
+frames) and, only when videos are chosen, the videos file; no shard and no offset index
+is read. A dataset of a format before 6 has no tables and cannot select (one line says
+so); it reads whole.
 
 Both readers use it: readers.numpy numbers the selected windows 0..n-1 (and reads only
 them), make_dataset skips the others record by record and never opens a shard that has
@@ -73,7 +75,8 @@ class Select:
       min_valid_frames: keep windows with at least this many real frames (mask 1):
         counted over the whole window, whatever clip a reader cuts of it.
       where: `where(row) -> bool`, a predicate on the video's row of the videos file (a
-        dict: `video_id`, `split`, `source`, `frames`, `windows`, `bad_frames`, ...),
+        dict: `video_id`, `split`, `source`, `frames`, `windows`, `bad_frames`, ...; its
+        `metadata`, a list of floats, and its manifest row's own `fields`, a dict),
         called once per video of the split when a reader first opens this Select on a
         run of the dataset (a process keeps the result for its next opens, as `batches`
         opens its source each epoch): a pure function of the row. It must return True or
