@@ -34,11 +34,19 @@ from typing import Any, Callable, Collection, Optional, Sequence
 import numpy as np
 
 from readers.files import DatasetFiles
-from readers.format import FORMAT_VERSION, Shard, run_id_of, videos_file, window_table
+from readers.format import (
+    FORMAT_VERSION,
+    Shard,
+    run_id_of,
+    video_rows,
+    videos_file,
+    window_table,
+)
 from readers.selection import Selection, callable_name, optional_callable, whole_number
 from readers.shards import read_at_most
 
 TABLES_SINCE = 6     # the first format version whose shards have window tables
+FIELDS_SINCE = 7     # the first whose videos file rows have metadata and fields
 _LISTED = 8          # ids a description lists; more are counted and digested
 
 
@@ -278,13 +286,24 @@ def _refuse_shared_hashes(every: array.array, selection: Selection, files: Datas
 
 
 def _keeps(select: Select, row: dict, wanted: Optional[set], unwanted: set) -> bool:
-    """Whether `select` keeps the video of videos file row `row`."""
+    """Whether `select` keeps the video of videos file row `row`. ValueError in one line
+    naming the video when `where` fails on a row without metadata and fields (a row of
+    an earlier format, which an --append kept)."""
     video_id = row["video_id"]
     if (wanted is not None and video_id not in wanted) or video_id in unwanted:
         return False
     if select.where is None:
         return True
-    answer = select.where(row)
+    try:
+        answer = select.where(row)
+    except (KeyError, TypeError) as e:
+        if all(key in row for key in video_rows.KEYS):
+            raise
+        raise ValueError(
+            f"where {callable_name(select.where)} failed on video {video_id!r} "
+            f"({type(e).__name__}: {e}): its row has no metadata and no fields, as rows "
+            f"written before format {FIELDS_SINCE} have none (--append keeps them as they "
+            "were): rebuild the dataset with --overwrite to select by them") from None
     if not isinstance(answer, (bool, np.bool_)):
         raise TypeError(f"where {callable_name(select.where)} returned {answer!r} for video "
                         f"{video_id!r}, not True or False")

@@ -600,7 +600,13 @@ def test_a_dataset_of_format_6_selects_by_its_tables_without_owners(fire, tmp_pa
 
 def _as_format_6(copy):
     """`copy`, a dataset of format 7, made as format 6 wrote it: tables without an owner,
-    no CRC of them in dataset.json, generations without their format."""
+    no CRC of them in dataset.json, generations without their format, rows of the videos
+    file without metadata and fields."""
+    name = readers.load_spec(str(copy)).sidecars["videos"]
+    rows = [{key: value for key, value in json.loads(line).items()
+             if key not in ("metadata", "fields")}
+            for line in (copy / name).read_text().splitlines()]
+    (copy / name).write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     meta = json.loads((copy / "dataset.json").read_text())
     meta["format_version"] = 6
     for generation in meta["generations"]:
@@ -641,6 +647,21 @@ def test_an_append_onto_a_dataset_of_format_6_selects_across_both_kinds_of_table
     assert 0 < kept.sum() < len(kept)
     assert _keys(selected.read_batch(slice(None))) == _keys({k: v[kept] for k, v in
                                                              whole.items()})
+    # the rows of format 6 have no metadata: a `where` that reads it names one in one line
+    rows = _rows(str(tmp_path / "out"))
+    old = sorted(v for v, row in rows.items() if "metadata" not in row)
+    assert len(old) == 4 and all(len(rows[v]["metadata"]) == 4 for v in rows if v not in old)
+    first = next(v for v in old if rows[v]["split"] == "train")
+    by_recipe = Select(where=lambda row: row["metadata"][0] > 0.5)
+    for read in (WindowSource, functools.partial(readers.make_dataset, batch_size=1)):
+        with pytest.raises(ValueError) as refused:
+            read(str(tmp_path / "out"), "train", select=by_recipe)
+        assert str(refused.value) == (
+            f"{tmp_path / 'out' / spec.sidecars['videos']}: where test_select.test_an_append_"
+            "onto_a_dataset_of_format_6_selects_across_both_kinds_of_table.<locals>.<lambda> "
+            f"failed on video {first!r} (KeyError: 'metadata'): its row has no metadata and "
+            "no fields, as rows written before format 7 have none (--append keeps them as "
+            "they were): rebuild the dataset with --overwrite to select by them")
 
 
 def _format_6_table(table) -> bytes:
