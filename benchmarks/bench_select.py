@@ -8,11 +8,13 @@ selected epoch against the whole split.
 1. Open. Makes the index of a dataset of --windows windows (16 frames each, a fire-story
    window: [16, 200] float32 with mask, labels and metadata) of --videos videos, 20
    windows a video, in --shards shards: dataset.json (format 7), each shard's offset
-   index and window table, the videos file (one ~250-byte row a video), and the shards
-   as sparse files of their size (nothing written in them: a read of one would fail its
-   CRC). Then, each in a fresh process, --repeats times, opens `WindowSource(out,
-   "train", select=...)` for selections of about 10% of the windows (by video ids, by a
-   predicate on the videos file's rows, by min_valid_frames) and the fire story's (at
+   index and window table, the videos file (one ~410-byte row a video: the job's facts,
+   metadata of 4 floats, 4 fields of its manifest row), and the shards as sparse files
+   of their size (nothing written in them: a read of one would fail its CRC). Then, each
+   in a fresh process, --repeats times, opens `WindowSource(out, "train", select=...)`
+   for selections of about 10% of the windows (by video ids, by a predicate on the
+   videos file's rows: on the id, a manifest field, the metadata; by min_valid_frames)
+   and the fire story's (at
    least 12 valid frames, one experiment of ten held out), and the split without a
    selection: the wall time of the open (medians); the memory it added (the process's
    peak RSS during the open, reset just before it (/proc/self/clear_refs), less its RSS
@@ -50,7 +52,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from readers import format as data_format  # noqa: E402
-from readers.format import index, window_table  # noqa: E402
+from readers.format import index, video_rows, window_table  # noqa: E402
 from readers.format.tfrecord import frame  # noqa: E402
 
 LENGTH, DIM, RUN_ID = 16, 200, "0123456789ab"
@@ -63,6 +65,8 @@ SELECTIONS = {
     "10% by video ids": "Select(videos=ids[::10])",
     "10% by a predicate on videos.jsonl rows":
         "Select(where=lambda row: row['video_id'].startswith('exp3/'))",
+    "10% by a manifest field": "Select(where=lambda row: row['fields']['experiment'] == 'exp3')",
+    "10% by metadata": "Select(where=lambda row: row['metadata'][1] == 3.0)",
     "by min_valid_frames (all 16 frames valid)": "Select(min_valid_frames=16)",
     "fire story (>= 12 valid, exp3 held out)":
         "Select(min_valid_frames=12, where=lambda row: not row['video_id'].startswith('exp3/'))",
@@ -154,13 +158,20 @@ def make_index(out: str, windows: int, videos: int, shards: int, seed: int = 0) 
         names += [name, data_format.index_name(name), data_format.table_name(name)]
     counts = np.bincount(of_window, minlength=videos)
     videos_file = data_format.sidecar_name("videos", RUN_ID)
+    # what a user knows of each video: a recipe (its experiment second), manifest fields
+    metadata = rng.random((videos, 4)).astype(np.float32)
     with open(os.path.join(out, videos_file), "w") as f:
         for i, video_id in enumerate(ids):
+            experiment = video_id.split("/")[0]
+            metadata[i, 1] = int(experiment[3:])
             f.write(json.dumps({
                 "video_id": video_id, "split": "train", "source": f"gs://fires/{video_id}/",
                 "record_index": None, "frames": 161, "windows": int(counts[i]),
                 "bad_frames": int(round(161 * loss[i])), "source_fps": None,
-                "digest": f"{i:064x}"}) + "\n")
+                "digest": f"{i:064x}", "metadata": video_rows.metadata_values(metadata[i]),
+                "fields": {"experiment": experiment, "camera": video_id.split("/")[1],
+                           "fuel": ("pine", "oak", "grass")[i % 3],
+                           "operator": f"crew {i % 12}"}}, sort_keys=True) + "\n")
     spec = data_format.DatasetSpec(
         window={"length": LENGTH, "stride": 8, "tail": "pad"}, features=tuple(features),
         compression="none", run_id=RUN_ID, files=tuple(sorted(names + [videos_file])),

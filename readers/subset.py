@@ -7,11 +7,13 @@
 
 `Select` says what to keep: videos by id (`videos`, `exclude_videos`), windows with at
 least `min_valid_frames` real frames (their mask's 1s: neither padding nor a bad frame),
-videos whose row of the videos file a predicate accepts (`where`). `resolve` makes a
-`Subset` of it for one split: the window numbers kept, from the split's window tables
-(readers.format.window_table: each record's video hash and valid frames) and, only when
-videos are chosen, the videos file; no shard and no offset index is read. A dataset of a
-format before 6 has no tables and cannot select (one line says so); it reads whole.
+videos whose row of the videos file a predicate accepts (`where`: a row holds the
+video's metadata and its manifest row's own fields, readers.format.video_rows).
+`resolve` makes a `Subset` of it for one split: the window numbers kept, from the
+split's window tables (readers.format.window_table: each record's video hash and valid
+frames) and, only when videos are chosen, the videos file; no shard and no offset index
+is read. A dataset of a format before 6 has no tables and cannot select (one line says
+so); it reads whole.
 
 Both readers use it: readers.numpy numbers the selected windows 0..n-1 (and reads only
 them), make_dataset skips the others record by record and never opens a shard that has
@@ -32,11 +34,19 @@ from typing import Any, Callable, Collection, Optional, Sequence
 import numpy as np
 
 from readers.files import DatasetFiles
-from readers.format import FORMAT_VERSION, Shard, run_id_of, videos_file, window_table
+from readers.format import (
+    FORMAT_VERSION,
+    Shard,
+    run_id_of,
+    video_rows,
+    videos_file,
+    window_table,
+)
 from readers.selection import Selection, callable_name, optional_callable, whole_number
 from readers.shards import read_at_most
 
 TABLES_SINCE = 6     # the first format version whose shards have window tables
+FIELDS_SINCE = 7     # the first whose videos file rows have metadata and fields
 _LISTED = 8          # ids a description lists; more are counted and digested
 
 
@@ -73,7 +83,8 @@ class Select:
       min_valid_frames: keep windows with at least this many real frames (mask 1):
         counted over the whole window, whatever clip a reader cuts of it.
       where: `where(row) -> bool`, a predicate on the video's row of the videos file (a
-        dict: `video_id`, `split`, `source`, `frames`, `windows`, `bad_frames`, ...),
+        dict: `video_id`, `split`, `source`, `frames`, `windows`, `bad_frames`, ...; its
+        `metadata`, a list of floats, and its manifest row's own `fields`, a dict),
         called once per video of the split when a reader first opens this Select on a
         run of the dataset (a process keeps the result for its next opens, as `batches`
         opens its source each epoch): a pure function of the row. It must return True or
@@ -275,13 +286,24 @@ def _refuse_shared_hashes(every: array.array, selection: Selection, files: Datas
 
 
 def _keeps(select: Select, row: dict, wanted: Optional[set], unwanted: set) -> bool:
-    """Whether `select` keeps the video of videos file row `row`."""
+    """Whether `select` keeps the video of videos file row `row`. ValueError in one line
+    naming the video when `where` fails on a row without metadata and fields (a row of
+    an earlier format, which an --append kept)."""
     video_id = row["video_id"]
     if (wanted is not None and video_id not in wanted) or video_id in unwanted:
         return False
     if select.where is None:
         return True
-    answer = select.where(row)
+    try:
+        answer = select.where(row)
+    except (KeyError, TypeError) as e:
+        if all(key in row for key in video_rows.KEYS):
+            raise
+        raise ValueError(
+            f"where {callable_name(select.where)} failed on video {video_id!r} "
+            f"({type(e).__name__}: {e}): its row has no metadata and no fields, as rows "
+            f"written before format {FIELDS_SINCE} have none (--append keeps them as they "
+            "were): rebuild the dataset with --overwrite to select by them") from None
     if not isinstance(answer, (bool, np.bool_)):
         raise TypeError(f"where {callable_name(select.where)} returned {answer!r} for video "
                         f"{video_id!r}, not True or False")

@@ -41,7 +41,8 @@ def _write_kinds_inputs(root) -> None:
         (root / f"{video.video_id}.csv").write_text("heat,smoke\n" + "\n".join(
             ",".join(f"{label:g}" for label in labels) for labels in video.labels))
         rows.append({"video_id": video.video_id, "frames": video.video_id,
-                     "labels": f"{video.video_id}.csv", "metadata": video.metadata.tolist()})
+                     "labels": f"{video.video_id}.csv", "metadata": video.metadata.tolist(),
+                     **video.fields})
     write_manifest(root / "m.jsonl", rows)
 
 

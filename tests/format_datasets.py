@@ -32,7 +32,7 @@ from beam_jobs.cut.frame_stats import StoredFrameStats
 from beam_jobs.cut.keys import assign_split, parse_splits, window_key
 from beam_jobs.cut.windows import window_starts
 from readers import format as data_format
-from readers.format import tfds_info, tfrecord, window_table
+from readers.format import tfds_info, tfrecord, video_rows, window_table
 from readers.format.channel_stats import empty_stats
 
 PNG_COMPRESS_LEVEL = 1   # beam_jobs/sources/media.py's: what the job stores PNG frames with
@@ -43,7 +43,8 @@ class Video:
     """One input video, as the job reads it: `frames` [T, ...] latents, or uint8 pixels
     [T, H, W, C]; per-frame `labels` [T] or [T, C] and `metadata` [K] (float32) where
     the input has them. `split` None: the job's hash of (seed, id) decides. `source` and
-    `record_index` are what the videos file says it came from."""
+    `record_index` are what the videos file says it came from, `fields` its manifest
+    row's own keys (None: it has no manifest row)."""
     video_id: str
     frames: np.ndarray
     metadata: Optional[np.ndarray] = None
@@ -51,6 +52,7 @@ class Video:
     split: Optional[str] = None
     source: str = ""
     record_index: Optional[int] = None
+    fields: Optional[dict] = dataclasses.field(default=None, hash=False)
 
 
 def _flags(argv: Sequence[str]) -> argparse.Namespace:
@@ -229,7 +231,9 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         rows.append({"video_id": video.video_id, "split": split, "source": video.source,
                      "record_index": video.record_index, "frames": len(video.frames),
                      "windows": len(starts), "bad_frames": 0, "source_fps": None,
-                     "digest": digest(video) if digest else ""})
+                     "digest": digest(video) if digest else "",
+                     "metadata": video_rows.metadata_values(video.metadata),
+                     "fields": video.fields or {}})
     sidecars = {kind: data_format.sidecar_name(kind, run_id) for kind in ("videos", "failures")}
     lines = sorted(((row["split"], row["video_id"]), json.dumps(row, sort_keys=True) + "\n")
                    for row in rows)
@@ -303,9 +307,9 @@ def kind_videos(root: str = "") -> dict[str, list]:
     inputs) and `kinds` cuts them: "lat" (10 latent videos of 12 to 39 frames), "half"
     (3, float16), "brain" (2, float32: bfloat16 in the job's input), "longin" (12 of 150
     to 299 frames, ids of one and two digits), "pixels" (videos a and b of 7 and 9
-    frames 24x32, labels heat and smoke, metadata [1.5, i]). Latent videos are spread
-    round-robin over two files (one for half, brain, longin) as helpers.write_videos
-    spreads them; their ids are the job's, `FILE:RECORD`."""
+    frames 24x32, labels heat and smoke, metadata [1.5, i], fields camera and site).
+    Latent videos are spread round-robin over two files (one for half, brain, longin)
+    as helpers.write_videos spreads them; their ids are the job's, `FILE:RECORD`."""
     rng = np.random.default_rng(5)
     drawn = {"lat": (_latents(rng, 10, (12, 40)), 2), "half": (_latents(rng, 3, (12, 20)), 1),
              "brain": (_latents(rng, 2, (10, 16)), 1), "longin": (_latents(rng, 12, (150, 300)), 1)}
@@ -321,7 +325,8 @@ def kind_videos(root: str = "") -> dict[str, list]:
         frames = rng.integers(0, 255, (length, 24, 32, 3), np.uint8)
         labels = np.stack([np.arange(length), 2 * np.arange(length) + i], 1).astype(np.float32)
         made["pixels"].append(Video(video, frames, np.array([1.5, i], np.float32), labels,
-                                    source=os.path.join(root, "m.jsonl"), record_index=i))
+                                    source=os.path.join(root, "m.jsonl"), record_index=i,
+                                    fields={"camera": f"cam{i}", "site": "Köln"}))
     return made
 
 

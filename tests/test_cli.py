@@ -229,7 +229,8 @@ def test_dataset_json_says_what_the_data_is(kinds):
         row = json.loads(f.readline())
     assert row == {"video_id": "a", "split": "train", "source": row["source"],
                    "record_index": 0, "frames": 7, "windows": 3, "bad_frames": 0,
-                   "source_fps": None, "digest": row["digest"]}
+                   "source_fps": None, "digest": row["digest"], "metadata": [1.5, 0.0],
+                   "fields": {"camera": "cam0", "site": "Köln"}}
     assert re.fullmatch("[0-9a-f]{64}", row["digest"])
 
 

@@ -54,7 +54,8 @@ def test_padded_tails_are_the_jobs_too(tmp_path):
     for video in videos["pixels"]:
         write_frame_folder(tmp_path / video.video_id, list(video.frames))
         rows.append({"video_id": video.video_id, "frames": video.video_id,
-                     "labels": video.labels.tolist(), "metadata": video.metadata.tolist()})
+                     "labels": video.labels.tolist(), "metadata": video.metadata.tolist(),
+                     **video.fields})
     write_manifest(tmp_path / "m.jsonl", rows)
     for name, source, flags in (
             ("lat", "lat/*", ["--window", "5", "--stride", "3", "--num_shards", "2"]),

@@ -164,6 +164,12 @@ def test_the_constants_the_docs_quote():
     for encoding in data_format.ENCODINGS:
         assert f"- `{encoding}`" in fmt or "`png`, `jpeg`" in fmt, encoding
     assert "INTEGER_ACCURATE" in fmt
+    rows = data_format.video_rows
+    assert (f"`metadata` at most {rows.MAX_METADATA:,} values (`video_rows.MAX_METADATA`"
+            in fmt)
+    assert f"`fields` at most {rows.MAX_FIELDS:,} bytes of JSON" in fmt
+    assert "1 MiB a reader reads a line up to" in fmt
+    assert data_format.videos_file.MAX_LINE == 1 << 20
     flags_doc = _words(_read("docs", "flags.md"))
     assert f"at most {data_format.MAX_SHARDS:,}" in flags_doc
 

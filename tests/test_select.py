@@ -17,23 +17,40 @@ import google_crc32c
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import assert_verified, docs_code, run_job, write_frame_folder, write_manifest
+from format_datasets import kind_videos
+from helpers import (
+    assert_verified,
+    docs_code,
+    failures_by_video,
+    latent_example,
+    run_job,
+    write_frame_folder,
+    write_manifest,
+)
 
 import readers
+from beam_jobs.core.frames import BadRecord
+from beam_jobs.sources.latents import LatentFormat
 from readers import streaming
 from readers.clips import Clip
-from readers.format import FORMAT_VERSION, Shard, index, window_table
+from readers.format import FORMAT_VERSION, Shard, index, video_rows, window_table
 from readers.format.names import without_run_id
 from readers.numpy import EpochBatches, Select, WindowSource, batches
 
 WINDOW = 16
 
 
+def _fields(v: int) -> dict:
+    """The manifest's own fields of the fire story's video `v`: what the job does not read."""
+    return {"fuel": ("pine", "oak")[v // 4], "site": ("Köln", "Montréal")[v % 2],
+            "wind": {"speed": v * 0.5, "gusts": [v, 2 * v]}, "notes": None}
+
+
 @pytest.fixture(scope="module")
 def fire(tmp_path_factory) -> str:
     """The fire story in small: 8 videos of 3 experiments (`exp1/...`), frames 6x8 with
-    some missing (masked: --on_bad_frame mask), per-frame labels, metadata [fuel, exp];
-    windows of 16 every 4, the tail padded, 6 shards."""
+    some missing (masked: --on_bad_frame mask), per-frame labels, metadata [v % 2, exp],
+    fields of its own (`_fields`); windows of 16 every 4, the tail padded, 6 shards."""
     root = tmp_path_factory.mktemp("fire")
     rng = np.random.default_rng(49)
     rows = []
@@ -46,7 +63,7 @@ def fire(tmp_path_factory) -> str:
             os.remove(paths[gone])
         rows.append({"video_id": video_id, "frames": paths,
                      "labels": [float(100 + t) for t in range(length)],
-                     "metadata": [float(v % 2), float(v % 3 + 1)]})
+                     "metadata": [float(v % 2), float(v % 3 + 1)], **_fields(v)})
     write_manifest(root / "m.jsonl", rows)
     run_job(str(root / "m.jsonl"), root / "out", "--window", str(WINDOW), "--stride", "4",
             "--tail", "pad", "--frame_encoding", "raw", "--on_bad_frame", "mask",
@@ -69,9 +86,14 @@ SELECTIONS = {   # name -> (Select, which windows of the whole split it keeps)
                 lambda b, rows: ~np.isin(b["video_id"], [b"exp3/run2", b"exp3/run5"])),
     "valid": (Select(min_valid_frames=14),
               lambda b, rows: b["mask"].sum(1) >= 14),
-    "metadata": (Select(where=lambda row: row["bad_frames"] >= 2),
-                 lambda b, rows: np.array([rows[v.decode()]["bad_frames"] >= 2
-                                           for v in b["video_id"]])),
+    "row": (Select(where=lambda row: row["bad_frames"] >= 2),
+            lambda b, rows: np.array([rows[v.decode()]["bad_frames"] >= 2
+                                      for v in b["video_id"]])),
+    "metadata": (Select(where=lambda row: row["metadata"][0] == 1.0),
+                 lambda b, rows: b["metadata"][:, 0] == 1.0),
+    "manifest field": (Select(where=lambda row: row["fields"]["fuel"] == "pine"),
+                       lambda b, rows: np.array([_fields(int(v.decode()[-1]))["fuel"] == "pine"
+                                                 for v in b["video_id"]])),
     "fire story": (Select(min_valid_frames=12, exclude_videos=["exp3/run2"],
                           where=lambda row: not row["video_id"].startswith("exp2/")),
                    lambda b, rows: (b["mask"].sum(1) >= 12) & (b["video_id"] != b"exp3/run2")
@@ -108,6 +130,61 @@ def test_a_selection_is_a_filter_over_every_window_read_whole(fire, name):
         assert got == sorted(_keys(selected)), (name, shuffle)
 
 
+def test_a_videos_file_row_holds_the_videos_metadata_and_its_manifests_own_fields(fire,
+                                                                                 kinds):
+    """What `where(row)` sees of a video beyond the job's facts: its metadata as its
+    windows carry it (the latent story's recipe: the shortest decimals of the float32s),
+    and every key of its manifest row that the job does not read, as given, under
+    `fields`; a latent record has no manifest row (fields {})."""
+    for video_id, row in _rows(fire).items():
+        v = int(video_id[-1])
+        assert row["fields"] == _fields(v), video_id
+        assert row["metadata"] == [float(v % 2), float(v % 3 + 1)], video_id
+    recipes = {video.video_id: video.metadata for video in kind_videos()["lat"]}
+    rows = _rows(kinds["latent"])
+    assert rows.keys() == recipes.keys()
+    for video_id, row in rows.items():
+        assert row["metadata"] == [float(str(value)) for value in recipes[video_id]]
+        assert np.array(row["metadata"], np.float32).tobytes() == recipes[video_id].tobytes()
+        assert row["fields"] == {}
+    whole = _whole(kinds["latent"])
+    for video_id, metadata in zip(whole["video_id"], whole["metadata"], strict=True):
+        np.testing.assert_array_equal(np.float32(rows[video_id.decode()]["metadata"]), metadata)
+
+
+def test_a_row_past_what_the_videos_file_keeps_is_a_failure_naming_the_field(tmp_path):
+    """The manifest's own fields are bounded (MAX_FIELDS bytes of JSON, strict: no NaN),
+    and so is the metadata (MAX_METADATA values, in a manifest and in a latent record):
+    a video past a bound is a failure row naming the field, the others are cut."""
+    rows = []
+    for v, (video_id, extra) in enumerate((
+            ("a", {"fuel": "pine"}),
+            ("notes", {"fuel": "oak", "notes": "x" * video_rows.MAX_FIELDS}),
+            ("nan", {"heat": float("nan")}),
+            ("recipe", {"metadata": [0.5] * (video_rows.MAX_METADATA + 1)}),
+            ("b", {"fuel": "oak"}))):
+        write_frame_folder(tmp_path / video_id, [np.full((6, 8, 3), v, np.uint8)] * 3)
+        rows.append({"video_id": video_id, "frames": video_id, **extra})
+    write_manifest(tmp_path / "m.jsonl", rows)
+    run_job(str(tmp_path / "m.jsonl"), tmp_path / "out", "--window", "2",
+            "--max_failure_fraction", "0.9")
+    failed = {video: row["reason"] for video, row in failures_by_video(tmp_path / "out").items()}
+    assert sorted(failed) == ["nan", "notes", "recipe"]
+    assert re.fullmatch(r"the manifest row's own fields are 16,\d{3} bytes of JSON, more than "
+                        r"the 16,384 its row of the videos file keeps \('notes' is 16,\d{3}\)",
+                        failed["notes"]), failed["notes"]
+    assert failed["nan"] == ("the manifest row's field 'heat' holds NaN or Infinity, which "
+                             "JSON cannot write")
+    assert failed["recipe"] == ("metadata has 1,025 values, more than the 1,024 its row of the "
+                                "videos file keeps")
+    assert {video: row["fields"] for video, row in _rows(str(tmp_path / "out")).items()} == {
+        "a": {"fuel": "pine"}, "b": {"fuel": "oak"}}
+    record = latent_example(np.zeros((3, 2), np.float32), [0.5] * (video_rows.MAX_METADATA + 1))
+    with pytest.raises(BadRecord, match="^metadata 'recipe' has 1,025 values, more than the "
+                                        "1,024 its row of the videos file keeps$"):
+        LatentFormat().parse(record, "lat.tfrecord", 0)
+
+
 def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):
     code = docs_code("readers.md", "Selecting windows")
     scope: dict = {}
@@ -120,6 +197,17 @@ def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):
     assert (held["mask"].sum(1) >= 12).all()
     assert sum(len(b) for b in scope["plan"]) == len(scope["validation"])
     assert next(iter(scope["ds"]))["mask"].numpy().sum(1).min() >= 12
+
+
+def test_the_docs_select_by_a_manifest_field_and_by_metadata(fire):
+    scope: dict = {}
+    exec(docs_code("readers.md", "Selecting windows", 1).replace('"out/"', repr(fire))
+         .replace("64", "4"), scope)
+    whole = _whole(fire)
+    assert _keys(scope["source"].read_batch(slice(None))) == _keys(
+        {k: v[SELECTIONS["manifest field"][1](whole, None)] for k, v in whole.items()})
+    odd = set(whole["video_id"][whole["metadata"][:, 0] == 1.0].tolist())
+    assert {v for b in scope["ds"] for v in b["video_id"].numpy().tolist()} == odd
 
 
 def test_min_valid_frames_counts_the_windows_frames_whatever_the_clip(fire):
@@ -512,7 +600,13 @@ def test_a_dataset_of_format_6_selects_by_its_tables_without_owners(fire, tmp_pa
 
 def _as_format_6(copy):
     """`copy`, a dataset of format 7, made as format 6 wrote it: tables without an owner,
-    no CRC of them in dataset.json, generations without their format."""
+    no CRC of them in dataset.json, generations without their format, rows of the videos
+    file without metadata and fields."""
+    name = readers.load_spec(str(copy)).sidecars["videos"]
+    rows = [{key: value for key, value in json.loads(line).items()
+             if key not in ("metadata", "fields")}
+            for line in (copy / name).read_text().splitlines()]
+    (copy / name).write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
     meta = json.loads((copy / "dataset.json").read_text())
     meta["format_version"] = 6
     for generation in meta["generations"]:
@@ -553,6 +647,21 @@ def test_an_append_onto_a_dataset_of_format_6_selects_across_both_kinds_of_table
     assert 0 < kept.sum() < len(kept)
     assert _keys(selected.read_batch(slice(None))) == _keys({k: v[kept] for k, v in
                                                              whole.items()})
+    # the rows of format 6 have no metadata: a `where` that reads it names one in one line
+    rows = _rows(str(tmp_path / "out"))
+    old = sorted(v for v, row in rows.items() if "metadata" not in row)
+    assert len(old) == 4 and all(len(rows[v]["metadata"]) == 4 for v in rows if v not in old)
+    first = next(v for v in old if rows[v]["split"] == "train")
+    by_recipe = Select(where=lambda row: row["metadata"][0] > 0.5)
+    for read in (WindowSource, functools.partial(readers.make_dataset, batch_size=1)):
+        with pytest.raises(ValueError) as refused:
+            read(str(tmp_path / "out"), "train", select=by_recipe)
+        assert str(refused.value) == (
+            f"{tmp_path / 'out' / spec.sidecars['videos']}: where test_select.test_an_append_"
+            "onto_a_dataset_of_format_6_selects_across_both_kinds_of_table.<locals>.<lambda> "
+            f"failed on video {first!r} (KeyError: 'metadata'): its row has no metadata and "
+            "no fields, as rows written before format 7 have none (--append keeps them as "
+            "they were): rebuild the dataset with --overwrite to select by them")
 
 
 def _format_6_table(table) -> bytes:
@@ -643,11 +752,17 @@ def test_on_gcs_opening_a_selection_reads_the_tables_and_no_shard(kinds):
             exclude_videos=[_keys(_whole(local))[0][0]]))
         by_video = gcs_emulator.counts()
         remote = source[[0, 5, len(source) - 1]]
+        gcs_emulator.reset_counts()
+        by_recipe = len(WindowSource("gs://bkt/out", "train", select=Select(
+            where=lambda row: row["metadata"][0] > 0.5)))
+        by_metadata = gcs_emulator.counts()
     shards = readers.load_spec(local).splits["train"].shards
     # dataset.json, then each shard's table (no shard, no index); the videos file too
     # when videos are chosen
     assert by_valid["read"] == 1 + len(shards) and by_valid["bytes_read"] < 20_000, by_valid
-    assert by_video["read"] == 2 + len(shards), by_video
+    assert by_video["read"] == by_metadata["read"] == 2 + len(shards), by_metadata
+    whole = _whole(local)
+    assert by_recipe == (whole["metadata"][:, 0] > 0.5).sum() > 0
     here = WindowSource(local, "train", select=Select(
         exclude_videos=[_keys(_whole(local))[0][0]]))
     assert _keys(remote) == _keys(here[[0, 5, len(here) - 1]])

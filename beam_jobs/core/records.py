@@ -36,13 +36,16 @@ class VideoCount(NamedTuple):
     encoder_device: Optional[str] = None # where the encoder ran on its frames
     digest: str = ""                     # of its frames as given (cut/examples.py)
     rotation: Optional[int] = None       # a video file's display turn applied, clockwise
+    metadata: tuple = ()                 # as its row holds it (readers.format.video_rows)
+    fields: Optional[dict] = None        # its manifest row's own (None: no manifest row)
 
     def to_json(self) -> dict:
         """A row of videos.jsonl."""
         row = {"video_id": self.video_id, "split": self.split, "source": self.source,
                "record_index": self.record_index, "frames": self.frames,
                "windows": self.windows, "bad_frames": self.bad_frames,
-               "source_fps": self.source_fps, "digest": self.digest}
+               "source_fps": self.source_fps, "digest": self.digest,
+               "metadata": list(self.metadata), "fields": self.fields or {}}
         if self.encoder_device:
             row["encoder_device"] = self.encoder_device
         if self.rotation is not None:

@@ -2,7 +2,9 @@
 
 A video is anything with `video_id`, `metadata`, `split` (None: by hash), `source`,
 `record_index` and a `frames(info)` iterator of `Frame`s that raises `BadRecord` when the
-video turns out unusable (and may put facts about its source in the dict `info`). Latent
+video turns out unusable (and may put facts about its source in the dict `info`); and,
+when it comes from a manifest row, that row's own `fields`, which its row of the videos
+file keeps. Latent
 sequences and decoded pixel videos both fit. A video whose frames are already one array in
 memory, all valid (a latent sequence), may also have it as `sequence` [T, ...]: its
 windows are then slices of it, with no Python work per frame.
@@ -194,7 +196,9 @@ class _CutVideo(beam.DoFn):
         yield beam.pvalue.TaggedOutput(_VIDEO_COUNTS, VideoCount(
             split, windows_cut, len(cut.bad), cut.frames, video.video_id, source,
             video.record_index, info.get("source_fps"), info.get("encoder_device"),
-            cut.digest.hexdigest(), info.get("rotation")))
+            cut.digest.hexdigest(), info.get("rotation"),
+            tuple(data_format.video_rows.metadata_values(video.metadata)),
+            getattr(video, "fields", None)))
         sums = cut.stats.result()
         if sums:
             yield beam.pvalue.TaggedOutput(_STATS, VideoStats(split, cut.keys[0], sums))

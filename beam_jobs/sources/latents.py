@@ -24,7 +24,7 @@ from beam_jobs.core.records import FAILURES, failure
 from beam_jobs.sources.base import SKIPPED, JoinKnown, Source
 from beam_jobs.sources.tfrecords import PagedRecord, Skipped, read_records
 from readers import format as data_format
-from readers.format import tensor_proto, wire
+from readers.format import tensor_proto, video_rows, wire
 from readers.format.tfrecord import Lost
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -156,6 +156,10 @@ class LatentFormat:
                 raise BadRecord(f"no metadata feature {name!r} (other records have it)")
             return None
         values = features.floats(name)
+        try:
+            video_rows.check_metadata(values.size, f"metadata {name!r}")
+        except video_rows.RowError as e:
+            raise BadRecord(str(e)) from None
         if self.metadata_length is not None and values.size != self.metadata_length:
             raise BadRecord(f"metadata {name!r} has {values.size} values, expected "
                             f"{self.metadata_length}")

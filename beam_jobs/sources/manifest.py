@@ -4,10 +4,14 @@ Row fields: `video_id`; `frames` (a directory, a glob, or a list of image paths,
 order) or `video` (a video file); optional `labels` (an inline list, or the path of a
 .csv or .npy file: one number or one fixed-length vector per frame); optional
 `metadata` (fixed-length floats); optional `split`. A CSV carries lists as JSON strings.
+Every other key is the row's own field (`fuel`, `camera`, ...): the job does not read it,
+but keeps it, as given, in the video's row of the videos file (`fields`), bounded there
+as its metadata is (readers.format.video_rows).
 
 A row that cannot become a video (bad JSON, bytes that are not UTF-8, a lone surrogate,
-an id with spaces around it, a missing field) is a failure row; a file that is not a
-manifest at all is an error before any work.
+an id with spaces around it, a missing field, fields or metadata past what the videos
+file keeps) is a failure row; a file that is not a manifest at all is an error before
+any work.
 """
 from __future__ import annotations
 
@@ -25,10 +29,12 @@ import numpy as np
 from beam_jobs.core import ids
 from beam_jobs.core.frames import BadRecord
 from beam_jobs.core.records import failure
+from readers.format import video_rows
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 MAX_LABEL_FILE_BYTES = 256 << 20
+JOB_KEYS = ("video_id", "frames", "video", "labels", "metadata", "split")   # the rest: fields
 
 
 class ManifestError(ValueError):
@@ -46,6 +52,9 @@ class VideoEntry:
     labels: Union[tuple, str, None]               # inline values, or a .csv/.npy path
     metadata: Optional[tuple[float, ...]]
     split: Optional[str]
+    # the row's keys but JOB_KEYS, as given (None: no manifest row, a video file given
+    # alone); left out of the hash, which a dict cannot have
+    fields: Optional[dict[str, Any]] = dataclasses.field(default=None, hash=False)
 
 
 def resolve(base: str, path: str) -> str:
@@ -208,14 +217,19 @@ def parse_row(row: dict, source: str, index: int, base: str,
         labels = _list_or_path(row.get("labels"), "labels", base)
         metadata = _metadata(row, base)
     except (BadRecord, TypeError, ValueError) as e:
-        raise BadRecord(str(e) if isinstance(e, BadRecord) else
+        raise BadRecord(str(e) if isinstance(e, (BadRecord, video_rows.RowError)) else
                         f"metadata must be a list of numbers: {e}", video_id) from None
     split = row.get("split") or None
     if split is not None and split not in splits:
         raise BadRecord(f"split {split!r} is not one of --splits {sorted(splits)}", video_id)
+    fields = {key: value for key, value in row.items() if key not in JOB_KEYS}
+    try:
+        video_rows.check_fields(fields)
+    except video_rows.RowError as e:
+        raise BadRecord(str(e), video_id) from None
     return VideoEntry(video_id, source, index, frames,
                       None if video is None else resolve(base, video), labels, metadata,
-                      split)
+                      split, fields)
 
 
 def _video_id(row: dict) -> str:
@@ -262,12 +276,15 @@ def _frame_paths(frames: Union[tuple, str, None], base: str) -> Union[tuple, str
 
 
 def _metadata(row: dict, base: str) -> Optional[tuple[float, ...]]:
-    """The row's metadata as floats; BadRecord for a path, TypeError or ValueError for a
-    value that is no number."""
+    """The row's metadata as floats; BadRecord for a path, RowError for more values than
+    the videos file keeps, TypeError or ValueError for a value that is no number."""
     metadata = _list_or_path(row.get("metadata"), "metadata", base)
     if isinstance(metadata, str):
         raise BadRecord("metadata must be a list of numbers")
-    return None if metadata is None else tuple(float(v) for v in metadata)
+    if metadata is None:
+        return None
+    video_rows.check_metadata(len(metadata))
+    return tuple(float(v) for v in metadata)
 
 
 _REQUIRED = "video_id, and frames or video"

@@ -70,6 +70,10 @@ class PixelVideo:
         return self.entry.split
 
     @property
+    def fields(self) -> Optional[dict]:
+        return self.entry.fields
+
+    @property
     def metadata(self) -> Optional[np.ndarray]:
         if not self.fmt.metadata_length:
             return None

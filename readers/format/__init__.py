@@ -25,6 +25,8 @@
 - `tfds_info`: dataset_info.json (features.json before format 5), what TensorFlow
   Datasets reads.
 - `videos_file`: a dataset's videos file checked against its dataset.json.
+- `video_rows`: what a video's row of the videos file holds of its metadata and of its
+  manifest row's own fields, bounded (`MAX_METADATA`, `MAX_FIELDS`).
 
 Neither TensorFlow nor Apache Beam is imported here: the Beam job checks its flags and
 output directory against these names before it imports TensorFlow (whose import logs
@@ -37,6 +39,7 @@ from readers.format import (  # noqa: F401 (submodules)
     tensor_proto,
     tfds_info,
     tfrecord,
+    video_rows,
     videos_file,
     window_table,
     wire,

@@ -11,5 +11,7 @@ FORMAT_VERSION = 7
 # a window table beside each shard (readers.format.window_table), listed in `files`, whose
 # names a reader of 5 would refuse as no file of a dataset's; 7 makes each table name its
 # shard, gives its CRC in dataset.json (`table_crc32c`) and each generation's format, which
-# a reader of 6 would refuse as no table of its kind
+# a reader of 6 would refuse as no table of its kind, and gives each row of the videos
+# file the video's `metadata` and its manifest row's own `fields` (readers.format.video_rows:
+# rows of earlier formats lack both, and a reader of 6 ignores them)
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
