@@ -11,7 +11,7 @@ import concurrent.futures
 import functools
 import json
 import os
-from typing import BinaryIO, Optional, Sequence, Union
+from typing import Any, BinaryIO, NamedTuple, Optional, Sequence, Union
 
 import google_crc32c
 import numpy as np
@@ -23,17 +23,27 @@ from readers.selection import DatasetChanged, NotAFile, gone_error
 from readers.shards import read_at_most
 
 
+class _Records(NamedTuple):
+    """What --verify keeps of a shard's records (those read up to the first that is lost
+    or does not parse) besides their problems."""
+    keys: list[tuple[bytes, int]]        # (video_id, start) of each
+    valid: list[int]                     # the count of its valid frames
+    ends: list[int]                      # where each one's frame ends, from 0 (uncompressed)
+    metadata: dict[bytes, np.ndarray]    # each video's metadata (where there is any)
+
+
 def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec
-                  ) -> tuple[list[str], list[tuple[bytes, int]]]:
-    """Problems of one shard, and the (video_id, start) of its examples; DatasetChanged
-    when it is gone because the dataset was rewritten. A shard too small for its records
-    at dataset.json's shapes is not parsed by them. Each record is read in turn (its
-    CRCs checked) and parsed to the spec as readers.numpy does, images decoded."""
+                  ) -> tuple[list[str], _Records]:
+    """Problems of one shard, and what its records hold; DatasetChanged when it is gone
+    because the dataset was rewritten. A shard too small for its records at
+    dataset.json's shapes is not parsed by them. Each record is read in turn (its CRCs
+    checked) and parsed to the spec as readers.numpy does, images decoded."""
     files = DatasetFiles(path)
     problem = _unreadable(path, files, shard, dataset)
     if problem:
-        return [problem], []
-    problems, keys, valid, ends = _read_records(files, shard, dataset)
+        return [problem], _Records([], [], [0], {})
+    problems, records = _read_records(files, shard, dataset)
+    keys, valid, ends = records.keys, records.valid, records.ends
     if len(keys) != shard.examples and not problems:
         problems.append(f"{shard.file}: {len(keys)} records, dataset.json says "
                         f"{shard.examples}")
@@ -42,7 +52,7 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
     if shard.table and not problems:
         problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid,
                                   ends)
-    return problems, keys
+    return problems, records
 
 
 def _unreadable(path: str, files: DatasetFiles, shard: data_format.Shard,
@@ -63,16 +73,14 @@ def _unreadable(path: str, files: DatasetFiles, shard: data_format.Shard,
 
 
 def _read_records(files: DatasetFiles, shard: data_format.Shard,
-                  dataset: data_format.DatasetSpec
-                  ) -> tuple[list[str], list[tuple[bytes, int]], list[int], list[int]]:
+                  dataset: data_format.DatasetSpec) -> tuple[list[str], _Records]:
     """The problems of a shard's records, read in turn up to the first that is lost or
-    does not parse, and of those read, the (video_id, start), the count of valid
-    frames and where each record's frame ends (uncompressed)."""
+    does not parse (a window whose metadata is not its video's other windows' among
+    them), and what those read hold."""
     compression = None if dataset.compression == "none" else dataset.compression
     problems: list[str] = []
-    keys: list[tuple[bytes, int]] = []
-    valid: list[int] = []
-    ends = [0]
+    records = _Records([], [], [0], {})
+    keys, valid, ends, metadata = records
     with files.open(shard.file, compression=compression) as f:
         while True:
             count = len(keys)
@@ -92,7 +100,22 @@ def _read_records(files: DatasetFiles, shard: data_format.Shard,
             keys.append((values["video_id"], int(values["start"])))
             valid.append(int(np.count_nonzero(values["mask"])))
             ends.append(ends[-1] + len(record) + tfrecord.FRAME_OVERHEAD)
-    return problems, keys, valid, ends
+            if "metadata" in values:
+                problems += _metadata_problems(shard.file, count, metadata,
+                                               values["video_id"], values["metadata"])
+    return problems, records
+
+
+def _metadata_problems(file: str, number: int, metadata: dict[bytes, np.ndarray],
+                       video_id: bytes, values: Any) -> list[str]:
+    """The problem of record #`number`, of `video_id`, whose metadata `values` is not
+    what `metadata` holds of its video (kept: the first of its windows')."""
+    found = np.asarray(values, np.float32).ravel()
+    first = metadata.setdefault(video_id, found)
+    if np.array_equal(first, found, equal_nan=True):
+        return []
+    return [f"{file}: record #{number} of video {video_id.decode(errors='replace')!r} "
+            "carries other metadata than its video's window before it"]
 
 
 def _next_record(f: BinaryIO) -> Union[bytes, tfrecord.Lost, None]:
@@ -203,6 +226,17 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
             f"{int(counts[i])} ({wrong.size} records differ)"]
 
 
+def _same_metadata(given: Any, carried: Optional[np.ndarray]) -> bool:
+    """Whether a row's `metadata` (null: NaN) is, as float32, what the video's windows
+    carry (None: they carry none)."""
+    try:
+        values = np.array([np.nan if v is None else v for v in given], np.float32)
+    except (TypeError, ValueError):   # no list of numbers
+        return False
+    return np.array_equal(values, np.zeros(0, np.float32) if carried is None else carried,
+                          equal_nan=True)
+
+
 def _verify_tfds_files(path: str, dataset: data_format.DatasetSpec) -> list[str]:
     """The TFDS files dataset.json lists (dataset_info.json; features.json too before
     format 5; none before there were any): each must be the bytes
@@ -289,12 +323,15 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
     problems: list[str] = _verify_tfds_files(path, dataset) + _verify_videos_file(path, dataset)
     split_of: dict[bytes, str] = {}
     windows_of: collections.Counter[bytes] = collections.Counter()
+    metadata_of: dict[bytes, np.ndarray] = {}
     seen: set[tuple[str, bytes, int]] = set()
     with concurrent.futures.ThreadPoolExecutor(workers or os.cpu_count()) as pool:
         results = pool.map(lambda job: _verify_shard(path, job[1], dataset), jobs)
-        for (name, shard), (shard_problems, keys) in zip(jobs, results, strict=True):
+        for (name, shard), (shard_problems, records) in zip(jobs, results, strict=True):
             problems += shard_problems
-            for video_id, start in keys:
+            for video_id, values in records.metadata.items():
+                problems += _metadata_problems(shard.file, 0, metadata_of, video_id, values)
+            for video_id, start in records.keys:
                 if (name, video_id, start) in seen:
                     problems.append(f"{shard.file}: window ({video_id.decode()!r}, {start}) "
                                     "appears twice")   # repr: its bidi marks shown, not obeyed
@@ -304,16 +341,19 @@ def verify(path: str, dataset: data_format.DatasetSpec, workers: Optional[int] =
                     problems.append(f"video {video_id.decode()!r} is in splits "
                                     f"{split_of[video_id]} and {name}")
     if not problems:
-        problems += _videos_file_against_records(path, dataset, split_of, windows_of)
+        problems += _videos_file_against_records(path, dataset, split_of, windows_of,
+                                                 metadata_of)
     return problems
 
 
 def _videos_file_against_records(path: str, dataset: data_format.DatasetSpec,
                                  split_of: dict[bytes, str],
-                                 windows_of: collections.Counter[bytes]) -> list[str]:
+                                 windows_of: collections.Counter[bytes],
+                                 metadata_of: dict[bytes, np.ndarray]) -> list[str]:
     """The videos file's rows against the windows the shards hold: each video with
-    windows in its split, with as many as its row says, and no video of the shards
-    without a row (a selection by video finds its windows through its row)."""
+    windows in its split, with as many as its row says and (rows of format 7 on) the
+    metadata they carry, and no video of the shards without a row (a selection by video
+    or by metadata finds its windows through its row)."""
     name = dataset.sidecars.get("videos")
     if name is None:
         return []
@@ -327,6 +367,10 @@ def _videos_file_against_records(path: str, dataset: data_format.DatasetSpec,
             problems.append(f"{name}: video {row['video_id']!r} has {row['windows']} windows "
                             f"in split {row['split']!r} by its row, the shards hold "
                             f"{held[1]} in split {held[0]!r}")
+        elif held[1] and "metadata" in row and not _same_metadata(row["metadata"],
+                                                                  metadata_of.get(video_id)):
+            problems.append(f"{name}: video {row['video_id']!r} has metadata "
+                            f"{row['metadata']} by its row, not what its windows carry")
     if len(problems) > 1:
         problems[1:] = [f"{name}: {len(problems) - 1} more rows differ from the shards"]
     unlisted = [video for video in windows_of if video not in listed]

@@ -705,6 +705,15 @@ def test_verify_holds_the_videos_file_to_the_shards_windows(fire, tmp_path):
         f"{name}: video 'exp1/run9' has {_rows(fire)['exp1/run3']['windows']} windows in split "
         "'train' by its row, the shards hold 0 in split 'train'",
         f"{name}: no row for video 'exp1/run3', whose windows the shards hold (1 such videos)"]
+    # a row's metadata edited: a selection by it would choose other windows
+    rows = [json.loads(line) for line in text.splitlines()]
+    row = next(r for r in rows if r["video_id"] == "exp1/run3")
+    assert row["metadata"] == [1.0, 1.0]        # as the manifest gave them: [v % 2, v % 3 + 1]
+    row["metadata"] = [0.0, 1.0]
+    (copy / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert verify(str(copy), readers.load_spec(str(copy))) == [
+        f"{name}: video 'exp1/run3' has metadata [0.0, 1.0] by its row, not what its "
+        "windows carry"]
 
 
 def test_the_table_format_round_trips_and_refuses_what_it_is_not():
