@@ -119,9 +119,9 @@ def fire_dataset(directory: str, *, videos: int = 24, frames: tuple[int, int] = 
                  size: tuple[int, int] = (32, 48), window: int = 8, stride: int = 4,
                  missing: float = 0.05, seed: int = 0) -> str:
     """The fire story in small: `videos` videos of `frames` frames (drawn) of `size`, PNG
-    files listed per video in a manifest with the heat-release rate of each frame; a
-    `missing` fraction of the listed frames do not exist (the job masks them: mask 0,
-    label 0). Cut into windows of `window` every `stride`, split train 0.8, validation 0.2."""
+    files listed per video in a manifest with the heat-release rate of each frame, two
+    metadata values and a `fuel` (the row's own field); a `missing` fraction of the
+    listed frames do not exist (the job masks them: mask 0, label 0). Cut into windows of `window` every `stride`, split train 0.8, validation 0.2."""
     out, done = _made(directory)
     if done:
         return out
@@ -145,7 +145,11 @@ def fire_dataset(directory: str, *, videos: int = 24, frames: tuple[int, int] = 
                 Image.fromarray(fire_frame(hrr[t], centre, size, rng)).save(path)
             paths.append(os.path.relpath(path, inputs))
         rows.append({"video_id": f"fire_{v:03d}", "frames": paths,
-                     "labels": [round(float(r), 3) for r in hrr]})
+                     "labels": [round(float(r), 3) for r in hrr],
+                     # what a trainer selects by (readers.Select(where=...)): the
+                     # experiment's metadata, and a field of its own the job keeps
+                     "metadata": [float(v % 2), float(v % 3 + 1)],
+                     "fuel": ("pine", "oak")[v % 2]})
     manifest = os.path.join(inputs, "fires.jsonl")
     with open(manifest, "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
