@@ -121,7 +121,8 @@ def fire_dataset(directory: str, *, videos: int = 24, frames: tuple[int, int] = 
     """The fire story in small: `videos` videos of `frames` frames (drawn) of `size`, PNG
     files listed per video in a manifest with the heat-release rate of each frame, two
     metadata values and a `fuel` (the row's own field); a `missing` fraction of the
-    listed frames do not exist (the job masks them: mask 0, label 0). Cut into windows of `window` every `stride`, split train 0.8, validation 0.2."""
+    listed frames do not exist (the job masks them: mask 0, label 0). Cut into windows
+    of `window` every `stride`, split train 0.8, validation 0.2."""
     out, done = _made(directory)
     if done:
         return out
