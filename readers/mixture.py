@@ -37,10 +37,11 @@ from __future__ import annotations
 import copy
 import fractions
 import math
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from readers import handover, scatter
 from readers.clips import CLIP_OFFSET, clipped_shape
 from readers.selection import (
     optional_whole_number,
@@ -65,7 +66,7 @@ class Source(Protocol):
     keep_float16: bool
 
     def __len__(self) -> int: ...
-    def read_batch(self, indices: Any) -> dict[str, Any]: ...
+    def read_batch(self, indices: Any, *, allocate: Any = None) -> dict[str, Any]: ...
     def for_epoch(self, epoch: int) -> "Source": ...
     @property
     def reading(self) -> dict[str, Any]: ...
@@ -266,10 +267,16 @@ class Mixture:
         # no index: source 0's empty batch (the sources agree on keys, shapes and dtypes)
         parts = [(np.flatnonzero(which == i), i) for i in np.unique(which).tolist()] or [
             (np.zeros(0, np.int64), 0)]
-        read = [(rows, i, self.sources[i].read_batch(windows[rows])) for rows, i in parts]
-        batch = _joined(len(windows), read, [_described(s) for s in self.sources])
-        batch[SOURCE] = which.astype(np.int64)
-        return batch
+        # the parts in this process's memory; the batch, joined, where a DataLoader's
+        # worker hands it over without a copy (readers.handover)
+        read = [(rows, i, self.sources[i].read_batch(windows[rows],
+                                                     allocate=scatter.private_memory))
+                for rows, i in parts]
+        shared = handover.arena()
+        batch = _joined(len(windows), read, [_described(s) for s in self.sources],
+                        scatter.private_memory if shared is None else shared.allocate,
+                        {SOURCE: which.astype(np.int64)})
+        return batch if shared is None else shared.handed(batch)
 
 def _check_pairs(sources: Any) -> None:
     """TypeError unless `sources` is a non-empty sequence of (source, weight) pairs (a
@@ -293,19 +300,32 @@ def _refuse_empty(sources: tuple, lengths: list[int]) -> None:
                          "no windows: it cannot give its share of an epoch")
 
 
-def _joined(size: int, parts: list, names: list[str]) -> dict[str, Any]:
-    """One batch of `size` rows from each source's part (rows, source, its batch)."""
+def _joined(size: int, parts: list, names: list[str], allocate: Callable[[int], np.ndarray],
+            more: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One batch of `size` rows from each source's part (rows, source, its batch), and
+    the columns `more`: its columns of numbers in one block of `allocate`d memory (one
+    part in this process's memory: that part's batch as it is)."""
+    values = {key: [batch[key] for _, _, batch in parts] for key in _same_keys(parts, names)}
+    for key, of_key in values.items():
+        _check_arrays(key, parts, of_key, names)
+        _check_alike(key, parts, of_key, names)
+    if len(parts) == 1 and allocate is scatter.private_memory:
+        return {**{key: of_key[0] for key, of_key in values.items()}, **more}
+    shapes = {key: ((size, *of_key[0].shape[1:]), np.result_type(*of_key))
+              for key, of_key in values.items()}
+    shapes.update({key: (column.shape, column.dtype) for key, column in more.items()})
+    memory = scatter.carved(allocate, {key: math.prod(shape) * dtype.itemsize
+                                       for key, (shape, dtype) in shapes.items()
+                                       if dtype.kind != "S"})
     joined = {}
-    for key in _same_keys(parts, names):
-        values = [batch[key] for _, _, batch in parts]
-        _check_arrays(key, parts, values, names)
-        if len(parts) == 1:
-            joined[key] = values[0]
-            continue
-        _check_alike(key, parts, values, names)
-        column = np.empty((size, *values[0].shape[1:]), np.result_type(*values))
-        for (rows, _, _), value in zip(parts, values, strict=True):
-            column[rows] = value
+    for key, (shape, dtype) in shapes.items():
+        column = (memory[key].view(dtype).reshape(shape) if key in memory else
+                  np.empty(shape, dtype))
+        if key in more:
+            column[...] = more[key]
+        else:
+            for (rows, _, _), value in zip(parts, values[key], strict=True):
+                column[rows] = value
         joined[key] = column
     return joined
 

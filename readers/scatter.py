@@ -11,7 +11,7 @@ what a feature's values become in a batch, its codec (`readers.format.codecs`).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -20,6 +20,27 @@ from readers.clips import CLIP_OFFSET, Clip, clipped_shape
 from readers.format import PER_FRAME
 from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES, header
 from readers.shards import Shards
+
+
+def private_memory(nbytes: int) -> np.ndarray:
+    """`nbytes` of this process's memory, where a batch's columns go unless a reader
+    asks for others (readers.handover: memory a DataLoader's worker hands over)."""
+    return np.empty(nbytes, np.uint8)
+
+
+_ALIGN = 64    # each column's first byte, in a batch's memory: a cache line's
+
+
+def carved(allocate: Callable[[int], np.ndarray], sizes: dict[Any, int]
+           ) -> dict[Any, np.ndarray]:
+    """One block of `allocate`d memory cut into a piece of each of `sizes` (bytes by
+    name), each piece starting at a multiple of _ALIGN bytes."""
+    starts, end = {}, 0
+    for name, size in sizes.items():
+        starts[name] = end
+        end += -(-size // _ALIGN) * _ALIGN
+    block = allocate(end)
+    return {name: block[starts[name]:starts[name] + size] for name, size in sizes.items()}
 
 
 class Decoder:
@@ -36,13 +57,32 @@ class Decoder:
         self._columns = {f.name: (clipped_shape(f.name, f.shape, clip), f.codec.column_dtype)
                          for f in self.features}
         self._fixed_width = [f.name for f in self.features if f.codec.stored_dtype is not None]
+        self._outputs = {f.name: (self._columns[f.name][0], dtype) for f in self.features
+                         if (dtype := self._finished_apart(f)) is not None}
+        if clip is not None:
+            self._outputs[CLIP_OFFSET] = ((), np.dtype(np.int64))
         self._plans = Plans(self.features)
 
+    def _finished_apart(self, feature: data_format.FeatureSpec) -> Optional[np.dtype]:
+        """The dtype of a feature's column as the readers give it, where `finish` makes
+        it in memory of its own (numbers of another dtype than those stored); None where
+        it gives the stored column itself (or a view), or no numbers."""
+        shape, dtype = self._columns[feature.name]
+        if dtype.hasobject:
+            return None
+        stored = np.zeros((1, *shape), dtype)
+        finished = feature.codec.finish(stored, float_pixels=self.float_pixels,
+                                        keep_float16=self.keep_float16)
+        if np.shares_memory(finished, stored) or finished.dtype.kind in "OSU":
+            return None
+        return finished.dtype
+
     def read_batch(self, shards: Shards, indices: Union[Sequence[int], np.ndarray],
-                   epoch: int = 0, records: Optional[Sequence[Union[bytes, memoryview]]] = None
-                   ) -> dict[str, Any]:
+                   epoch: int = 0, records: Optional[Sequence[Union[bytes, memoryview]]] = None,
+                   allocate: Callable[[int], np.ndarray] = private_memory) -> dict[str, Any]:
         """Windows `indices` of `shards` stacked: {name: array [len, ...]}; with a clip,
-        each window's clip of `epoch` and `clip_offset`.
+        each window's clip of `epoch` and `clip_offset`. The columns' memory is one block
+        that `allocate` gives (of as many bytes as it is asked for, uint8).
 
         Every example of a dataset has the same features and shapes, so the records of one
         size take a few layouts (readers.format.Layout), each learnt from the first record
@@ -57,7 +97,8 @@ class Decoder:
         never decoded. The records of a remote split are fetched first, all at
         once (or come as `records`, their bytes from readers.streaming), and taken from
         memory in the same way."""
-        batch = Batch(self._columns, self._fixed_width, len(indices), self.clip, self.window)
+        batch = Batch(self._columns, self._fixed_width, len(indices), self.clip, self.window,
+                      allocate, self._outputs)
         offsets = (self.clip.offsets(self.window, indices, epoch).tolist()
                    if self.clip is not None else [None] * len(indices))
         located = [shards.locate(int(i)) for i in indices]
@@ -77,10 +118,12 @@ class Decoder:
                     continue
             self._read_whole(shards, shard, in_shard, data, batch, row, offset)
         columns = {f.name: f.codec.finish(batch.columns[f.name], float_pixels=self.float_pixels,
-                                          keep_float16=self.keep_float16)
+                                          keep_float16=self.keep_float16,
+                                          out=batch.outputs.get(f.name))
                    for f in self.features}
         if self.clip is not None:
-            columns[CLIP_OFFSET] = np.asarray(offsets, np.int64)
+            columns[CLIP_OFFSET] = batch.outputs[CLIP_OFFSET]
+            columns[CLIP_OFFSET][:] = offsets
         return columns
 
     def _read_whole(self, shards: Shards, shard: int, in_shard: int, data: Any,
@@ -193,17 +236,43 @@ class Batch:
 
     def __init__(self, columns: dict[str, tuple[tuple[int, ...], np.dtype]],
                  fixed_width: Sequence[str], n: int, clip: Optional[Clip] = None,
-                 window: int = 0):
+                 window: int = 0, allocate: Callable[[int], np.ndarray] = private_memory,
+                 outputs: Optional[dict[str, tuple[tuple[int, ...], np.dtype]]] = None):
+        """`columns` as stored and `outputs`, the columns a batch gives that are not
+        those (of another dtype; clip offsets), each (shape of a row, dtype): the
+        outputs and the stored columns that are not made into outputs in one block of
+        `allocate`d memory, the rest (Python objects, the stored columns of outputs) in
+        this process's."""
         self.clip, self.window = clip, window
+        outputs = outputs or {}
         cut = [name for name in fixed_width if clip is not None and name in PER_FRAME]
+        self._frame_bytes = {name: math.prod(columns[name][0][1:]) * columns[name][1].itemsize
+                             for name in cut}
+        sizes = {("stored", name): self._storage_bytes(name, shape, dtype, n)
+                 for name, (shape, dtype) in columns.items()
+                 if not dtype.hasobject and name not in outputs}
+        sizes.update({("output", name): n * math.prod(shape) * dtype.itemsize
+                      for name, (shape, dtype) in outputs.items()})
+        memory = carved(allocate, sizes)
+        self.outputs = {name: memory["output", name].view(dtype).reshape(n, *shape)
+                        for name, (shape, dtype) in outputs.items()}
         self.columns: dict[str, np.ndarray] = {}
-        self._frame_bytes: dict[str, int] = {}
         self._storage: dict[str, np.ndarray] = {}
         for name, (shape, dtype) in columns.items():
-            if name not in cut or clip is None:   # (cut holds names only with a clip)
+            if dtype.hasobject:            # Python objects (ids): numpy's own memory
                 self.columns[name] = np.empty((n, *shape), dtype)
+                continue
+            piece = memory.get(("stored", name))
+            if piece is None:
+                piece = private_memory(self._storage_bytes(name, shape, dtype, n))
+            if name in self._frame_bytes and clip is not None:
+                # a clipped per-frame column over storage with room for the frames after
+                # the last row's clip (they spill over, and are read with it in one piece)
+                self._storage[name] = piece
+                self.columns[name] = piece[:n * clip.length * self._frame_bytes[name]].view(
+                    dtype).reshape(n, *shape)
             else:
-                self._add_cut_column(name, shape, dtype, n, clip)
+                self.columns[name] = piece.view(dtype).reshape(n, *shape)
         self.rows = {name: self.columns[name].reshape(n, math.prod(columns[name][0])).view(
                      np.uint8) for name in fixed_width}
         self._skipped = {name: np.empty(window * size, np.uint8)
@@ -211,14 +280,13 @@ class Batch:
         self._add_step_views(n)
         self._rests: dict[Plan, Rest] = {}
 
-    def _add_cut_column(self, name: str, shape: tuple[int, ...], dtype: np.dtype, n: int,
-                        clip: Clip) -> None:
-        """A clipped per-frame column over storage with room for the frames after the
-        last row's clip (they spill over, and are read with it in one piece)."""
-        size = self._frame_bytes[name] = math.prod(shape[1:]) * dtype.itemsize
-        storage = self._storage[name] = np.empty(
-            (n * clip.length + self.window - clip.length) * size, np.uint8)
-        self.columns[name] = storage[:n * clip.length * size].view(dtype).reshape(n, *shape)
+    def _storage_bytes(self, name: str, shape: tuple[int, ...], dtype: np.dtype, n: int) -> int:
+        """The bytes column `name` takes: its rows; a clipped column's, and the frames
+        after the last row's clip."""
+        size = self._frame_bytes.get(name)
+        if size is None or self.clip is None:
+            return n * math.prod(shape) * dtype.itemsize
+        return (n * self.clip.length + self.window - self.clip.length) * size
 
     def _add_step_views(self, n: int) -> None:
         """With a clip's frame step: the scratch buffer as a window's frames, and the

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
-from readers import clips, scatter, subset
+from readers import clips, handover, scatter, subset
 from readers.clips import Clip
 from readers.selection import (
     Selection,
@@ -28,6 +28,7 @@ from readers.subset import Select
 
 # What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
+Allocate = Callable[[int], np.ndarray]   # bytes -> uint8 memory (readers.scatter)
 # The selection a state was saved on (WindowSource.reading): a state saved before there
 # were selections lacks it, and read every window (None).
 SELECTION = "selection"
@@ -143,10 +144,13 @@ class WindowSource:
         return [{name: _row(column, row) for name, column in batch.items()}
                 for row in range(len(indices))]
 
-    def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
+    def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray], *,
+                   allocate: Optional[Allocate] = None) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
-        (`S`) array (how: readers.scatter.Decoder.read_batch)."""
-        return self.read_split_windows(self.in_split(self.indices(indices)))
+        (`S`) array (how: readers.scatter.Decoder.read_batch). `allocate`: where its
+        columns go (`read_split_windows`)."""
+        return self.read_split_windows(self.in_split(self.indices(indices)),
+                                       allocate=allocate)
 
     # What a plan of this source's batches (EpochBatches, batches) reads it by: the
     # split's shards, the split's numbers of its windows, a read by those numbers.
@@ -169,20 +173,24 @@ class WindowSource:
         return indices if self._subset is None else self._subset.windows[indices]
 
     def read_split_windows(self, windows: np.ndarray,
-                           records: Optional[Sequence[Union[bytes, memoryview]]] = None
-                           ) -> dict[str, Any]:
+                           records: Optional[Sequence[Union[bytes, memoryview]]] = None, *,
+                           allocate: Optional[Allocate] = None) -> dict[str, Any]:
         """The windows numbered `windows` in the split (`in_split`) stacked, as
         `read_batch` gives them; `records`: their frames, already fetched (the streaming
         order's). Every read ends here, in the thread or process that reads: the
-        transform runs here."""
-        batch = self._decoder.read_batch(self._shards, windows, self.epoch, records)
-        if self.transform is None:
-            return batch
-        transformed = self.transform(batch)
-        if not isinstance(transformed, dict):
-            raise TypeError(f"transform {callable_name(self.transform)} returned "
-                            f"{type(transformed).__name__}, not a dict of the batch's values")
-        return transformed
+        transform runs here. The columns go where `allocate` gives memory; by default,
+        in a DataLoader's worker, into memory it hands over without a copy
+        (readers.handover), elsewhere the process's own."""
+        shared = handover.arena() if allocate is None else None
+        batch = self._decoder.read_batch(
+            self._shards, windows, self.epoch, records,
+            allocate or (scatter.private_memory if shared is None else shared.allocate))
+        if self.transform is not None:
+            batch = self.transform(batch)
+            if not isinstance(batch, dict):
+                raise TypeError(f"transform {callable_name(self.transform)} returned "
+                                f"{type(batch).__name__}, not a dict of the batch's values")
+        return batch if shared is None else shared.handed(batch)
 
     def no_batch_error(self, windows: int, batch_size: int, *, holder: str = "has"
                        ) -> ValueError:

@@ -1,5 +1,6 @@
 """Worker processes that end when the trainer that started them dies: `end_with_parent`,
-a PyTorch DataLoader's `worker_init_fn`.
+a PyTorch DataLoader's `worker_init_fn`; and `forkserver()`, the multiprocessing context
+whose workers start cheaply.
 
 A DataLoader's workers check every 5 s that their parent process is alive, and exit when
 it is not. With `multiprocessing_context="forkserver"` (what docs/readers.md advises where
@@ -34,6 +35,20 @@ def end_with_parent(worker_id: int = 0) -> None:
     if parent is not None:
         threading.Thread(target=_exit_when_gone, args=(parent.sentinel,), daemon=True,
                          name="end_with_parent").start()
+
+
+def forkserver() -> multiprocessing.context.BaseContext:
+    """A DataLoader's `multiprocessing_context`: multiprocessing's forkserver, whose
+    server imports torch and readers.numpy once and freezes their objects out of its
+    garbage collector before it forks a worker (readers.forkserver_preload). A worker
+    then starts without importing them, and copies none of its pages for the collector:
+    each epoch's workers cost a DataLoader about a third of the CPU they cost under a
+    bare forkserver (docs/benchmarks.md). The forkserver is started once a process: call
+    this before the first DataLoader of the process starts its workers, or its preload
+    is not the server's."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["readers.forkserver_preload"])
+    return context
 
 
 def _exit_when_gone(sentinel: int) -> None:

@@ -50,9 +50,9 @@ def _one_field(record: Buffer, start: int, end: int) -> Optional[int]:
     return None
 
 
-def to_unit(stored: np.ndarray) -> np.ndarray:
-    """uint8 pixels as float32 in [0, 1] (`float_pixels`)."""
-    return stored.astype(np.float32) / np.float32(255.0)
+def to_unit(stored: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """uint8 pixels as float32 in [0, 1] (`float_pixels`), into `out` where given."""
+    return np.divide(stored, np.float32(255.0), out=out, dtype=np.float32)
 
 
 def tf_to_unit(values: tf.Tensor) -> tf.Tensor:
@@ -140,9 +140,11 @@ class Codec:
         """A value from `from_wire` into row `row` of its batch's column."""
         column[row] = value
 
-    def finish(self, stored: np.ndarray, *, float_pixels: bool,
-               keep_float16: bool) -> np.ndarray:
-        """A batch's column as stored -> as the readers give it."""
+    def finish(self, stored: np.ndarray, *, float_pixels: bool, keep_float16: bool,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
+        """A batch's column as stored -> as the readers give it: `stored` itself (or a
+        view of it), or values of another dtype, written into `out` where it is given
+        (memory of their shape and dtype: a DataLoader worker's to hand over)."""
         return stored
 
     # --- tf.data
@@ -311,10 +313,11 @@ class BytesCodec(Codec):
             raise ValueError(f"feature {self.feature.name!r}: {len(values)} strings, not 1")
         return values[0]
 
-    def finish(self, stored: np.ndarray, *, float_pixels: bool,
-               keep_float16: bool) -> np.ndarray:
+    def finish(self, stored: np.ndarray, *, float_pixels: bool, keep_float16: bool,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         """Numpy bytes (`S`) arrays: what Grain's batching and a DataLoader's
-        `default_convert` keep as they are, so every path gives the same type."""
+        `default_convert` keep as they are, so every path gives the same type (never
+        into `out`: their width is the batch's longest id's)."""
         return stored.astype(np.bytes_)
 
     def parse_feature(self) -> tf.io.FixedLenFeature:
@@ -362,18 +365,23 @@ class RawCodec(_ArrayCodec):
         data = record[at:end] if at is not None else list_values("bytes", record, start, end)[0]
         return np.frombuffer(data, self.stored_dtype).reshape(self.feature.shape)
 
-    def finish(self, stored: np.ndarray, *, float_pixels: bool,
-               keep_float16: bool) -> np.ndarray:
+    def finish(self, stored: np.ndarray, *, float_pixels: bool, keep_float16: bool,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         dtype = self.feature.dtype
         if dtype == "bfloat16":            # stored as its bits
             if keep_float16:
                 import ml_dtypes
                 return stored.view(ml_dtypes.bfloat16)
-            return (stored.astype(np.uint32) << 16).view(np.float32)
+            bits = np.empty(stored.shape, np.uint32) if out is None else out.view(np.uint32)
+            np.left_shift(stored, 16, out=bits, dtype=np.uint32)
+            return bits.view(np.float32)
         if dtype == "float16" and not keep_float16:
-            return stored.astype(np.float32)
+            if out is None:
+                return stored.astype(np.float32)
+            np.copyto(out, stored)
+            return out
         if float_pixels and dtype == "uint8":
-            return to_unit(stored)
+            return to_unit(stored, out)
         return stored
 
     def parse_feature(self) -> tf.io.FixedLenFeature:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -66,9 +66,9 @@ class _ImageCodec(Codec):
                 image = opened.convert("RGB" if shape[-1] == 3 else "L")
                 column[row, k] = np.asarray(image, dtype=np.uint8).reshape(shape)
 
-    def finish(self, stored: np.ndarray, *, float_pixels: bool,
-               keep_float16: bool) -> np.ndarray:
-        return to_unit(stored) if float_pixels else stored
+    def finish(self, stored: np.ndarray, *, float_pixels: bool, keep_float16: bool,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
+        return to_unit(stored, out) if float_pixels else stored
 
     def parse_feature(self) -> tf.io.FixedLenFeature:
         import tensorflow as tf
