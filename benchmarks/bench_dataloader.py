@@ -15,14 +15,17 @@ in a process of its own (a fresh one each round, as a trainer starts):
   batches        readers.numpy.batches(out, "train", 64, seed=0, epoch=e): one process
   loader-N       a DataLoader over EpochBatches(...).source, the plan as its sampler,
                  batch_size=None, N worker processes (readers.workers.forkserver() as
-                 its context, end_with_parent as worker_init_fn), as docs/readers.md
-                 shows it: each epoch a DataLoader of its own
+                 its context, end_with_parent as worker_init_fn), as the examples have
+                 it: each epoch a DataLoader of its own
   loader-2@REV   loader-2 with the readers package of commit REV (--before), as that
                  commit's docs showed it (PyTorch's default context, fork)
   mixture-2      a DataLoader of 2 workers over MixtureBatches of a Mixture of the
                  dataset twice (weights 0.5 and 0.5)
   grain-2        Grain's DataLoader of 2 workers over the WindowSource (IndexSampler,
-                 grain.Batch(64)), as docs/readers.md shows it
+                 grain.Batch(64)): a window an item, batched in the workers
+  grain-batches-2  Grain's DataLoader of 2 workers over an EpochBatches plan's batches, a
+                 batch an item read whole (readers.numpy.BatchSource), as docs/readers.md
+                 shows it
   litdata-2      LitData's StreamingDataLoader of 2 workers over a copy of the windows
                  made by litdata.optimize (benchmarks/litdata_contender.py, run by
                  --litdata_python, a venv of its own: docs/benchmarks.md)
@@ -40,7 +43,8 @@ first (which starts a forkserver and warms the page cache).
 between two (docs/benchmarks.md): reading a batch into this process's memory, into a
 new shared segment and into a reused one; the copy PyTorch makes of each tensor into
 shared memory; pickling a batch; in the receiving process, unpickling each way (one
-descriptor per tensor, or one a batch), and touching the batch.
+descriptor per tensor, or one a batch), and touching the batch; and what starting and
+ending a DataLoader's two workers costs each epoch, by multiprocessing context.
 """
 from __future__ import annotations
 
@@ -62,7 +66,8 @@ from typing import Any, Callable, Iterable, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH = 64
-CONTENDERS = ("batches", "loader-1", "loader-2", "mixture-2", "grain-2", "litdata-2")
+CONTENDERS = ("batches", "loader-1", "loader-2", "mixture-2", "grain-2", "grain-batches-2",
+              "litdata-2")
 
 
 def make_data(work_dir: str, videos: int) -> str:
@@ -189,6 +194,16 @@ def loaders(name: str, data: str) -> Callable[[int], Iterable[dict]]:
             plan = rn.MixtureBatches(mixture, BATCH, epoch=epoch)
             return data_loader(plan.source, plan)
         return mixed
+    if name.startswith("grain-batches-"):
+        import grain.python as grain
+        source = rn.WindowSource(data, "train")
+
+        def grain_batches(epoch):
+            plan = rn.EpochBatches(source, BATCH, seed=0, epoch=epoch)
+            return grain.DataLoader(data_source=rn.BatchSource(plan), worker_count=workers,
+                                    sampler=grain.SequentialSampler(len(plan),
+                                                                    grain.NoSharding()))
+        return grain_batches
     if name.startswith("grain-"):
         import grain.python as grain
         source = rn.WindowSource(data, "train")
@@ -346,9 +361,46 @@ def profile(work_dir: str, videos: int, batches: int = 80) -> dict:
         timed("worker: pickled, one descriptor a batch", ForkingPickler.dumps, handed)
     medians = {key: statistics.median(values) * 1e3 for key, values in times.items()}
     medians.update(_trainer_side(work_dir, videos, min(batches, plan.steps)))
+    for context in STARTS:
+        done = subprocess.run([sys.executable, __file__, "--run", f"start-{context}",
+                               "--data", source.path, "--json", "-"], check=True,
+                              capture_output=True, text=True, cwd=work_dir)
+        medians[f"a DataLoader's 2 workers started and ended, {STARTS[context]}"] = \
+            json.loads(done.stdout.strip().splitlines()[-1]) * 1e3
     for key, ms in medians.items():
         print(f"{ms:8.3f} ms  {key}")
     return medians
+
+
+STARTS = {"fork": "fork (PyTorch's default)", "forkserver": "a bare forkserver",
+          "ours": "readers.workers.forkserver(): one that imported torch and the reader"}
+
+
+def start_cost(context: str, data: str, epochs: int = 4) -> float:
+    """The median CPU seconds (the process and its descendants) of a DataLoader of two
+    workers that reads 2 batches, by context (STARTS), after the first (which starts a
+    forkserver)."""
+    import torch
+
+    import readers.numpy as rn
+    from readers.workers import forkserver
+
+    made = {"fork": lambda: "fork", "forkserver": lambda: "forkserver", "ours": forkserver}
+    source = rn.WindowSource(data, "train")
+    costs = []
+    for epoch in range(epochs):
+        plan = rn.EpochBatches(source, BATCH, seed=0, epoch=epoch)
+        meter = _Meter()
+        loader = torch.utils.data.DataLoader(plan.source, sampler=[plan.batch(0), plan.batch(1)],
+                                             batch_size=None, num_workers=2,
+                                             multiprocessing_context=made[context]())
+        for _ in loader:
+            pass
+        del loader
+        time.sleep(0.3)           # the workers reaped, their CPU their parent's
+        costs.append(meter.cpu_seconds())
+        meter.stop()
+    return statistics.median(costs[1:])
 
 
 def _produce(mode: str, data: str, steps: int, queue, done) -> None:
@@ -423,6 +475,9 @@ def main() -> None:
     parser.add_argument("--run", help=argparse.SUPPRESS)     # one contender, in this process
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run and args.run.startswith("start-"):
+        print(json.dumps(start_cost(args.run.removeprefix("start-"), args.data)))
+        return
     if args.run:
         result: Any = {"epochs": run_contender(args.run, args.data, args.epochs)}
     else:

@@ -34,7 +34,8 @@ What it does, and why:
   ahead (the DataLoader's `prefetch_factor`). So the default 16 would need about 34 GB
   there: pass 1 or 2, or have the job store frames smaller (`--frame_size 270x480`).
 - The DataLoader's workers start with `readers.workers.end_with_parent`: a killed
-  trainer takes them along (latent_gpt_torch.py says why it is needed).
+  trainer takes them along (latent_gpt_torch.py says why it is needed); they come from
+  `readers.workers.forkserver()`, whose server has torch and the reader imported once.
 - Its numbers are checked as they are parsed, and `--data` against what it reads
   (pixel windows [L, H, W, C] with one label a frame, the train split's statistics, a
   whole batch of them): a mistake is one line naming the flag, not a traceback.
@@ -54,7 +55,7 @@ from torch import nn
 from readers.format import ChannelStats, DatasetSpec
 from readers.format.numbers import whole_number_type
 from readers.numpy import EpochBatches, WindowSource
-from readers.workers import end_with_parent
+from readers.workers import end_with_parent, forkserver
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -166,9 +167,10 @@ def train(args: argparse.Namespace) -> float:
             break
         if epoch != plan.source.epoch:
             plan = plan_for(epoch)
-        loader = torch.utils.data.DataLoader(plan.source, sampler=plan, batch_size=None,
-                                             num_workers=args.workers,
-                                             worker_init_fn=end_with_parent)
+        loader = torch.utils.data.DataLoader(
+            plan.source, sampler=plan, batch_size=None, num_workers=args.workers,
+            multiprocessing_context=forkserver() if args.workers else None,
+            worker_init_fn=end_with_parent)   # workers that start cheaply, die with this
         losses = []
         for batch_step, batch in enumerate(loader, start=plan.start_step):
             if step >= total:

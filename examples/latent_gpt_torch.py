@@ -40,7 +40,9 @@ What each step does, and why:
   rank takes them along, and their forkserver with them. PyTorch's own check watches a
   worker's parent, which under forkserver is the forkserver, and the forkserver lives as
   long as its workers: without it, each kill left a worker (about 250 MB) and its
-  forkserver running for good, holding the output pipe (`... | tail` never ended).
+  forkserver running for good, holding the output pipe (`... | tail` never ended). They
+  come from `readers.workers.forkserver()`, whose server has torch and the reader
+  imported once, and hand each batch over without a copy (docs/readers.md).
 - Its numbers are checked as they are parsed, and `--data` against what it reads (latent
   windows [L, C] that hold a clip of `--clip` + 1 frames, in `--split`): a mistake is
   one line naming the flag, not a traceback from deep in the loop.
@@ -63,7 +65,7 @@ from torch import nn
 
 from readers.format.numbers import SEEDS, whole_number_type
 from readers.numpy import Clip, EpochBatches, WindowSource
-from readers.workers import end_with_parent
+from readers.workers import end_with_parent, forkserver
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -255,8 +257,8 @@ def train(args: argparse.Namespace) -> float:
             plan = plan_for(epoch)   # a new plan each epoch: the epoch's permutation
         loader = torch.utils.data.DataLoader(
             plan.source, sampler=plan, batch_size=None, num_workers=args.workers,
-            multiprocessing_context="forkserver" if args.workers else None,
-            worker_init_fn=end_with_parent)   # the workers die with this process
+            multiprocessing_context=forkserver() if args.workers else None,
+            worker_init_fn=end_with_parent)   # workers that start cheaply, die with this
         for batch_step, batch in enumerate(loader, start=plan.start_step):
             if step >= total:
                 break

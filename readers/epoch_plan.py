@@ -95,6 +95,9 @@ class EpochPlan:
 
     # The state's fields that are the subclass's arguments (`resumed_from` aside).
     ARGUMENTS: tuple[str, ...] = ()
+    # What its batches are read from (a subclass's): the epoch's source or mixture, whose
+    # `read_batch` takes a batch's window numbers.
+    source: Any
 
     def __init__(self, given: dict[str, Any], order: np.ndarray):
         """`given`: the arguments, checked (what a state names); `order`: the epoch's."""
@@ -202,3 +205,28 @@ class EpochPlan:
         return make(target, **{**plan._given, "shard_index": new_ranks[0],
                               "num_shards": new_ranks[1], "start_step": 0,
                               RESUMED_FROM: [*plan._given[RESUMED_FROM], cut]})
+
+
+class BatchSource:
+    """An epoch plan's batches as a random-access source of batches: item k is the
+    plan's batch from `start_step` + k, read whole into `plan.source` (a Grain
+    `RandomAccessDataSource` as it is, or any loader that asks for items by number). A
+    loader that asks for a window an item (Grain over a `WindowSource`) reads, decodes
+    and stacks each window apart; one of these items is one read of a batch. Its repr
+    names the plan's state at its start, so a loader's checkpoint resumes only on the
+    same plan (Grain compares the reprs)."""
+
+    def __init__(self, plan: EpochPlan):
+        self.plan = plan
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        item = whole_number("item", item, 0)
+        if item >= len(self):
+            raise IndexError(f"item {item} of a plan of {len(self)} batches")
+        return self.plan.source.read_batch(self.plan.batch(self.plan.start_step + item))
+
+    def __repr__(self) -> str:
+        return f"BatchSource({self.plan.state(self.plan.start_step)!r})"

@@ -32,7 +32,8 @@ here) mix sources by weight. `Select` and `Clip` are here and in `readers` alike
 
 Both epoch plans, `EpochBatches` and `MixtureBatches`, are readers.epoch_plan's: a
 state resumes on the ranks that saved it, or, with `shard_index` and `num_shards`, on
-another number of them.
+another number of them. `BatchSource(plan)` is a plan's batches as a source of batches,
+for a loader that asks for items by number (Grain).
 
 This module is the API only: `WindowSource` is readers.window_source's, `EpochBatches`
 and `batches` readers.epoch_batches'; the request is checked by readers.selection (as
@@ -47,6 +48,7 @@ from __future__ import annotations
 # (readers.clips), the last two as `readers` exports them.
 from readers.clips import Clip  # noqa: F401
 from readers.epoch_batches import EpochBatches, batches, epoch_order  # noqa: F401
+from readers.epoch_plan import BatchSource  # noqa: F401
 from readers.mixture import Mixture  # noqa: F401
 from readers.mixture_batches import MixtureBatches  # noqa: F401
 from readers.subset import Select  # noqa: F401

@@ -1,6 +1,6 @@
 """Worker processes that end when the trainer that started them dies: `end_with_parent`,
 a PyTorch DataLoader's `worker_init_fn`; and `forkserver()`, the multiprocessing context
-whose workers start cheaply.
+whose workers start without importing torch.
 
 A DataLoader's workers check every 5 s that their parent process is alive, and exit when
 it is not. With `multiprocessing_context="forkserver"` (what docs/readers.md advises where
@@ -37,17 +37,21 @@ def end_with_parent(worker_id: int = 0) -> None:
                          name="end_with_parent").start()
 
 
+# What a forkserver imports once for every DataLoader worker it forks (`forkserver`).
+PRELOAD = ["torch.utils.data", "readers.numpy", "readers.handover", "readers.workers"]
+
+
 def forkserver() -> multiprocessing.context.BaseContext:
     """A DataLoader's `multiprocessing_context`: multiprocessing's forkserver, whose
-    server imports torch and readers.numpy once and freezes their objects out of its
-    garbage collector before it forks a worker (readers.forkserver_preload). A worker
-    then starts without importing them, and copies none of its pages for the collector:
-    each epoch's workers cost a DataLoader about a third of the CPU they cost under a
-    bare forkserver (docs/benchmarks.md). The forkserver is started once a process: call
-    this before the first DataLoader of the process starts its workers, or its preload
-    is not the server's."""
+    server imports torch and the reader once (PRELOAD) before it forks a worker. A
+    worker of a bare forkserver imports torch itself, each epoch: about 1.9 s of CPU an
+    epoch for two, against 0.1 s (docs/benchmarks.md). The forkserver is started once a
+    process: call this before the first DataLoader of the process starts its workers,
+    or the server's preload is not this. Like any forkserver or spawn, it imports the
+    trainer's script again in each worker: its loop belongs under `if __name__ ==
+    "__main__":`."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["readers.forkserver_preload"])
+    context.set_forkserver_preload(PRELOAD)
     return context
 
 

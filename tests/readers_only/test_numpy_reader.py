@@ -27,7 +27,7 @@ from readers.clips import Clip
 from readers.format import numbers
 from readers.format.tfrecord import frame
 from readers.format.wire import read_varint
-from readers.numpy import Select, WindowSource, batches, epoch_order
+from readers.numpy import BatchSource, EpochBatches, Select, WindowSource, batches, epoch_order
 
 
 def test_every_uncompressed_shard_has_an_index_that_verify_checks(datasets, tmp_path):
@@ -402,6 +402,29 @@ def test_grain_reads_each_epoch_with_its_own_clips_as_the_docs_show(datasets):
         assert read == _clips_by_window(source.for_epoch(epoch)[:])
         epochs.append(read)
     assert epochs[0] != epochs[1]
+
+
+@pytest.mark.slow
+def test_grain_reads_a_plans_batches_as_the_docs_show(datasets):
+    """docs/readers.md's Grain loop over a plan's batches (BatchSource, two workers):
+    every batch of the plan, in order, each read whole; an item past the plan is an
+    IndexError, and the repr names the plan's state (Grain's checkpoints compare it)."""
+    pytest.importorskip("grain.python")
+    docs = {"__name__": "grain_docs"}          # its `__main__` part does not run
+    exec(docs_code("readers.md", "Grain and JAX", 1), docs)
+    source = WindowSource(datasets["latent"], "train", clip=Clip(2))
+    plan = EpochBatches(source, 3, seed=4, epoch=1, start_step=2)
+    read = list(docs["plan_loader"](plan))
+    assert len(read) == len(plan) and len(plan) > 1
+    for batch, indices in zip(read, plan, strict=True):
+        expected = plan.source.read_batch(indices)
+        assert list(batch) == list(expected)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(batch[key], value, err_msg=key)
+    source_of_batches = BatchSource(plan)
+    with pytest.raises(IndexError, match=f"item {len(plan)} of a plan of {len(plan)}"):
+        source_of_batches[len(plan)]
+    assert repr(source_of_batches) == f"BatchSource({plan.state(2)!r})"
 
 
 def _clips_by_window(batch) -> dict:
