@@ -27,6 +27,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import threading
 import weakref
 from multiprocessing.reduction import DupFd
 from typing import Any, Optional
@@ -105,10 +106,15 @@ class _Pool:
 
     def __init__(self):
         self._kept: list[_Segment] = []
+        self._lock = threading.Lock()    # a dataset may read in threads of a worker
 
     def take(self, nbytes: int) -> _Segment:
         """The smallest free segment of room for `nbytes`; else a new one, kept in the
         place of a free one too small, or beside the others while fewer than POOLED."""
+        with self._lock:
+            return self._take(nbytes)
+
+    def _take(self, nbytes: int) -> _Segment:
         free = [segment for segment in self._kept if segment.free]
         fits = [segment for segment in free if segment.capacity >= nbytes]
         if fits:
@@ -164,10 +170,17 @@ def _place(value: Any, segment: _Segment) -> Optional[tuple]:
         if torch is None or not isinstance(value, torch.Tensor) or value.device.type != "cpu":
             return None
         value = value.numpy()   # a view: the same memory
-    start = value.__array_interface__["data"][0] - segment.address
-    if value.dtype.hasobject or not 0 <= start <= start + value.nbytes <= segment.nbytes:
+    if value.dtype.hasobject:
         return None
-    return start, value.shape, value.strides, value.dtype.str, tensor
+    first = value.__array_interface__["data"][0]
+    # the bytes it spans, whatever its strides' signs (numpy's byte_bounds, which moved)
+    reach = [s * (n - 1) for s, n in zip(value.strides, value.shape, strict=True)] \
+        if value.size else []
+    low = first + sum(r for r in reach if r < 0)
+    high = first + sum(r for r in reach if r > 0) + (value.itemsize if value.size else 0)
+    if not (segment.address <= low and high <= segment.address + segment.nbytes):
+        return None
+    return first - segment.address, value.shape, value.strides, value.dtype.str, tensor
 
 
 def _rebuild(descriptor: Any, nbytes: int, flag_offset: int, placed: dict[str, tuple],

@@ -78,9 +78,10 @@ def test_segments_are_reused_once_the_trainer_is_done_and_never_before(datasets)
 
 
 def _halved(batch: dict) -> dict:
-    """A transform: a value made anew, a view of a read one, and one passed on."""
+    """A transform: a value made anew, views of read ones (strided, transposed), and
+    one passed on."""
     return {"half": batch["window"] * 0.5, "mask": batch["mask"][:, ::2],
-            "start": batch["start"]}
+            "across": batch["window"].transpose(0, 2, 1), "start": batch["start"]}
 
 
 def test_a_transform_and_a_selection_are_handed_over_too(datasets):
@@ -91,7 +92,8 @@ def test_a_transform_and_a_selection_are_handed_over_too(datasets):
     plan = EpochBatches(source, 3, seed=2)
     for step, batch in enumerate(_loader(plan.source, plan)):
         _same(batch, plan.source.read_batch(plan.batch(step)))
-        assert _segment_of(batch["mask"])[0].startswith("/memfd:readers-batch")
+        for key in ("mask", "across"):
+            assert _segment_of(batch[key])[0].startswith("/memfd:readers-batch"), key
         assert not _segment_of(batch["half"])[0].startswith("/memfd:readers-batch")
 
 
@@ -102,6 +104,24 @@ def test_a_mixtures_batches_are_joined_into_a_segment(datasets):
     for step, batch in enumerate(_loader(plan.source, plan)):
         _same(batch, plan.source.read_batch(plan.batch(step)))
         assert _segment_of(batch["window"])[0].startswith("/memfd:readers-batch")
+
+
+def test_a_handed_batch_unpickles_as_views_of_its_segment_whatever_their_strides():
+    """Arrays and tensors over the segment (backwards, strided, transposed) come back
+    as the same values over the segment mapped again; the rest as pickled."""
+    from multiprocessing.reduction import ForkingPickler
+
+    arena = handover.Arena()
+    grid = arena.allocate(4 * 6 * 5).view(np.float32).reshape(6, 5)
+    grid[:] = np.arange(30).reshape(6, 5)
+    sent = {"grid": grid, "back": grid[::-1, ::-2], "across": torch.from_numpy(grid).T,
+            "ids": np.array([b"a", b"bc"]), "apart": np.ones(3)}
+    got = pickle.loads(ForkingPickler.dumps(arena.handed(sent)))
+    assert type(got) is dict and list(got) == list(sent)
+    for key, value in sent.items():
+        assert type(got[key]) is type(value), key
+        np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(value), err_msg=key)
+    assert got["back"].strides == sent["back"].strides
 
 
 def test_outside_a_worker_a_batch_is_the_processs_own(datasets):
