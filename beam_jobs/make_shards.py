@@ -37,10 +37,11 @@ from beam_jobs.commit.append import read_known
 from beam_jobs.commit.finalize import Finalize, FinalizeInputs
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.cut.duplicates import FindDuplicates
-from beam_jobs.cut.examples import CutWindows
+from beam_jobs.cut.examples import PLAN, WRITE
 from beam_jobs.job import command_line, flags, lifecycle, outcome, runners
 from beam_jobs.job.errors import Failed, Refused
 from beam_jobs.job.launch import Launch
+from beam_jobs.shuffle.place import WriteInPlace
 from beam_jobs.shuffle.write import WriteShuffledShards
 from beam_jobs.sources import SourceError, build_source
 from readers import format as data_format
@@ -48,21 +49,23 @@ from readers import format as data_format
 
 def build_pipeline(pipeline: beam.Pipeline, launch: Launch, run: RunDir, workers: int = 1,
                    base: Optional[data_format.DatasetSpec] = None) -> None:
-    """Read the videos, cut them into windows, write the windows as shuffled shards
-    (leaving out those of duplicate ids, of videos whose frames another has, and of
-    videos that failed half-way), then write the sidecar files and commit dataset.json.
-    `base`: the committed dataset an --append adds to (the videos it has are skipped)."""
-    source, cut_config, io = launch.source, launch.cut_config(), launch.config.io
-    known = None if base is None else read_known(pipeline, run.output_dir, base, io.retry_failed)
+    """Read the videos, cut them into windows, write the windows as shuffled shards (but
+    those of duplicate ids, of videos whose frames another has, of videos that failed
+    half-way), then the side files; commit dataset.json. `base`: an --append's dataset."""
+    source, shard_config = launch.source, launch.shard_config()
+    placing = PLAN if shard_config.mode == "place" else None   # reads twice: shuffle/place.py
+    known = (None if base is None else
+             read_known(pipeline, run.output_dir, base, launch.config.io.retry_failed))
     videos, read_failures, skipped = pipeline | "ReadVideos" >> source.read(known and known.ids)
     known_digests = known.digests if known else None   # a new dataset: no steps for them
-    cut = videos | "CutWindows" >> CutWindows(
-        source.features, cut_config, source.pad_frame, source.encoder,
-        launch.progress_config(workers), io.allow_nonfinite, known_digests)
+    cut = videos | "CutWindows" >> launch.cut_windows(workers, known_digests, placing)
     duplicates = ((cut.videos, cut.abandoned, cut.bad_frames)
-                  | "FindDuplicates" >> FindDuplicates(cut_config, known_digests))
-    shards = cut.examples | "WriteShards" >> WriteShuffledShards(
-        run, launch.shard_config(), beam.pvalue.AsSingleton(duplicates.dropped, default_value={}))
+                  | "FindDuplicates" >> FindDuplicates(launch.cut_config(), known_digests))
+    dropped = beam.pvalue.AsSingleton(duplicates.dropped, default_value={})
+    shards = cut.examples | "WriteShards" >> (
+        WriteInPlace(run, shard_config, dropped, cut.checked, source.read(known and known.ids),
+                     launch.cut_windows(workers, known_digests, WRITE)) if placing
+        else WriteShuffledShards(run, shard_config, dropped))
     failures = (read_failures, cut.failures, duplicates.failures) | "AllFailures" >> beam.Flatten()
     skipped = (skipped, duplicates.aliases) | "AllSkipped" >> beam.Flatten()
     (FinalizeInputs(shards, duplicates.unique, failures, duplicates.bad_frames, skipped, cut.stats,
@@ -84,19 +87,16 @@ def run(argv: Optional[list[str]] = None, started: Optional[float] = None,
         them) and Beam pipeline options.
       started: time.monotonic() when the command started (default: now).
       encoder: any Beam RunInference ModelHandler, the frame encoder instead of an
-        --encoder file (its load_model once per worker, its run_inference on each batch
-        of --encoder_batch_size frames).
-      fork_workers: --all_cores's worker processes are forks of this process
-        (runtime/forked_workers.py), which must not have run a pipeline yet; main()
-        asks for it, other callers get Beam's own workers.
+        --encoder file (load_model once per worker, run_inference per frame batch).
+      fork_workers: --all_cores's workers are forks of this process, which must not
+        have run a pipeline yet (runtime/forked_workers.py; main() asks for it).
 
     Returns:
       Beam's PipelineResult, once the job is done (or submitted, with --detach).
 
     Raises:
-      Refused: a flag, an input or an output directory this run cannot take; nothing
-        was done. Failed: the run ended without a new dataset (too many failures, no
-        window, a full disk). Each says why in one line.
+      Refused: a flag, an input or an output directory this run cannot take: nothing
+        was done. Failed: no new dataset (too many failures, no window, a full disk).
     """
     config, pipeline_args = flags.parse_args(argv, encoder)
     runner = command_line.runner_name(pipeline_args)

@@ -2,6 +2,8 @@
 
     python benchmarks/bench_job.py --json bench_job.json \\
         [--videos 384] [--scales 1,4] [--files 16] [--repeats 3] [--work_dir DIR]
+    python benchmarks/bench_job.py --json bench_job_sizes.json --scales 4,12,26 \\
+        --contenders loop,job,spill,all_cores    # 1, 2.8 and 6 GB: each byte written once
     python benchmarks/bench_job.py --table_from bench_job.json   # the markdown table again
 
 For each scale s, writes s * --videos latent videos as serialized-tensor records
@@ -14,7 +16,10 @@ frames every 50 (the job's default --tail align_end):
   loop       `python benchmarks/latent_windows.py`: read, parse, cut, the project's own
              Example encoder (readers.format), 4 files round-robin; no shuffle
   job        `python -m beam_jobs.make_shards --input ... --output_dir ... --window 100
-             --stride 50 --overwrite`: one process
+             --stride 50 --overwrite`: one process (`--shuffle auto`: place, each
+             window written once at its place)
+  spill      the same with `--shuffle spill`: each window written twice, sorted files
+             and then the shards
   baseline   the same, one process, with the job of --baseline (a commit, default
              e2dcfa4, extracted under the work dir: benchmarks/job_versions.py)
   all_cores  the same with --all_cores
@@ -26,14 +31,16 @@ run pays for writing back another's pages. Each run's figures
 (benchmarks/process_tree.py): wall time, the peak RSS of its whole process tree (sampled
 every 0.2 s; shared pages count once per process, as a forked worker's do) and of its
 largest process, CPU seconds, and the CPU seconds other processes of the machine used
-meanwhile (noise). After each
+meanwhile (noise), and the bytes its processes wrote (`written_mb`, process_tree.run_tree; set
+against the bytes of the output directory). After each
 run its output is read back with readers.format (numpy): the windows, a digest of their
 (video id, start) pairs, which every contender must share, and the shuffle quality: the
 fraction of adjacent records, in each output file's order, that come from one video
 (about 1 / videos when shuffled; the loop's is high by design).
 
 Ratios are speed ratios of median wall times, x/y = y's wall / x's wall (above 1: x is
-faster): job/loop, job/baseline, all_cores/single (all_cores against job) and job/TFDS. The markdown
+faster): job/loop, job/spill, job/baseline, all_cores/single (all_cores against job) and
+job/TFDS; and each contender's seconds per GiB of input, scale by scale. The markdown
 table printed at the end is the one in docs/benchmarks.md; --table_from prints it again
 from the JSON. Every subprocess runs with this tree first on PYTHONPATH, Beam's worker
 processes too, so that the code measured is this checkout's.
@@ -60,18 +67,20 @@ from readers import format as data_format
 from readers.format.tfrecord import Lost, read_frame
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONTENDERS = ("loop", "job", "baseline", "all_cores", "tfds")
+CONTENDERS = ("loop", "job", "spill", "baseline", "all_cores", "tfds")
 BASELINE = "e2dcfa4"   # the job before the round that cost the latent path a third
 LABELS = {
     "loop": "a plain no-shuffle loop (read, parse, cut, the project's Example encoder, "
             "4 files round-robin)",
     "job": "the job, one process",
+    "spill": "the job, one process, `--shuffle spill`",
     "baseline": "the job at `--baseline`, one process",
     "all_cores": "the job, `--all_cores`",
     "tfds": "TensorFlow Datasets (`GeneratorBasedBuilder`, `download_and_prepare`)",
 }
 RATIOS = {  # name: (faster, slower): slower's median wall / faster's
     "job/loop": ("job", "loop"),
+    "job/spill": ("job", "spill"),
     "job/baseline": ("job", "baseline"),
     "all_cores/single": ("all_cores", "job"),
     "job/TFDS": ("job", "tfds"),
@@ -86,7 +95,8 @@ def command(name: str, pattern: str, out: str) -> list[str]:
         return [sys.executable, os.path.join(HERE, "tfds_windows.py"), pattern, out]
     return [sys.executable, "-m", "beam_jobs.make_shards", "--input", pattern,
             "--output_dir", out, "--window", "100", "--stride", "50", "--overwrite",
-            *(["--all_cores"] if name == "all_cores" else [])]
+            *(["--all_cores"] if name == "all_cores" else []),
+            *(["--shuffle", "spill"] if name == "spill" else [])]
 
 
 def output_files(name: str, out: str) -> list[str]:
@@ -96,6 +106,12 @@ def output_files(name: str, out: str) -> list[str]:
         return sorted(glob.glob(os.path.join(out, "latent_windows", "*", "*.tfrecord-*")))
     spec = data_format.load_spec(out)
     return [os.path.join(out, s.file) for split in spec.splits.values() for s in split.shards]
+
+
+def tree_bytes(directory: str) -> int:
+    """The bytes of every file under `directory`: the dataset a run leaves."""
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(directory) for name in names)
 
 
 def read_back(files: list[str]) -> dict:
@@ -137,7 +153,7 @@ def run_contender(name: str, pattern: str, work_dir: str, tag: str, quiet_wait_s
                    cwd=code_dir)
     run.pop("output")
     run.update(read_back(output_files(name, out)), load_1min=round(load, 2),
-               waited_for_quiet_s=round(waited, 1))
+               waited_for_quiet_s=round(waited, 1), dataset_mb=round(tree_bytes(out) / MB, 1))
     return run
 
 
@@ -158,6 +174,7 @@ def bench_scale(work_dir: str, videos: int, files: int, repeats: int, names: lis
             print(f"run {r + 1} {name:9s} {run['wall_s']:6.1f} s, peak {run['peak_mb']:6.0f} MB "
                   f"(one process {run['peak_process_mb']:4.0f}), "
                   f"cpu {run['cpu_s']:5.1f} s, others' cpu {run['others_cpu_s']:5.1f} s, "
+                  f"wrote {run['written_mb'] / run['dataset_mb']:.2f}x its output, "
                   f"load {run['load_1min']:.1f}; {run['windows']} windows in {run['files']} "
                   f"files, same video adjacent {run['same_video_adjacent']:.3f}", flush=True)
     return {"videos": videos, "files": files, "input_mib": round(input_mb, 1), "runs": runs}
@@ -169,7 +186,7 @@ def summarize(scale: dict) -> dict:
     runs = scale["runs"]
     med = {name: {key: statistics.median(r[key] for r in rs)
                   for key in ("wall_s", "peak_mb", "peak_process_mb", "cpu_s",
-                              "same_video_adjacent")}
+                              "same_video_adjacent", "written_mb", "dataset_mb")}
            for name, rs in runs.items()}
     ratios = {key: med[slow]["wall_s"] / med[fast]["wall_s"]
               for key, (fast, slow) in RATIOS.items() if fast in med and slow in med}
@@ -178,7 +195,7 @@ def summarize(scale: dict) -> dict:
 
 
 def markdown(results: dict) -> str:
-    """The table of docs/benchmarks.md, from the JSON this script writes."""
+    """The tables of docs/benchmarks.md, from the JSON this script writes."""
     lines = []
     for scale in results["scales"]:
         summary, runs = scale["summary"], scale["runs"]
@@ -186,15 +203,15 @@ def markdown(results: dict) -> str:
         lines += [f"{scale['videos']:,} videos, {scale['input_mib']:,.0f} MiB in "
                   f"{scale['files']} files:", "",
                   "| contender | wall s (median) | runs | vs the job | peak MB: all "
-                  "processes, largest one | same video adjacent |",
-                  "|---|---|---|---|---|---|"]
+                  "processes, largest one | bytes written / output's | same video adjacent |",
+                  "|---|---|---|---|---|---|---|"]
         for name, med in summary["median"].items():
             low, high = (f(r["wall_s"] for r in runs[name]) for f in (min, max))
             walls = f"{low:.1f}-{high:.1f}" if high > low else f"{low:.1f}"
             versus = f"{job_wall / med['wall_s']:.2f}x" if job_wall else "-"
             lines.append(f"| {LABELS[name]} | {med['wall_s']:.1f} | {walls} | {versus} | "
                          f"{med['peak_mb']:,.0f}, {med['peak_process_mb']:,.0f} | "
-                         f"{med['same_video_adjacent']:.3f} |")
+                         f"{_written(med)} | {med['same_video_adjacent']:.3f} |")
         ratios = ", ".join(f"{key} **{value:.2f}x**" for key, value in summary["ratios"].items())
         same = "the same windows" if summary["same_windows"] else "DIFFERENT WINDOWS"
         every = [r for rs in runs.values() for r in rs]
@@ -204,7 +221,29 @@ def markdown(results: dict) -> str:
         lines += ["", f"{ratios}; {windows:,} windows, {same} from every contender. Load "
                   f"(1-minute average before a run) {min(loads):.1f}-{max(loads):.1f}; other "
                   f"processes used {noise:.2f} cores during a run (median).", ""]
+    if len(results["scales"]) > 1:
+        lines += per_gib(results["scales"])
     return "\n".join(lines)
+
+
+def _written(median: dict) -> str:
+    if "written_mb" not in median:   # a JSON from before the bytes were counted
+        return "-"
+    return f"{median['written_mb'] / median['dataset_mb']:.2f}x"
+
+
+def per_gib(scales: list[dict]) -> list[str]:
+    """Each contender's median seconds per GiB of input, one column a scale: a row that
+    stays level is a cost linear in the input."""
+    names = list(scales[0]["summary"]["median"])
+    sizes = [f"{scale['input_mib'] / 1024:.1f} GiB" for scale in scales]
+    lines = ["Seconds per GiB of input (median wall / input):", "",
+             "| contender | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for name in names:
+        cells = [f"{scale['summary']['median'][name]['wall_s'] / (scale['input_mib'] / 1024):.1f}"
+                 for scale in scales if name in scale["summary"]["median"]]
+        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ sums the RSS of a process tree. Shared by the job, memory, pixel and encoder ben
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import time
 
@@ -65,12 +66,16 @@ def wait_for_quiet(max_wait_s: float) -> float:
 
 def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
     """Run `command` in `cwd`; its wall time, peak tree RSS, CPU seconds per process, the CPU
-    seconds other processes of the machine used meanwhile, a timeline and stdout."""
+    seconds other processes of the machine used meanwhile, the bytes its processes wrote
+    to storage (`written_mb`: the kernel's count as `/usr/bin/time -v` reports it, a page
+    counted when it is dirtied, whether or not it was deleted before reaching the disk;
+    of the processes waited for), a timeline and stdout."""
     cpu: dict[int, dict] = {}
     timeline = []   # (s, CPU s of the main process, CPU s of all others in the tree, procs)
     peak = 0
     with open(log_path, "w") as log:
         start, busy_start, own_start = time.perf_counter(), _busy_cpu_s(), time.process_time()
+        blocks_start = resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock
         job = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         root = psutil.Process(job.pid)
         while job.poll() is None:
@@ -94,6 +99,7 @@ def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
             time.sleep(SAMPLE_EVERY_S)
         wall = time.perf_counter() - start
         busy = _busy_cpu_s() - busy_start - (time.process_time() - own_start)
+        written = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - blocks_start) * 512
     with open(log_path) as log:
         output = log.read()
     if job.returncode:
@@ -105,4 +111,4 @@ def run_tree(command: list[str], log_path: str, cwd: str = REPO) -> dict:
     return {"wall_s": wall, "peak_mb": round(peak / MB, 1),
             "peak_process_mb": max((r["peak_mb"] for r in procs), default=0.0), "procs": procs,
             "cpu_s": round(tree_cpu, 1), "others_cpu_s": round(max(0.0, busy - tree_cpu), 1),
-            "timeline": timeline, "output": output}
+            "written_mb": round(written / MB, 1), "timeline": timeline, "output": output}

@@ -103,7 +103,7 @@ class ShardsConfig:
     seed: int
     compression: str
     max_failure_fraction: float
-    shuffle: str                    # "spill" or "group" once run() knows the runner
+    shuffle: str                    # "place", "spill" or "group" once run() knows the runner
     shuffle_bucket_mb: float
     spill_buffer_mb: float
 

@@ -4,6 +4,7 @@ commit), and a failure row (every part that reads or cuts a video -> commit's
 failures.jsonl)."""
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple, Optional
 
 from beam_jobs.core import ids
@@ -21,6 +22,31 @@ class KeyedExample(NamedTuple):
     # beside the example through the shuffle so that no shard task parses it:
     video: int = 0    # window_table.video_hash(video_id)
     valid: int = 0    # its real frames: its mask's 1s
+
+
+# The shuffle's record of a window planned for --shuffle place (cut -> shuffle, in place
+# of its example): its key and the bytes of its TFRecord frame, which the pass that
+# writes the window puts at the offset their order gives it (beam_jobs/shuffle/place.py).
+_PLANNED = struct.Struct("<QQ")
+
+
+def planned(key: int, frame_bytes: int) -> bytes:
+    """A window's planned record, in place of its example."""
+    return _PLANNED.pack(key, frame_bytes)
+
+
+def planned_fields(record: bytes) -> tuple[int, int]:
+    """(key, frame bytes) of a planned record."""
+    return _PLANNED.unpack(record)
+
+
+class Checked(NamedTuple):
+    """What each pass over a video read of it (--shuffle place reads the input twice):
+    its frames and their CRC32C, by its record; the two must agree."""
+    source: str
+    record_index: Optional[int]
+    frames: int
+    crc32c: int
 
 
 class VideoCount(NamedTuple):

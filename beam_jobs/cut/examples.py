@@ -19,13 +19,22 @@ import dataclasses
 from typing import Any, Iterator, Mapping, NamedTuple, Optional
 
 import apache_beam as beam
+import google_crc32c
 import numpy as np
 from apache_beam.utils import shared
 
 from beam_jobs.core import ids, progress
 from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.frames import BadRecord, Frame
-from beam_jobs.core.records import FAILURES, KeyedExample, VideoCount, VideoStats, failure
+from beam_jobs.core.records import (
+    FAILURES,
+    Checked,
+    KeyedExample,
+    VideoCount,
+    VideoStats,
+    failure,
+    planned,
+)
 from beam_jobs.cut import keys, windows
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
 from beam_jobs.cut.frame_stats import StoredFrameStats
@@ -66,24 +75,33 @@ class ProgressConfig:
     interval: float = 10.0
 
 
+# How a cut serves --shuffle place, which reads the input twice (shuffle/place.py): PLAN
+# cuts each window to its key and frame size alone (records.planned), with all the rest a
+# cut gives; WRITE cuts the windows' examples and nothing else (no digest, no
+# statistics). Either gives each video's `Checked` row. None: a cut of every other mode.
+PLAN, WRITE = "plan", "write"
+
+
 @dataclasses.dataclass
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
-    where, reason), the digest of its frames, the statistics of the frames it stores;
-    and what each of its windows carries of its id (its UTF-8, the window table's
-    hash), computed once a video."""
-    stats: StoredFrameStats
+    where, reason), the digest of its frames, the statistics of the frames it stores
+    (neither in a WRITE cut), the CRC32C of its frames' bytes; and what each of its
+    windows carries of its id (its UTF-8, the window table's hash), computed once a
+    video."""
+    stats: Optional[StoredFrameStats]
     id_bytes: bytes
     video_hash: int
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
-    digest: FrameDigest = dataclasses.field(default_factory=FrameDigest)
+    digest: Optional[FrameDigest] = dataclasses.field(default_factory=FrameDigest)
+    crc32c: int = 0
 
 
 # The tagged outputs of the cut, besides its examples and failure rows.
 _VIDEO_COUNTS, _BAD_FRAMES, _ABANDONED = "video_counts", "bad_frames", "abandoned"
-_STATS = "video_stats"
+_STATS, _CHECKED = "video_stats", "checked"
 
 
 class CutOutputs(NamedTuple):
@@ -94,6 +112,7 @@ class CutOutputs(NamedTuple):
     bad_frames: beam.PCollection   # rows of bad_frames.jsonl
     abandoned: beam.PCollection    # Abandoned, one per video that failed half-way
     stats: beam.PCollection        # VideoStats, one per video that stores a frame
+    checked: beam.PCollection      # Checked, one per video cut (--shuffle place only)
 
 
 class CutWindows(beam.PTransform):
@@ -105,10 +124,11 @@ class CutWindows(beam.PTransform):
     def __init__(self, features: list[data_format.FeatureSpec], config: CutConfig,
                  pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
                  progress_config: ProgressConfig = ProgressConfig(),
-                 allow_nonfinite: bool = False, known_digests: Any = None):
+                 allow_nonfinite: bool = False, known_digests: Any = None,
+                 placing: Optional[str] = None):
         super().__init__()
         self._cut = _CutVideo(features, config, pad_frame, encoder, progress_config,
-                              allow_nonfinite)
+                              allow_nonfinite, placing)
         self._known_digests = known_digests
 
     @beam.typehints.no_annotations   # a tuple of PCollections: mypy's, not Beam's
@@ -116,9 +136,10 @@ class CutWindows(beam.PTransform):
         schemes = () if self._known_digests is None else (beam.pvalue.AsSingleton(
             self._known_digests | "DigestScheme" >> DatasetScheme()),)
         cut = videos | "Cut" >> beam.ParDo(self._cut, *schemes).with_outputs(
-            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, _STATS, main="examples")
+            _VIDEO_COUNTS, FAILURES, _BAD_FRAMES, _ABANDONED, _STATS, _CHECKED,
+            main="examples")
         return CutOutputs(cut.examples, cut[_VIDEO_COUNTS], cut[FAILURES], cut[_BAD_FRAMES],
-                          cut[_ABANDONED], cut[_STATS])
+                          cut[_ABANDONED], cut[_STATS], cut[_CHECKED])
 
 
 class _CutVideo(beam.DoFn):
@@ -135,8 +156,8 @@ class _CutVideo(beam.DoFn):
     def __init__(self, features: list[data_format.FeatureSpec], config: CutConfig,
                  pad_frame: Any = None, encoder: Optional[EncoderSpec] = None,
                  progress_config: ProgressConfig = ProgressConfig(),
-                 allow_nonfinite: bool = False):
-        self._features = features
+                 allow_nonfinite: bool = False, placing: Optional[str] = None):
+        self._features, self._placing = features, placing
         self._encode_example = data_format.ExampleEncoder(features)
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
@@ -165,10 +186,12 @@ class _CutVideo(beam.DoFn):
         self._progress.start()
         split = self._config.split_of(video)
         info: dict = {}
-        cut = _Cut(StoredFrameStats(self._features, self._pixels),
+        content = self._placing != WRITE    # the second pass knows them from the first
+        cut = _Cut(StoredFrameStats(self._features, self._pixels) if content else None,
                    video.video_id.encode("utf-8"),
                    data_format.window_table.video_hash(video.video_id),
-                   digest=FrameDigest(getattr(video, "metadata", None), digest_scheme))
+                   digest=FrameDigest(getattr(video, "metadata", None), digest_scheme)
+                   if content else None)
         try:
             for example in self._examples(video, split, info, cut):
                 cut.keys.append(example.key)
@@ -181,6 +204,13 @@ class _CutVideo(beam.DoFn):
                 self._counters["windows_abandoned"].inc(len(cut.keys))
                 yield beam.pvalue.TaggedOutput(_ABANDONED, Abandoned(
                     split, video.video_id, tuple(cut.keys)))
+            return
+        if self._placing is not None:
+            yield beam.pvalue.TaggedOutput(_CHECKED, Checked(
+                ids.printable(video.source), video.record_index, cut.frames, cut.crc32c))
+        # A WRITE cut: the first pass gave what follows. (A bare `return`, which Beam's
+        # check for a value returned beside `yield` does not take for one.)
+        if cut.digest is None or cut.stats is None:
             return
         windows_cut = len(cut.keys)
         self._progress.add(videos=1, frames=cut.frames, windows=windows_cut)
@@ -209,7 +239,10 @@ class _CutVideo(beam.DoFn):
         tells of itself (a video file's frame rate)."""
         def counted(frames):
             for cut.frames, frame in enumerate(frames, start=1):
-                cut.digest.add(frame.data, frame.valid, frame.label)
+                if cut.digest is not None:
+                    cut.digest.add(frame.data, frame.valid, frame.label)
+                if self._placing is not None:
+                    cut.crc32c = google_crc32c.extend(cut.crc32c, _bytes_of(frame.data))
                 if not frame.valid:
                     cut.bad.append((cut.frames - 1, frame.where, frame.reason))
                 yield frame
@@ -228,7 +261,8 @@ class _CutVideo(beam.DoFn):
         w = self._config.windows
         for start, window in windows.stream_windows(frames, w.window, w.stride, w.tail):
             values = self._window_values(window)
-            cut.stats.add_window(start, window, values)
+            if cut.stats is not None:
+                cut.stats.add_window(start, window, values)
             yield self._example(video, split, start, values, cut)
 
     def _slices(self, video, sequence: np.ndarray, split: str,
@@ -238,9 +272,12 @@ class _CutVideo(beam.DoFn):
         work per frame. The same windows as the streaming path."""
         length = self._config.windows.window
         cut.frames = len(sequence)
-        cut.digest.add_sequence(sequence)
         starts = self._config.starts(len(sequence))
-        cut.stats.add_sequence(sequence, starts, length)
+        if cut.digest is not None and cut.stats is not None:
+            cut.digest.add_sequence(sequence)
+            cut.stats.add_sequence(sequence, starts, length)
+        if self._placing is not None:
+            cut.crc32c = google_crc32c.value(_bytes_of(sequence))
         full: np.ndarray = np.ones(length, np.float32)
         for start in starts:
             window, mask = sequence[start:start + length], full
@@ -251,11 +288,14 @@ class _CutVideo(beam.DoFn):
 
     def _example(self, video, split: str, start: int, values: dict,
                  cut: "_Cut") -> KeyedExample:
-        """A window's keyed example; `values` holds window, mask (and labels)."""
+        """A window's keyed example (a PLAN cut: its planned record); `values` holds
+        window, mask (and labels)."""
         values.update(metadata=video.metadata, video_id=cut.id_bytes, start=np.int64(start))
-        return KeyedExample(split, self._config.key(video.video_id, start),
-                            self._encode_example(values),
-                            cut.video_hash, int(np.count_nonzero(values["mask"])))
+        key = self._config.key(video.video_id, start)
+        example = (planned(key, self._encode_example.frame_size(values))
+                   if self._placing == PLAN else self._encode_example(values))
+        return KeyedExample(split, key, example, cut.video_hash,
+                            int(np.count_nonzero(values["mask"])))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""
@@ -270,3 +310,11 @@ class _CutVideo(beam.DoFn):
             values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
         return values
 
+
+
+def _bytes_of(data: Any) -> Any:
+    """A frame's or a sequence's bytes, for their CRC (an array's own buffer; encoded
+    frames are bytes already)."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    return data

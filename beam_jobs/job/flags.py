@@ -258,13 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--max_failure_fraction", type=number(0, 1), default=0.05,
                      help="fail the job when failed / all videos exceeds this "
                           "(default: %(default)s)")
-    out.add_argument("--shuffle", choices=("auto", "spill", "group"), default="auto",
-                     help="how windows are shuffled into shards: spill (sorted files on "
-                          "disk; for local runners, whose GroupByKey is held in memory) or "
-                          "group (one GroupByKey on the runner's shuffle; for Dataflow and "
-                          "other distributed runners); auto picks spill for FnApiRunner, "
-                          "DirectRunner and Prism, group for any other (default: "
-                          "%(default)s)")
+    out.add_argument("--shuffle", choices=("auto", "place", "spill", "group"), default="auto",
+                     help="how windows are shuffled into shards: place (the input read "
+                          "twice, each window written once at its place: latent windows "
+                          "into uncompressed local shards), spill (sorted files on disk, "
+                          "then the shards; for local runners, whose GroupByKey is held in "
+                          "memory) or group (one GroupByKey on the runner's shuffle; for "
+                          "Dataflow and other distributed runners); auto picks place for "
+                          "FnApiRunner, DirectRunner and Prism where it can write, else "
+                          "spill, and group for any other (default: %(default)s)")
     out.add_argument("--shuffle_bucket_mb", type=number(0.001, 1e6), default=128.0,
                      help="size of one shuffle bucket: what one task sorts in memory "
                           "(default: %(default)s)")

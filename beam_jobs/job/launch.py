@@ -15,7 +15,7 @@ from beam_jobs.commit import append, videos_file
 from beam_jobs.commit.dataset import DatasetConfig
 from beam_jobs.core import paths
 from beam_jobs.core.configs import JobConfig
-from beam_jobs.cut.examples import CutConfig, ProgressConfig
+from beam_jobs.cut.examples import CutConfig, CutWindows, ProgressConfig
 from beam_jobs.encoders import extra_of
 from beam_jobs.job import job_states, runners
 from beam_jobs.job.errors import Refused
@@ -133,6 +133,15 @@ class Launch:
     def progress_config(self, workers: int) -> ProgressConfig:
         return ProgressConfig(self.source.total_videos, workers,
                               self.config.io.progress_interval)
+
+    def cut_windows(self, workers: int, known_digests=None, placing: Optional[str] = None
+                    ) -> CutWindows:
+        """The run's cut (`workers`: how many take part, for its progress lines;
+        `known_digests`, `placing`: CutWindows')."""
+        source = self.source
+        return CutWindows(source.features, self.cut_config(), source.pad_frame, source.encoder,
+                          self.progress_config(workers), self.config.io.allow_nonfinite,
+                          known_digests, placing)
 
     def shard_config(self) -> shuffle_config.ShardConfig:
         return shuffle_config.ShardConfig.for_run(self.config.shards, self.config.windows,

@@ -20,6 +20,7 @@ from beam_jobs.job import job_states
 from beam_jobs.job.errors import Failed, Refused, beam_error_to_debug, one_line, os_error_line
 from beam_jobs.job.launch import Launch
 from beam_jobs.runtime import forked_workers
+from beam_jobs.shuffle.place import CannotPlace
 
 # Set by Ctrl-C (`_interrupt`, the command's SIGINT handler): Beam re-raises a KeyboardInterrupt
 # that reaches a DoFn as a RuntimeError, so an interrupt is known by this, not by the
@@ -159,8 +160,9 @@ def directory_state() -> str:
 
 
 def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseException]:
-    """What a run that stopped with `error` ends with: an interrupt or a machine's error
-    saying what the directory holds, or the lost lease (whatever failed then: the run
+    """What a run that stopped with `error` ends with: an interrupt, a machine's error or
+    windows that could not be placed (--shuffle place), saying what the directory holds;
+    or the lost lease (whatever failed then: the run
     that took it over cleared this one's files); None to raise `error` as it is (a
     refusal, a failure that said its line already, or a bug, which keeps its
     traceback)."""
@@ -169,6 +171,8 @@ def _ending_error(error: BaseException, claim: outdir.Claim) -> Optional[BaseExc
         return _interrupt_error(error)
     if (claim.lease is not None and claim.lease.lost) or one_line(error, outdir.LeaseLost):
         return Failed(str(outdir.LeaseLost(run.output_dir)))
+    if (unplaced := one_line(error, CannotPlace)) is not None:
+        return Failed(f"{unplaced}; {directory_state()}")
     reason = os_error_line(error, run.output_dir)
     if reason is None or isinstance(error, (Refused, Failed)):
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Optional
 
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
@@ -15,6 +16,7 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
 from apache_beam.runners.runner import create_runner
 
+from beam_jobs.core import paths
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.job.errors import Refused
 
@@ -28,19 +30,43 @@ def is_local(runner: str) -> bool:
     return runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS
 
 
-def shuffle_mode(requested: str, runner: str) -> str:
-    """--shuffle auto: spill on local runners (their GroupByKey is held in memory), group
-    on any other (a distributed shuffle; per-bundle spills would be millions of files).
-    `Refused` for spill on a distributed runner: each worker would spill to its own disk,
-    which the shard tasks on other workers cannot read."""
+def shuffle_mode(requested: str, runner: str, config: JobConfig) -> str:
+    """--shuffle auto: on local runners, place where it can write (`cannot_place`),
+    else spill (their GroupByKey is held in memory); group on any other (a distributed
+    shuffle; per-bundle spills would be millions of files). `Refused` for spill or
+    place on a distributed runner (each worker would spill to its own disk, which the
+    shard tasks on other workers cannot read), and for place where it cannot write."""
     local = is_local(runner)
-    if requested == "spill" and not local:
-        raise Refused(f"--shuffle spill: {runner} is a distributed runner, and spill mode "
-                      "writes sorted files to each worker's local disk, which other workers "
-                      "cannot read; use --shuffle group (or auto)")
+    if requested in ("spill", "place") and not local:
+        raise Refused(f"--shuffle {requested}: {runner} is a distributed runner, and "
+                      f"{requested} mode writes files on each worker's local disk, which "
+                      "other workers cannot read; use --shuffle group (or auto)")
+    why_not = cannot_place(config)
+    if requested == "place" and why_not:
+        raise Refused(f"--shuffle place: {why_not}; use --shuffle spill (or auto)")
     if requested != "auto":
         return requested
-    return "spill" if local else "group"
+    return ("spill" if why_not else "place") if local else "group"
+
+
+def cannot_place(config: JobConfig) -> Optional[str]:
+    """Why --shuffle place cannot write this run's shards, or None. It plans each
+    window's frame size before cutting it (shuffle/place.py): latent windows, whose
+    frames are of known sizes (an image's is known once it is encoded, an encoder's
+    latents once the frames are decoded, twice), written at offsets into an
+    uncompressed shard on this machine's filesystem (not a store's objects)."""
+    if config.inputs.kind != "latents":
+        return (f"pixel input ({config.inputs.kind}): an encoded frame's size is known "
+                "only once it is encoded")
+    if config.encoder.encodes_frames:
+        return "--encoder: an encoder's windows are known once its frames are decoded"
+    if config.shards.compression != "none":
+        return f"--compression {config.shards.compression}: a compressed stream cannot be " \
+               "written at offsets"
+    if paths.is_remote(config.io.output_dir):
+        return f"--output_dir {config.io.output_dir}: a store's objects are not written at " \
+               "offsets"
+    return None
 
 
 def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobConfig:
@@ -49,7 +75,7 @@ def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobC
     if config.io.detach and is_local(runner):
         raise Refused(f"--detach: a local run ({runner}) is this process; --detach submits "
                       "a job to a distributed runner (e.g. --runner DataflowRunner) and exits")
-    shuffle = shuffle_mode(config.shards.shuffle, runner)   # the job's own flags first
+    shuffle = shuffle_mode(config.shards.shuffle, runner, config)   # the job's flags first
     if runner != "DataflowRunner" and PipelineOptions(pipeline_args).view_as(
             TestOptions).dry_run:
         raise Refused(f"--dry_run: only DataflowRunner builds a job without running it; "

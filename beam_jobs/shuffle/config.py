@@ -8,7 +8,7 @@ from typing import Optional
 
 from beam_jobs.core.configs import ShardsConfig, WindowConfig
 
-SHUFFLE_MODES = ("spill", "group")
+SHUFFLE_MODES = ("spill", "group", "place")
 MIB = 2**20
 
 

@@ -30,7 +30,7 @@ import collections
 import heapq
 import itertools
 import uuid
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -78,11 +78,18 @@ def _sort_bytes():
     return progress.distribution("sort_bytes")
 
 
-def _bucket_spans(records: list[Record], num_buckets: int) -> tuple[BucketSpan, ...]:
-    """Where each bucket present lies in sorted records."""
+def example_frame_bytes(example: bytes) -> int:
+    """The bytes of the shard frame a shuffled record's example takes: its own framed."""
+    return len(example) + FRAME_OVERHEAD
+
+
+def _bucket_spans(records: list[Record], num_buckets: int,
+                  frame_bytes: Callable[[bytes], int]) -> tuple[BucketSpan, ...]:
+    """Where each bucket present lies in sorted records, and the bytes its records take
+    in shards (`frame_bytes` of each one's example)."""
     spans: list[BucketSpan] = []
     for index, (key, example, _, _) in enumerate(records):
-        bucket, nbytes = bucket_of(key, num_buckets), len(example) + FRAME_OVERHEAD
+        bucket, nbytes = bucket_of(key, num_buckets), frame_bytes(example)
         if spans and spans[-1].bucket == bucket:
             last = spans[-1]
             spans[-1] = last._replace(count=last.count + 1, nbytes=last.nbytes + nbytes)
@@ -101,8 +108,10 @@ class _Spill(beam.DoFn):
     and nothing reads a sorted file before its bundle has ended: the files are gathered
     first (PlanShards)."""
 
-    def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int):
+    def __init__(self, temp_dir: str, num_buckets: int, spill_bytes: int,
+                 frame_bytes: Callable[[bytes], int]):
         self._temp_dir, self._num_buckets, self._spill_bytes = temp_dir, num_buckets, spill_bytes
+        self._frame_bytes = frame_bytes
 
     def setup(self):
         self._behind = OneBehind("spill")
@@ -140,7 +149,8 @@ class _Spill(beam.DoFn):
             records.sort()
             path = paths.join(self._temp_dir, "spill", f"{split}-{spill_id}.sorted")
             files.append((path, records))
-            yield SortedFile(split, path, _bucket_spans(records, self._num_buckets))
+            yield SortedFile(split, path, _bucket_spans(records, self._num_buckets,
+                                                        self._frame_bytes))
         _count_temp(self._behind.submit(_write_spill, files))
         self._buffers = collections.defaultdict(list)
         self._buffered = 0
@@ -249,23 +259,33 @@ class WriteShard(beam.DoFn):
                     valid.append(frames)
         writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
-        index, index_text = None, data_format.index.encode(offsets)
-        if self._compression == "none":   # a gzip stream cannot be entered mid-way
-            index = data_format.index_name(name)
-            self._write(index, index_text)
-        table, table_bytes = data_format.table_name(name), data_format.window_table.encode(
-            videos, valid, name, index_text)
-        self._write(table, table_bytes)
-        yield WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
-                           offsets[-1] if index else None, table,
-                           data_format.window_table.crc32c(table_bytes))
-
-    def _write(self, name: str, data: bytes) -> None:
-        with streams.create(paths.join(self._output_dir, name)) as f:
-            f.write(data)
+        yield write_side_files(self._output_dir, task, name, offsets, videos, valid,
+                               self._compression)
 
 
-def _list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:
+def write_side_files(output_dir: str, task: ShardTask, name: str, offsets: list[int],
+                     videos: list[int], valid: list[int], compression: str) -> WrittenShard:
+    """A shard's offset index (uncompressed shards: `offsets`, where each of its frames
+    starts, then its end) and its window table (each record's video hash and valid
+    frames), written beside it in `output_dir`; what the commit lists of it."""
+    index, index_text = None, data_format.index.encode(offsets)
+    if compression == "none":   # a gzip stream cannot be entered mid-way
+        index = data_format.index_name(name)
+        _write(paths.join(output_dir, index), index_text)
+    table, table_bytes = data_format.table_name(name), data_format.window_table.encode(
+        videos, valid, name, index_text)
+    _write(paths.join(output_dir, table), table_bytes)
+    return WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
+                        offsets[-1] if index else None, table,
+                        data_format.window_table.crc32c(table_bytes))
+
+
+def _write(path: str, data: bytes) -> None:
+    with streams.create(path) as f:
+        f.write(data)
+
+
+def list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:
     """List the shards (their indexes and tables too) in the run folder before any is
     written, so that a rerun after a kill can tell them from foreign files."""
     names = [run.shard_name(t.split, t.index, t.num_shards, compression) for t in tasks]
@@ -284,30 +304,42 @@ class WriteShuffledShards(beam.PTransform):
 
     def __init__(self, run: RunDir, config: ShardConfig, dropped):
         super().__init__()
-        if config.mode not in SHUFFLE_MODES:
-            raise ValueError(f"shuffle mode must be one of {SHUFFLE_MODES}, got {config.mode!r}")
+        if config.mode not in SHUFFLE_MODES or config.mode == "place":
+            raise ValueError(f"shuffle mode must be spill or group (place: shuffle/place.py's "
+                             f"PlanShards), got {config.mode!r}")
         self._run, self._config, self._dropped = run, config, dropped
 
     def expand(self, examples):
-        config, temp = self._config, self._run.temp_dir
-        if config.mode == "spill":
-            files = examples | "Spill" >> beam.ParDo(
-                _Spill(temp, config.num_buckets, config.spill_bytes))
-        else:
-            files = (examples
-                    | "KeyByBucket" >> beam.Map(lambda e: (
-                        (e.split, bucket_of(e.key, config.num_buckets)),
-                        (e.key, e.example, e.video, e.valid)))
-                    | "GroupBuckets" >> beam.GroupByKey()
-                    | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
-        return (
-            files
-            | "PlanShards" >> ApplyToAll(
-                lambda gathered, dropped: plan_shards(
-                    gathered, config.splits, config.num_buckets, config.num_shards,
-                    config.shard_bytes, dropped), self._dropped)
-            | "ListShards" >> beam.Map(_list_shards, self._run, config.compression)
-            | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
-            | "SpreadShards" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(
-                WriteShard(self._run, config.compression, config.num_buckets)))
+        config = self._config
+        return (shard_tasks(examples, self._run, config, self._dropped)
+                | "WriteShards" >> beam.ParDo(
+                    WriteShard(self._run, config.compression, config.num_buckets)))
+
+
+def shard_tasks(examples, run: RunDir, config: ShardConfig, dropped,
+                frame_bytes: Callable[[bytes], int] = example_frame_bytes):
+    """PCollection[KeyedExample] -> the PCollection of the run's ShardTasks, each a
+    shard's records in sorted files (spill mode, `config.mode` "spill" or "place", or
+    group mode), the shards listed in the run folder first. `frame_bytes`: the bytes a
+    record's example takes in a shard (planned records hold the size of the frame they
+    stand for)."""
+    temp = run.temp_dir
+    if config.mode == "group":
+        files = (examples
+                 | "KeyByBucket" >> beam.Map(lambda e: (
+                     (e.split, bucket_of(e.key, config.num_buckets)),
+                     (e.key, e.example, e.video, e.valid)))
+                 | "GroupBuckets" >> beam.GroupByKey()
+                 | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
+    else:
+        files = examples | "Spill" >> beam.ParDo(
+            _Spill(temp, config.num_buckets, config.spill_bytes, frame_bytes))
+    return (
+        files
+        | "PlanShards" >> ApplyToAll(
+            lambda gathered, dropped: plan_shards(
+                gathered, config.splits, config.num_buckets, config.num_shards,
+                config.shard_bytes, dropped), dropped)
+        | "ListShards" >> beam.Map(list_shards, run, config.compression)
+        | "SplitTasks" >> beam.FlatMap(lambda tasks: tasks)
+        | "SpreadShards" >> beam.Reshuffle())

@@ -20,6 +20,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from readers.format.feature import Feature
+from readers.format.tfrecord import FRAME_OVERHEAD
 
 # What the readers here take: a record's bytes, or a view of them (memoryview: a shard
 # read whole, a record handed on without a copy).
@@ -100,6 +101,21 @@ class ExampleEncoder:
             parts += (outer, entry, *feature)
             size += len(outer) + len(entry) + feature_size
         return b"".join([header(1, size), *parts])
+
+    def frame_size(self, values: Mapping[str, Any]) -> int:
+        """The bytes of the TFRecord frame of the example `values` make (framing and
+        CRCs included), from the values of the features framed per value alone (an id,
+        a start): a fixed-width feature's size is the same for every value. What the
+        job plans a shard's byte offsets by before a window is cut."""
+        size = 0
+        for name, codec, head, entry_size in self._entries:
+            if entry_size is not None:
+                size += entry_size
+                continue
+            feature_size = sum(len(part) for part in codec.encode_parts(values[name]))
+            entry_size = len(head) + len(header(2, feature_size)) + feature_size
+            size += len(header(1, entry_size)) + entry_size
+        return len(header(1, size)) + size + FRAME_OVERHEAD
 
 
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers

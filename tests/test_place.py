@@ -1,0 +1,90 @@
+"""--shuffle place reads the input twice (shuffle/place.py): an input that changes between
+the reads stops the run, and nothing is committed. The change is made where it would
+happen, in the second read's videos (the job's source, wrapped)."""
+import dataclasses
+import os
+
+import apache_beam as beam
+import pytest
+from helpers import (
+    assert_verified,
+    job_line,
+    random_videos,
+    read_dataset_json,
+    run_job,
+    write_videos,
+)
+
+FLAGS = ["--window", "10", "--stride", "3", "--num_shards", "3", "--seed", "7",
+         "--shuffle", "place"]
+
+
+class _ChangedRead(beam.PTransform):
+    """The source's read, with `change` (a video -> the videos it becomes) after it."""
+
+    def __init__(self, read, change):
+        super().__init__()
+        self._read, self._change = read, change
+
+    def expand(self, pipeline):
+        videos, failures, skipped = pipeline | "Read" >> self._read
+        return videos | "Change" >> beam.FlatMap(self._change), failures, skipped
+
+
+def _changed_second_read(monkeypatch, change):
+    from beam_jobs import make_shards
+
+    build = make_shards.build_source
+
+    def build_changing(config):
+        source, reads = build(config), []
+
+        def read(known_ids):
+            reads.append(known_ids)
+            first = len(reads) == 1
+            return source.read(known_ids) if first else _ChangedRead(source.read(known_ids),
+                                                                     change)
+        return dataclasses.replace(source, read=read)
+    monkeypatch.setattr(make_shards, "build_source", build_changing)
+
+
+def _is_one(video) -> bool:
+    """One of the input's videos: the second record of its first file."""
+    return video.source.endswith("lat-0.tfrecord") and video.record_index == 1
+
+
+def _of_one(changed):
+    return lambda video: [changed(video)] if _is_one(video) else [video]
+
+
+CHANGES = {
+    "values": _of_one(lambda v: v._replace(sequence=v.sequence + 1)),
+    "fewer frames": _of_one(lambda v: v._replace(sequence=v.sequence[:-4])),
+    "more frames": _of_one(lambda v: v._replace(sequence=v.sequence.repeat(2, axis=0))),
+    "gone": lambda video: [] if _is_one(video) else [video],
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_an_input_changed_between_the_reads_stops_the_run(tmp_path, rng, monkeypatch, capsys,
+                                                          change):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 6, lengths=(20, 40)), files=2)
+    _changed_second_read(monkeypatch, CHANGES[change])
+    out = tmp_path / "out"
+    line = job_line(capsys, "--input", str(tmp_path / "in" / "*.tfrecord"), "--output_dir",
+                    str(out), *FLAGS, status=1)
+    assert "the input changed while this run read it twice (--shuffle place)" in line, line
+    assert "nothing was committed" in line, line
+    left = [os.path.relpath(os.path.join(r, n), out) for r, _, ns in os.walk(out) for n in ns]
+    assert all(path.startswith("_make_shards/runs/") for path in left), left   # no shard
+    monkeypatch.undo()     # the same input read the same twice: the next run commits
+    run_job(str(tmp_path / "in" / "*.tfrecord"), out, *FLAGS)
+    assert_verified(out)
+
+
+def test_an_input_read_the_same_twice_is_placed(tmp_path, rng, monkeypatch):
+    write_videos(str(tmp_path / "in"), random_videos(rng, 6, lengths=(20, 40)), files=2)
+    _changed_second_read(monkeypatch, lambda video: [video])
+    run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "out", *FLAGS)
+    assert read_dataset_json(tmp_path / "out")["flags"]["shuffle"] == "place"
+    assert_verified(tmp_path / "out")
