@@ -12,6 +12,7 @@ from helpers import (
     random_videos,
     read_dataset_json,
     run_job,
+    same_dataset_files,
     write_videos,
 )
 
@@ -88,3 +89,16 @@ def test_an_input_read_the_same_twice_is_placed(tmp_path, rng, monkeypatch):
     run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "out", *FLAGS)
     assert read_dataset_json(tmp_path / "out")["flags"]["shuffle"] == "place"
     assert_verified(tmp_path / "out")
+
+
+def test_shards_past_the_open_files_kept_are_placed_as_spill_writes_them(tmp_path, rng,
+                                                                          monkeypatch):
+    from beam_jobs.shuffle import place
+
+    monkeypatch.setattr(place, "OPEN_SHARDS", 2)   # each of 7 shards closed and reopened
+    write_videos(str(tmp_path / "in"), random_videos(rng, 8, lengths=(20, 40)), files=2)
+    flags = [*FLAGS[:-2], "--splits", "train=0.6,test=0.4"]
+    flags[flags.index("--num_shards") + 1] = "7"
+    run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "place", *flags, "--shuffle", "place")
+    run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "spill", *flags, "--shuffle", "spill")
+    same_dataset_files(tmp_path / "place", tmp_path / "spill")

@@ -269,7 +269,8 @@ def _reference_plan(files, config, dropped):
             tasks.append(ShardTask(split, i, n, tuple(
                 Segment(b, tuple(sorted(per_bucket[b])), max(lo - start[b], 0),
                         min(hi - start[b], kept[b])) for b in overlapping),
-                frozenset(k for k in drop if bucket_of(k, config.num_buckets) in overlapping)))
+                frozenset(k for k in drop if bucket_of(k, config.num_buckets) in overlapping),
+                len(ranks)))
     return tasks
 
 

@@ -12,13 +12,14 @@ frame_size). So a run reads its input twice:
    shuffles those small records as spill mode shuffles examples (shuffle/write.py's
    `shard_tasks`: sorted files of 16-byte records, the duplicates' and aliases' windows
    left out). `PlaceShard` then makes each shard at its size, with nothing in it yet,
-   writes its index and window table (both follow from the plan) and a placement file
-   in the run's temp folder: its records' keys in order, and where each frame starts.
+   writes its index and window table (both follow from the plan) and its part of its
+   split's placement file in the run's temp folder: the split's keys in order, where
+   each frame starts in its shard and its size (20 bytes a window, `SplitPlan`).
 2. The second pass cuts the videos again (a WRITE cut: the examples alone) and
-   `PlaceWindows` writes each window's frame at its place: its shard by its key (a
-   split's shards hold consecutive ranges of its sorted keys), its offset from the
-   shard's placement file (memory-mapped, searched). A frame whose size is not the one
-   planned, or a key not planned, stops the run.
+   `PlaceWindows` writes each window's frame at its place: its key's rank in the
+   split's placement file (memory-mapped, searched) gives its shard (shard i of n
+   holds the ranks from i * records // n) and its offset. A frame whose size is not the
+   one planned, or a key not planned, stops the run.
 3. Before the commit, `CheckPlaced` holds every shard to the plan (as many frames
    written as it holds) and each video's second read to its first (its frames' count
    and their CRC32C, `records.Checked`): an input changed between the passes stops the
@@ -28,7 +29,9 @@ The shards are the spill's, byte for byte: the same frames in the same key order
 windows of one key (a 64-bit collision, about one run in 250,000 at 12 million windows)
 cannot be placed by key: the run stops and says to run --shuffle spill. Written at
 offsets, shards need a filesystem that takes them: a local one (job/runners.py decides
-where this mode runs).
+where this mode runs). A worker maps each split's placement file, 20 bytes a window
+(1 GB at 50 million windows, 4 TB of shards): clean file pages, which the kernel
+drops under pressure and reads back when needed.
 """
 from __future__ import annotations
 
@@ -47,12 +50,13 @@ from beam_jobs.core import paths, progress
 from beam_jobs.core.records import Checked, KeyedExample, WrittenShard, planned_fields
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import ShardConfig
-from beam_jobs.shuffle.plan import ShardTask
+from beam_jobs.shuffle.plan import ShardTask, shard_ranges
 from beam_jobs.shuffle.write import segment_frames, shard_tasks, write_side_files
 from readers.format import tfrecord
 from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES
 
 _PLACEMENTS = "placements"
+OPEN_SHARDS = 256   # shard files a PlaceWindows worker keeps open
 
 
 class CannotPlace(RuntimeError):
@@ -61,26 +65,45 @@ class CannotPlace(RuntimeError):
 
 
 class Placement(NamedTuple):
-    """Where one shard's windows go: the shard's path, the first (smallest) key it
-    holds, and its placement file (`save_plan`)."""
+    """Where a split's windows go: its records (all its shards'), its shards, and its
+    placement file (`SplitPlan`)."""
     split: str
-    path: str
-    first_key: int
+    records: int
+    num_shards: int
     plan: str
 
 
-def save_plan(path: str, keys: list[int], offsets: list[int]) -> None:
-    """A shard's placement file: its n records' keys in order, then where each frame
-    starts and where the last ends (n + 1 offsets), uint64."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.save(path, np.array(keys + offsets, np.uint64))
+class SplitPlan(NamedTuple):
+    """A split's placement file, memory-mapped: of each of its records, in key order,
+    the key (uint64), where its frame starts in its shard (uint64) and its frame's size
+    (uint32); and the rank of each shard's first record."""
+    keys: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+    firsts: list[int]
 
+    @classmethod
+    def open(cls, placement: Placement) -> "SplitPlan":
+        raw, n = np.memmap(placement.plan, np.uint8, "r"), placement.records
+        return cls(raw[:8 * n].view(np.uint64), raw[8 * n:16 * n].view(np.uint64),
+                   raw[16 * n:20 * n].view(np.uint32),
+                   [first for first, _ in shard_ranges(n, placement.num_shards)])
 
-def load_plan(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, offsets) of a placement file, memory-mapped."""
-    both = np.load(path, mmap_mode="r")
-    records = (len(both) - 1) // 2
-    return both[:records], both[records:]
+    @staticmethod
+    def write_part(path: str, records: int, first: int, keys: list[int],
+                   offsets: list[int]) -> None:
+        """Write one shard's part: its records' keys, starts and sizes (`offsets`: where
+        each frame starts, then where the last ends) from rank `first` on."""
+        starts = np.array(offsets, np.uint64)
+        parts = ((np.array(keys, np.uint64), 0), (starts[:-1], 8),
+                 (np.diff(starts).astype(np.uint32), 16))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            for column, at in parts:
+                os.pwrite(fd, column.tobytes(), at * records + column.itemsize * first)
+        finally:
+            os.close(fd)
 
 
 class WriteInPlace(beam.PTransform):
@@ -99,19 +122,19 @@ class WriteInPlace(beam.PTransform):
         again, _, _ = records.pipeline | "ReadVideosAgain" >> self._read
         written = again | "CutAgain" >> self._cut
         placed = written.examples | "PlaceWindows" >> beam.ParDo(
-            PlaceWindows(), beam.pvalue.AsList(planned.placements), self._dropped)
+            PlaceWindows(self._run), beam.pvalue.AsList(planned.placements), self._dropped)
         return ((planned.shards, placed, self._first, written.checked)
                 | "CheckPlaced" >> CheckPlaced(self._run.output_dir))
 
 
 class PlannedShards(NamedTuple):
     shards: beam.PCollection       # WrittenShard, its frames yet to be written
-    placements: beam.PCollection   # Placement, one a shard with windows
+    placements: beam.PCollection   # Placement, one a split
 
 
 class PlanShards(beam.PTransform):
     """A PLAN cut's records -> `PlannedShards`: each shard made at its size, its index
-    and window table written, its placement file in the run's temp folder."""
+    and window table written, its split's placement file in the run's temp folder."""
 
     def __init__(self, run: RunDir, config: ShardConfig, dropped):
         super().__init__()
@@ -129,7 +152,8 @@ class PlanShards(beam.PTransform):
 
 class PlaceShard(beam.DoFn):
     """A shard task of planned records -> the shard, its size and no frame written yet
-    (`PlaceWindows` writes them), its index and window table, and its placement."""
+    (`PlaceWindows` writes them), its index and window table, and its part of its
+    split's placement file (the split's Placement from its first shard)."""
 
     def __init__(self, run: RunDir, num_buckets: int):
         self._run, self._num_buckets = run, num_buckets
@@ -142,35 +166,32 @@ class PlaceShard(beam.DoFn):
             for frame, video, frames in segment_frames(segment, task.dropped,
                                                        self._num_buckets):
                 key, size = planned_fields(frame[HEADER_BYTES:-FOOTER_BYTES])
-                if keys and key == keys[-1]:
-                    raise CannotPlace(
-                        f"two windows of split {task.split} share the key {key:#018x} (a "
-                        "64-bit collision of their ids and starts): --shuffle place cannot "
-                        "tell their places apart; run again with --shuffle spill")
                 keys.append(key)
                 offsets.append(offsets[-1] + size)
                 videos.append(video)
                 valid.append(frames)
-        path = paths.join(self._run.output_dir, name)
-        with open(path, "wb") as f:     # its frames to come, at their offsets
+        with open(paths.join(self._run.output_dir, name), "wb") as f:   # frames to come
             f.truncate(offsets[-1])
         yield write_side_files(self._run.output_dir, task, name, offsets, videos, valid, "none")
-        if keys:
-            plan = paths.join(self._run.temp_dir, "place", f"{name}.npy")
-            save_plan(plan, keys, offsets)
-            yield beam.pvalue.TaggedOutput(_PLACEMENTS, Placement(task.split, path, keys[0],
-                                                                  plan))
+        plan = paths.join(self._run.temp_dir, "place", f"{task.split}.plan")
+        first = shard_ranges(task.split_records, task.num_shards)[task.index][0]
+        SplitPlan.write_part(plan, task.split_records, first, keys, offsets)
+        if task.index == 0:
+            yield beam.pvalue.TaggedOutput(_PLACEMENTS, Placement(
+                task.split, task.split_records, task.num_shards, plan))
 
 
 class PlaceWindows(beam.DoFn):
     """A WRITE cut's examples -> each frame written at its place in its shard; at each
     bundle's end, (shard path, frames written) per shard. The placements (a side input:
-    one per shard) and each shard's placement file and descriptor are kept per worker.
-    `dropped`: the windows left out (duplicates, aliases), which have no place."""
+    one per split) are mapped once per worker. `dropped`: the windows left out
+    (duplicates, aliases), which have no place."""
+
+    def __init__(self, run: RunDir):
+        self._run = run
 
     def setup(self):
-        self._shards: dict[str, tuple[list[int], list[Placement]]] = {}
-        self._plans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._plans: dict[str, tuple[SplitPlan, list[str]]] = {}
         self._files: dict[str, int] = {}
         self._bytes = progress.counter("shard_bytes_written")
 
@@ -180,22 +201,27 @@ class PlaceWindows(beam.DoFn):
     def process(self, example: KeyedExample, placements: list[Placement], dropped: Any):
         if example.key in dropped.get(example.split, ()):
             return
-        placement = self._placement(example, placements)
-        keys, offsets = self._plan(placement.plan)
-        at = int(np.searchsorted(keys, np.uint64(example.key)))
-        if at == len(keys) or int(keys[at]) != example.key:
+        plan, shard_paths = self._plan(example.split, placements)
+        key = np.uint64(example.key)
+        at = int(np.searchsorted(plan.keys, key))
+        if at == len(plan.keys) or plan.keys[at] != key:
             raise CannotPlace(_changed(f"a window of split {example.split} (key "
-                                        f"{example.key:#018x}) that the first pass did not "
-                                        "plan"))
-        start, end = int(offsets[at]), int(offsets[at + 1])
-        header, footer = tfrecord.header(len(example.example)), tfrecord.footer(example.example)
-        if len(header) + len(example.example) + len(footer) != end - start:
-            raise CannotPlace(_changed(
-                f"a window of {len(example.example) + tfrecord.FRAME_OVERHEAD} bytes where "
-                f"the first pass planned {end - start}"))
-        os.pwritev(self._file(placement.path), [header, example.example, footer], start)
-        self._written[placement.path] += 1
-        self._bytes.inc(end - start)
+                                       f"{example.key:#018x}) that the first pass did not "
+                                       "plan"))
+        if at + 1 < len(plan.keys) and plan.keys[at + 1] == key:
+            raise CannotPlace(
+                f"two windows of split {example.split} share the key {example.key:#018x} "
+                "(a 64-bit collision of their ids and starts): --shuffle place cannot tell "
+                "their places apart; run again with --shuffle spill")
+        size = len(example.example) + tfrecord.FRAME_OVERHEAD
+        if size != plan.sizes[at]:
+            raise CannotPlace(_changed(f"a window of {size} bytes where the first pass "
+                                       f"planned {plan.sizes[at]}"))
+        path = shard_paths[bisect.bisect_right(plan.firsts, at) - 1]
+        os.pwritev(self._file(path), [tfrecord.header(len(example.example)), example.example,
+                                      tfrecord.footer(example.example)], int(plan.starts[at]))
+        self._written[path] += 1
+        self._bytes.inc(size)
 
     def finish_bundle(self):
         for path, count in self._written.items():
@@ -205,31 +231,29 @@ class PlaceWindows(beam.DoFn):
         for fd in self._files.values():
             os.close(fd)
 
-    def _placement(self, example: KeyedExample, placements: list[Placement]) -> Placement:
-        """The placement of the shard that holds the key of `example`: the last of its
-        split whose first key is not greater."""
-        found = self._shards.get(example.split)
+    def _plan(self, split: str, placements: list[Placement]) -> tuple[SplitPlan, list[str]]:
+        """The split's plan and its shards' paths, from its placement."""
+        found = self._plans.get(split)
         if found is None:
-            mine = sorted((p for p in placements if p.split == example.split),
-                          key=lambda p: p.first_key)
-            found = self._shards[example.split] = ([p.first_key for p in mine], mine)
-        first_keys, mine = found
-        at = bisect.bisect_right(first_keys, example.key) - 1
-        if at < 0:
-            raise CannotPlace(_changed(f"a window of split {example.split} that no shard "
-                                        "of the first pass holds"))
-        return mine[at]
-
-    def _plan(self, path: str) -> tuple[np.ndarray, np.ndarray]:
-        plan = self._plans.get(path)
-        if plan is None:
-            plan = self._plans[path] = load_plan(path)
-        return plan
+            mine = [p for p in placements if p.split == split]
+            if not mine:
+                raise CannotPlace(_changed(f"a window of split {split}, which the first "
+                                           "pass did not plan"))
+            n = mine[0].num_shards
+            found = self._plans[split] = (SplitPlan.open(mine[0]), [
+                paths.join(self._run.output_dir, self._run.shard_name(split, i, n, "none"))
+                for i in range(n)])
+        return found
 
     def _file(self, path: str) -> int:
-        fd = self._files.get(path)
+        """The shard's descriptor, the last OPEN_SHARDS used kept open: a run of 20,000
+        shards would pass the process's limit on open files (often 1,024)."""
+        fd = self._files.pop(path, None)
         if fd is None:
-            fd = self._files[path] = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            if len(self._files) >= OPEN_SHARDS:
+                os.close(self._files.pop(next(iter(self._files))))
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        self._files[path] = fd     # the most recently used last
         return fd
 
 

@@ -57,6 +57,7 @@ class ShardTask(NamedTuple):
     num_shards: int
     segments: tuple[Segment, ...]
     dropped: frozenset = frozenset()   # keys not to write, in this task's buckets
+    split_records: int = 0             # the records of all the split's shards
 
 
 class _Bucket(NamedTuple):
@@ -108,7 +109,7 @@ def plan_shards(files: Sequence[SortedFile], splits: Sequence[str], num_buckets:
         nbytes = sum(span.nbytes for f in mine for span in f.buckets)
         n = num_shards_for(total, nbytes, num_shards, shard_bytes)
         ends = list(itertools.accumulate(b.kept for b in buckets))
-        tasks += [ShardTask(split, i, n, *_segments(buckets, ends, lo, hi))
+        tasks += [ShardTask(split, i, n, *_segments(buckets, ends, lo, hi), total)
                   for i, (lo, hi) in enumerate(shard_ranges(total, n))]
     return tasks
 
