@@ -227,7 +227,9 @@ def markdown(results: dict) -> str:
 
 
 def _written(median: dict) -> str:
-    if "written_mb" not in median:   # a JSON from before the bytes were counted
+    """Bytes written / the output's; "-" where not counted: a JSON from before they were,
+    or --all_cores, whose forked workers the command does not wait for (process_tree)."""
+    if not median.get("written_mb"):
         return "-"
     return f"{median['written_mb'] / median['dataset_mb']:.2f}x"
 

@@ -271,8 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="size of one shuffle bucket: what one task sorts in memory "
                           "(default: %(default)s)")
     out.add_argument("--spill_buffer_mb", type=number(0.001, 1e6), default=32.0,
-                     help="spill mode: what one worker buffers before it writes a sorted "
-                          "file, written while the next fills (default: %(default)s)")
+                     help="spill and place modes: what one worker buffers before it "
+                          "writes a sorted file, written while the next fills (default: "
+                          "%(default)s)")
     return p
 
 

@@ -84,7 +84,8 @@ class SplitPlan(NamedTuple):
 
     @classmethod
     def open(cls, placement: Placement) -> "SplitPlan":
-        raw, n = np.memmap(placement.plan, np.uint8, "r"), placement.records
+        # an ndarray of the mapping (not np.memmap, whose every index makes a memmap)
+        raw, n = np.asarray(np.memmap(placement.plan, np.uint8, "r")), placement.records
         return cls(raw[:8 * n].view(np.uint64), raw[8 * n:16 * n].view(np.uint64),
                    raw[16 * n:20 * n].view(np.uint32),
                    [first for first, _ in shard_ranges(n, placement.num_shards)])
