@@ -211,7 +211,7 @@ def markdown(results: dict) -> str:
             versus = f"{job_wall / med['wall_s']:.2f}x" if job_wall else "-"
             lines.append(f"| {LABELS[name]} | {med['wall_s']:.1f} | {walls} | {versus} | "
                          f"{med['peak_mb']:,.0f}, {med['peak_process_mb']:,.0f} | "
-                         f"{_written(med)} | {med['same_video_adjacent']:.3f} |")
+                         f"{_written(name, med)} | {med['same_video_adjacent']:.3f} |")
         ratios = ", ".join(f"{key} **{value:.2f}x**" for key, value in summary["ratios"].items())
         same = "the same windows" if summary["same_windows"] else "DIFFERENT WINDOWS"
         every = [r for rs in runs.values() for r in rs]
@@ -226,10 +226,10 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _written(median: dict) -> str:
+def _written(name: str, median: dict) -> str:
     """Bytes written / the output's; "-" where not counted: a JSON from before they were,
     or --all_cores, whose forked workers the command does not wait for (process_tree)."""
-    if not median.get("written_mb"):
+    if name == "all_cores" or "written_mb" not in median:
         return "-"
     return f"{median['written_mb'] / median['dataset_mb']:.2f}x"
 

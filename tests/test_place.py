@@ -9,10 +9,13 @@ import pytest
 from helpers import (
     assert_verified,
     job_line,
+    latent_example,
     random_videos,
     read_dataset_json,
+    read_examples,
     run_job,
     same_dataset_files,
+    write_records,
     write_videos,
 )
 
@@ -102,3 +105,21 @@ def test_shards_past_the_open_files_kept_are_placed_as_spill_writes_them(tmp_pat
     run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "place", *flags, "--shuffle", "place")
     run_job(str(tmp_path / "in" / "*.tfrecord"), tmp_path / "spill", *flags, "--shuffle", "spill")
     same_dataset_files(tmp_path / "place", tmp_path / "spill")
+
+
+def test_copies_of_one_id_and_of_one_content_are_left_out_as_spill_leaves_them(tmp_path, rng):
+    """Copies of one id share their windows' keys: the plan counts them until they are
+    dropped, so a split's shards end short of its plan's ranks, as spill's do."""
+    videos = random_videos(rng, 9, lengths=(20, 40))
+    records = [latent_example(frames, recipe, video_id=f"v{i}")
+               for i, (frames, recipe) in enumerate(videos)]
+    records += [latent_example(videos[0][0] + 1, videos[0][1], video_id="v0"),   # id twice
+                latent_example(*videos[1], video_id="again")]                   # frames twice
+    write_records(str(tmp_path / "in" / "a.tfrecord"), records)
+    flags = [*FLAGS[:-2], "--id_feature", "vid", "--max_failure_fraction", "0.5"]
+    for mode in ("place", "spill"):
+        run_job(str(tmp_path / "in" / "*"), tmp_path / mode, *flags, "--shuffle", mode)
+    same_dataset_files(tmp_path / "place", tmp_path / "spill")
+    kept = {e["video_id"] for e in read_examples(tmp_path / "place")}
+    assert kept - {"v1", "again"} == {f"v{i}" for i in range(2, 9)}   # v0: its id twice
+    assert len(kept & {"v1", "again"}) == 1                          # one of one content

@@ -54,6 +54,7 @@ def test_encode_example_is_tensorflow_s_deterministic_serialization(window):
             values["window"] = rng.standard_normal(window.shape).astype(window.dtype)
         ours = encode(values)
         assert ours == _tf_example(features, values)
+        assert encode.frame_size(values) == len(ours) + 16   # what --shuffle place plans by
         assert data_format.encode_example(features, values) == ours
         parsed = tf.io.parse_example([ours], {f.name: f.codec.parse_feature() for f in features})
         assert int(parsed["start"][0]) == start

@@ -65,42 +65,49 @@ class CannotPlace(RuntimeError):
 
 
 class Placement(NamedTuple):
-    """Where a split's windows go: its records (all its shards'), its shards, and its
-    placement file (`SplitPlan`)."""
+    """Where one shard's windows go: its split and number, the key of its first window,
+    its records' rows in its split's placement file (from `first`, `records` of them, in
+    a file of `split_records`: `SplitPlan`), and that file."""
     split: str
-    records: int
+    number: int
     num_shards: int
+    first_key: int
+    first: int
+    records: int
+    split_records: int
     plan: str
 
 
 class SplitPlan(NamedTuple):
     """A split's placement file, memory-mapped: of each of its records, in key order,
     the key (uint64), where its frame starts in its shard (uint64) and its frame's size
-    (uint32); and the rank of each shard's first record."""
+    (uint32). Each shard task writes its part at the rank its plan gives its first
+    record; where the plan counted windows dropped later (copies of one id: one key,
+    several windows), the rows at a shard's end stay unwritten, and unread."""
     keys: np.ndarray
     starts: np.ndarray
     sizes: np.ndarray
-    firsts: list[int]
 
     @classmethod
-    def open(cls, placement: Placement) -> "SplitPlan":
+    def open(cls, path: str, records: int) -> "SplitPlan":
         # an ndarray of the mapping (not np.memmap, whose every index makes a memmap)
-        raw, n = np.asarray(np.memmap(placement.plan, np.uint8, "r")), placement.records
+        raw, n = np.asarray(np.memmap(path, np.uint8, "r")), records
         return cls(raw[:8 * n].view(np.uint64), raw[8 * n:16 * n].view(np.uint64),
-                   raw[16 * n:20 * n].view(np.uint32),
-                   [first for first, _ in shard_ranges(n, placement.num_shards)])
+                   raw[16 * n:20 * n].view(np.uint32))
 
     @staticmethod
     def write_part(path: str, records: int, first: int, keys: list[int],
                    offsets: list[int]) -> None:
         """Write one shard's part: its records' keys, starts and sizes (`offsets`: where
-        each frame starts, then where the last ends) from rank `first` on."""
+        each frame starts, then where the last ends) from rank `first` on, in a file of
+        `records` rows; the file is made at that size by the first part written."""
         starts = np.array(offsets, np.uint64)
         parts = ((np.array(keys, np.uint64), 0), (starts[:-1], 8),
                  (np.diff(starts).astype(np.uint32), 16))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            os.ftruncate(fd, max(os.fstat(fd).st_size, 20 * records))
             for column, at in parts:
                 os.pwrite(fd, column.tobytes(), at * records + column.itemsize * first)
         finally:
@@ -130,7 +137,7 @@ class WriteInPlace(beam.PTransform):
 
 class PlannedShards(NamedTuple):
     shards: beam.PCollection       # WrittenShard, its frames yet to be written
-    placements: beam.PCollection   # Placement, one a split
+    placements: beam.PCollection   # Placement, one a shard with windows
 
 
 class PlanShards(beam.PTransform):
@@ -153,8 +160,8 @@ class PlanShards(beam.PTransform):
 
 class PlaceShard(beam.DoFn):
     """A shard task of planned records -> the shard, its size and no frame written yet
-    (`PlaceWindows` writes them), its index and window table, and its part of its
-    split's placement file (the split's Placement from its first shard)."""
+    (`PlaceWindows` writes them), its index and window table, its part of its split's
+    placement file, and its Placement (a shard with windows)."""
 
     def __init__(self, run: RunDir, num_buckets: int):
         self._run, self._num_buckets = run, num_buckets
@@ -174,25 +181,26 @@ class PlaceShard(beam.DoFn):
         with open(paths.join(self._run.output_dir, name), "wb") as f:   # frames to come
             f.truncate(offsets[-1])
         yield write_side_files(self._run.output_dir, task, name, offsets, videos, valid, "none")
-        plan = paths.join(self._run.temp_dir, "place", f"{task.split}.plan")
-        first = shard_ranges(task.split_records, task.num_shards)[task.index][0]
-        SplitPlan.write_part(plan, task.split_records, first, keys, offsets)
-        if task.index == 0:
+        if keys:
+            plan = paths.join(self._run.temp_dir, "place", f"{task.split}.plan")
+            first = shard_ranges(task.split_records, task.num_shards)[task.index][0]
+            SplitPlan.write_part(plan, task.split_records, first, keys, offsets)
             yield beam.pvalue.TaggedOutput(_PLACEMENTS, Placement(
-                task.split, task.split_records, task.num_shards, plan))
+                task.split, task.index, task.num_shards, keys[0], first, len(keys),
+                task.split_records, plan))
 
 
 class PlaceWindows(beam.DoFn):
     """A WRITE cut's examples -> each frame written at its place in its shard; at each
     bundle's end, (shard path, frames written) per shard. The placements (a side input:
-    one per split) are mapped once per worker. `dropped`: the windows left out
-    (duplicates, aliases), which have no place."""
+    one per shard with windows) and each split's plan, mapped, are kept per worker.
+    `dropped`: the windows left out (duplicates, aliases), which have no place."""
 
     def __init__(self, run: RunDir):
         self._run = run
 
     def setup(self):
-        self._plans: dict[str, tuple[SplitPlan, list[str]]] = {}
+        self._plans: dict[str, tuple[SplitPlan, list[int], list[Placement], list[str]]] = {}
         self._files: dict[str, int] = {}
         self._bytes = progress.counter("shard_bytes_written")
 
@@ -202,25 +210,31 @@ class PlaceWindows(beam.DoFn):
     def process(self, example: KeyedExample, placements: list[Placement], dropped: Any):
         if example.key in dropped.get(example.split, ()):
             return
-        plan, shard_paths = self._plan(example.split, placements)
+        plan, first_keys, shards, shard_paths = self._plan(example.split, placements)
+        i = bisect.bisect_right(first_keys, example.key) - 1
+        shard = shards[max(i, 0)]
+        keys = plan.keys[shard.first:shard.first + shard.records]
         key = np.uint64(example.key)
-        at = int(np.searchsorted(plan.keys, key))
-        if at == len(plan.keys) or plan.keys[at] != key:
+        at = int(np.searchsorted(keys, key))
+        if i < 0 or at == len(keys) or keys[at] != key:
             raise CannotPlace(_changed(f"a window of split {example.split} (key "
                                        f"{example.key:#018x}) that the first pass did not "
                                        "plan"))
-        if at + 1 < len(plan.keys) and plan.keys[at + 1] == key:
+        following = (keys[at + 1] if at + 1 < len(keys) else
+                     first_keys[i + 1] if i + 1 < len(first_keys) else None)
+        if following == key:
             raise CannotPlace(
                 f"two windows of split {example.split} share the key {example.key:#018x} "
                 "(a 64-bit collision of their ids and starts): --shuffle place cannot tell "
                 "their places apart; run again with --shuffle spill")
+        row = shard.first + at
         size = len(example.example) + tfrecord.FRAME_OVERHEAD
-        if size != plan.sizes[at]:
+        if size != plan.sizes[row]:
             raise CannotPlace(_changed(f"a window of {size} bytes where the first pass "
-                                       f"planned {plan.sizes[at]}"))
-        path = shard_paths[bisect.bisect_right(plan.firsts, at) - 1]
+                                       f"planned {plan.sizes[row]}"))
+        path = shard_paths[i]
         os.pwritev(self._file(path), [tfrecord.header(len(example.example)), example.example,
-                                      tfrecord.footer(example.example)], int(plan.starts[at]))
+                                      tfrecord.footer(example.example)], int(plan.starts[row]))
         self._written[path] += 1
         self._bytes.inc(size)
 
@@ -232,18 +246,22 @@ class PlaceWindows(beam.DoFn):
         for fd in self._files.values():
             os.close(fd)
 
-    def _plan(self, split: str, placements: list[Placement]) -> tuple[SplitPlan, list[str]]:
-        """The split's plan and its shards' paths, from its placement."""
+    def _plan(self, split: str, placements: list[Placement]
+              ) -> tuple[SplitPlan, list[int], list[Placement], list[str]]:
+        """The split's plan, and its shards with windows by their first keys, with their
+        paths."""
         found = self._plans.get(split)
         if found is None:
-            mine = [p for p in placements if p.split == split]
-            if not mine:
+            shards = sorted((p for p in placements if p.split == split),
+                            key=lambda p: p.first_key)
+            if not shards:
                 raise CannotPlace(_changed(f"a window of split {split}, which the first "
                                            "pass did not plan"))
-            n = mine[0].num_shards
-            found = self._plans[split] = (SplitPlan.open(mine[0]), [
-                paths.join(self._run.output_dir, self._run.shard_name(split, i, n, "none"))
-                for i in range(n)])
+            found = self._plans[split] = (
+                SplitPlan.open(shards[0].plan, shards[0].split_records),
+                [p.first_key for p in shards], shards,
+                [paths.join(self._run.output_dir, self._run.shard_name(
+                    split, p.number, p.num_shards, "none")) for p in shards])
         return found
 
     def _file(self, path: str) -> int:

@@ -22,7 +22,9 @@ Two ways to get each bucket sorted (TFDS's writer and its on-disk shuffler are t
   seeking with their index: it never holds a bucket.
 
 Both plan from small rows (shuffle/plan.py), and the order depends only on the keys, so
-the two modes, any runner and any number of workers give byte-identical shards.
+the two modes, any runner and any number of workers give byte-identical shards. A third,
+place (shuffle/place.py), sorts small planned records as spill sorts examples
+(`shard_tasks`), then writes each window once, at its place.
 """
 from __future__ import annotations
 
