@@ -297,3 +297,19 @@ def test_plan_matches_the_reference_on_random_sorted_files(seed):
                          shard_bytes=int(rng.integers(5, 60)), num_buckets=num_buckets)
     assert (plan_shards(files, config.splits, num_buckets, config.num_shards,
                         config.shard_bytes, dropped) == _reference_plan(files, config, dropped))
+
+
+def test_a_spill_buffer_counts_what_its_records_hold():
+    """--spill_buffer_mb bounds a worker's memory for records of any size: a planned
+    record's Python objects, not its 16 bytes, are most of what it holds in a buffer."""
+    import tracemalloc
+
+    from beam_jobs.core.records import planned
+    from beam_jobs.shuffle.write import HELD_PER_RECORD
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    buffer = [(2**63 + i, planned(2**63 + i, 80_016), 2**62 + i, 100) for i in range(10_000)]
+    held = (tracemalloc.get_traced_memory()[0] - before) / len(buffer)
+    tracemalloc.stop()
+    assert len(buffer[0][1]) + HELD_PER_RECORD >= held > HELD_PER_RECORD / 2, held
