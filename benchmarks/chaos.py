@@ -29,7 +29,9 @@ and the kills:
   term     SIGTERM
            (each ends the run with exit 130 and one line; one that comes in the first
            milliseconds of the interpreter's start, before the command's code installs
-           its handler, ends it as a kill does, by the signal, with nothing said)
+           its handler, ends it as a kill does: SIGTERM by the signal, with nothing
+           said; SIGINT with Python's own KeyboardInterrupt, whose traceback names no
+           line of the command after its imports)
   stop     SIGSTOP, then the lease made to look expired (as 120 s without a renewal
            would), a second run of the same command that takes the lease over and
            commits, then SIGCONT: the first run goes on with a lost lease, and
@@ -70,6 +72,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -79,7 +82,8 @@ from typing import Optional
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 from chaos_world import OPERATIONS, STRIDE, WINDOW, World, start_command  # noqa: E402
 
@@ -284,10 +288,35 @@ def check_dataset(world: World, before: dict[str, str], complete: bool) -> list[
         return problems + [f"values: {type(e).__name__}: {e}"]
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
+# make_shards.py's lines before its early handlers are installed
+_BEFORE_HANDLERS = next(n for n, line in enumerate(open(os.path.join(
+    REPO, "beam_jobs", "make_shards.py")), start=1) if "early_signals.install()" in line)
+
+
+def interrupted_before_the_command(err: str) -> bool:
+    """Whether stderr is Python's traceback of a KeyboardInterrupt raised before the
+    command's code installed its handlers: in the interpreter's start, or in the
+    imports of make_shards.py above its `early_signals.install()`."""
+    if not err.rstrip().endswith("KeyboardInterrupt"):
+        return False
+    for path, line in _FRAME.findall(err):
+        ours = os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else None
+        if ours == os.path.join("beam_jobs", "make_shards.py") and int(line) < _BEFORE_HANDLERS:
+            continue
+        if ours is not None and ours not in (os.path.join("beam_jobs", "__init__.py"),
+                                             os.path.join("beam_jobs", "job", "__init__.py"),
+                                             os.path.join("beam_jobs", "job",
+                                                          "early_signals.py")):
+            return False
+    return True
+
+
 def iteration(world: World, op: str, kill: str, delay: float) -> tuple[list[str], str]:
     """One killed run of `op` (World.prepare done) and its checks: (violations, what
     the killed run ended with)."""
     before = snapshot(world.out)
+    early: list[str] = []   # what the killed run's own end violated
     job = world.start(op)
     time.sleep(delay)
     if job.poll() is not None:
@@ -318,12 +347,18 @@ def iteration(world: World, op: str, kill: str, delay: float) -> tuple[list[str]
             # the first milliseconds of the interpreter's start, before the command's
             # code installed a handler: the signal's default action, as a kill
             ended = f"ended by the signal (exit {status}) before the command's code ran"
+        elif kill == "int" and interrupted_before_the_command(err):
+            # Python's own SIGINT handler, there before the command's: KeyboardInterrupt
+            # in the interpreter's imports, and its traceback
+            ended = f"exit {status}: KeyboardInterrupt before the command's code ran"
         elif kill != "kill" and status not in (0, 130):
-            return [f"{kill}: exit {status}: {err.strip()[-300:]}"], ended
+            early = [f"{kill}: exit {status}: {err.strip()[-300:]}"]
         if kill != "kill" and status == 130 and "Traceback" in err:
-            return [f"{kill}: a traceback: {err.strip()[-300:]}"], ended
-    problems = check_dataset(world, before, complete=False) if before or os.path.exists(
-        os.path.join(world.out, "dataset.json")) else []
+            early = [f"{kill}: a traceback: {err.strip()[-300:]}"]
+    # the checks and the rerun, after a violation too: the world's history stays the
+    # inputs' (a rerun left out would leave the next iterations' expectations wrong)
+    problems = early + (check_dataset(world, before, complete=False) if before or
+                        os.path.exists(os.path.join(world.out, "dataset.json")) else [])
     rerun = world.start(op)
     status = rerun.wait(timeout=600)
     if status != 0:
