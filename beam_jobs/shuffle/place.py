@@ -16,10 +16,11 @@ frame_size). So a run reads its input twice:
    split's placement file in the run's temp folder: the split's keys in order, where
    each frame starts in its shard and its size (20 bytes a window, `SplitPlan`).
 2. The second pass cuts the videos again (a WRITE cut: the examples alone) and
-   `PlaceWindows` writes each window's frame at its place: its key's rank in the
-   split's placement file (memory-mapped, searched) gives its shard (shard i of n
-   holds the ranks from i * records // n) and its offset. A frame whose size is not the
-   one planned, or a key not planned, stops the run.
+   `PlaceWindows` writes each window's frame at its place: its shard is the last whose
+   first key is not greater than its key (a split's shards hold consecutive ranges of
+   its sorted keys), its offset the one of its key in that shard's rows of the split's
+   placement file (memory-mapped, searched). A frame whose size is not the one
+   planned, or a key not planned, stops the run.
 3. Before the commit, `CheckPlaced` holds every shard to the plan (as many frames
    written as it holds) and each video's second read to its first (its frames' count
    and their CRC32C, `records.Checked`): an input changed between the passes stops the
