@@ -311,10 +311,10 @@ class _CutVideo(beam.DoFn):
         return values
 
 
-
 def _bytes_of(data: Any) -> Any:
     """A frame's or a sequence's bytes, for their CRC (an array's own buffer; encoded
-    frames are bytes already)."""
+    frames are bytes already). An ndarray, not digest.py's memoryview: google_crc32c
+    takes no writable memoryview."""
     if isinstance(data, np.ndarray):
         return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     return data
