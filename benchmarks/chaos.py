@@ -290,8 +290,9 @@ def check_dataset(world: World, before: dict[str, str], complete: bool) -> list[
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
 # make_shards.py's lines before its early handlers are installed
-_BEFORE_HANDLERS = next(n for n, line in enumerate(open(os.path.join(
-    REPO, "beam_jobs", "make_shards.py")), start=1) if "early_signals.install()" in line)
+with open(os.path.join(REPO, "beam_jobs", "make_shards.py")) as _source:
+    _BEFORE_HANDLERS = next(n for n, line in enumerate(_source, start=1)
+                            if "early_signals.install()" in line)
 
 
 def interrupted_before_the_command(err: str) -> bool:
