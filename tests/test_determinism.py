@@ -60,8 +60,7 @@ def test_auto_places_latents_on_local_runners_and_groups_on_the_others(tmp_path,
     def mode(*flags, runner=()):
         config, _ = parse_args(["--input", latents, "--output_dir", str(tmp_path / "out"),
                                 *FLAGS, *flags])
-        return shuffle_mode("auto", runner_name(["--runner", *runner] if runner else []),
-                            config)
+        return shuffle_mode(runner_name(["--runner", *runner] if runner else []), config)
 
     for runner in ((), ("FnApiRunner",), ("DirectRunner",), ("direct",), ("PrismRunner",)):
         assert mode(runner=runner) == "place", runner

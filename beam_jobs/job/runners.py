@@ -30,13 +30,14 @@ def is_local(runner: str) -> bool:
     return runner.rsplit(".", 1)[-1].lower() in LOCAL_RUNNERS
 
 
-def shuffle_mode(requested: str, runner: str, config: JobConfig) -> str:
-    """--shuffle auto: on local runners, place where it can write (`cannot_place`),
-    else spill (their GroupByKey is held in memory); group on any other (a distributed
-    shuffle; per-bundle spills would be millions of files). `Refused` for spill or
+def shuffle_mode(runner: str, config: JobConfig) -> str:
+    """The shuffle this run takes, its --shuffle resolved. auto: on local runners, place
+    where it can write (`cannot_place`), else spill (their GroupByKey is held in
+    memory); group on any other (a distributed shuffle; per-bundle spills would be
+    millions of files). `Refused` for spill or
     place on a distributed runner (each worker would spill to its own disk, which the
     shard tasks on other workers cannot read), and for place where it cannot write."""
-    local = is_local(runner)
+    requested, local = config.shards.shuffle, is_local(runner)
     if requested in ("spill", "place") and not local:
         raise Refused(f"--shuffle {requested}: {runner} is a distributed runner, and "
                       f"{requested} mode writes files on each worker's local disk, which "
@@ -52,14 +53,12 @@ def shuffle_mode(requested: str, runner: str, config: JobConfig) -> str:
 def cannot_place(config: JobConfig) -> Optional[str]:
     """Why --shuffle place cannot write this run's shards, or None. It plans each
     window's frame size before cutting it (shuffle/place.py): latent windows, whose
-    frames are of known sizes (an image's is known once it is encoded, an encoder's
-    latents once the frames are decoded, twice), written at offsets into an
-    uncompressed shard on this machine's filesystem (not a store's objects)."""
+    frames are of known sizes (an image's is known once it is encoded; an --encoder
+    needs pixel input), written at offsets into an uncompressed shard on this machine's
+    filesystem (not a store's objects)."""
     if config.inputs.kind != "latents":
         return (f"pixel input ({config.inputs.kind}): an encoded frame's size is known "
                 "only once it is encoded")
-    if config.encoder.encodes_frames:
-        return "--encoder: an encoder's windows are known once its frames are decoded"
     if config.shards.compression != "none":
         return f"--compression {config.shards.compression}: a compressed stream cannot be " \
                "written at offsets"
@@ -75,7 +74,7 @@ def for_runner(config: JobConfig, runner: str, pipeline_args: list[str]) -> JobC
     if config.io.detach and is_local(runner):
         raise Refused(f"--detach: a local run ({runner}) is this process; --detach submits "
                       "a job to a distributed runner (e.g. --runner DataflowRunner) and exits")
-    shuffle = shuffle_mode(config.shards.shuffle, runner, config)   # the job's flags first
+    shuffle = shuffle_mode(runner, config)   # the job's flags first
     if runner != "DataflowRunner" and PipelineOptions(pipeline_args).view_as(
             TestOptions).dry_run:
         raise Refused(f"--dry_run: only DataflowRunner builds a job without running it; "
