@@ -1,4 +1,4 @@
-"""readers.format.tensor_proto reads what TensorFlow writes, as TensorFlow reads it, and
+"""beam_jobs.sources.tensor_proto reads what TensorFlow writes, as TensorFlow reads it, and
 refuses what is not a numeric TensorProto with one line."""
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensorflow.core.framework import tensor_pb2
 
-from readers.format.tensor_proto import DTYPES, TensorProtoError, parse_tensor
+from beam_jobs.sources.tensor_proto import DTYPES, TensorProtoError, parse_tensor
 
 TF_DTYPES = [tf.as_dtype(name) for name in DTYPES.values()]
 SHAPES = [(), (0,), (1,), (7,), (0, 3), (3, 0), (2, 3), (4, 1, 5), (2, 0, 2), (3, 2, 2, 2)]

@@ -21,10 +21,11 @@ from beam_jobs.core import ids, paths
 from beam_jobs.core.configs import JobConfig
 from beam_jobs.core.frames import BadRecord, Frame, check_finite
 from beam_jobs.core.records import FAILURES, failure
+from beam_jobs.sources import tensor_proto
 from beam_jobs.sources.base import SKIPPED, JoinKnown, Source
 from beam_jobs.sources.tfrecords import PagedRecord, Skipped, read_records
 from readers import format as data_format
-from readers.format import tensor_proto, video_rows, wire
+from readers.format import video_rows, wire
 from readers.format.tfrecord import Lost
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

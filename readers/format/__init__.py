@@ -16,8 +16,6 @@
 - `json_checks`: reading dataset.json's values with a one-line reason for each wrong one.
 - `codecs`: one codec per feature encoding: its wire bytes and how readers read them.
 - `wire`: the protobuf wire format of a tf.train.Example: encode, and find each feature.
-- `tensor_proto`: a TensorProto (`tf.io.serialize_tensor`'s bytes), read; the latent job's
-  input.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
 - `window_table`: the window table beside a shard: each record's video and valid frames,
@@ -36,7 +34,6 @@ inside its tf.data methods only.
 from readers.format import (  # noqa: F401 (submodules)
     codecs,
     index,
-    tensor_proto,
     tfds_info,
     tfrecord,
     video_rows,
