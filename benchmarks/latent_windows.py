@@ -22,9 +22,9 @@ from typing import Iterator
 
 import numpy as np
 
-from beam_jobs.cut.windows import window_starts
 from readers import format as data_format
 from readers.format.tfrecord import Lost, frame, read_frame
+from readers.format.windows import window_starts
 
 WINDOW, STRIDE, TAIL = 100, 50, "align_end"
 FRAME_SIZE, METADATA_LENGTH = 200, 4     # beam_jobs.sample's latents

@@ -29,11 +29,11 @@ import numpy as np
 import beam_jobs
 from beam_jobs.core.moments import ExactMoments
 from beam_jobs.cut.frame_stats import StoredFrameStats
-from beam_jobs.cut.keys import assign_split, parse_splits, window_key
-from beam_jobs.cut.windows import window_starts
 from readers import format as data_format
 from readers.format import tfds_info, tfrecord, video_rows, window_table
 from readers.format.channel_stats import empty_stats
+from readers.format.keys import assign_split, parse_splits, window_key
+from readers.format.windows import window_starts
 
 PNG_COMPRESS_LEVEL = 1   # beam_jobs/sources/media.py's: what the job stores PNG frames with
 

@@ -25,7 +25,7 @@ from helpers import (
 )
 
 from beam_jobs.core import ids
-from beam_jobs.cut import keys
+from readers.format import keys
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
 

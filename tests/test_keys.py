@@ -15,7 +15,7 @@ from helpers import (
 )
 
 from beam_jobs import make_shards
-from beam_jobs.cut.keys import assign_split, parse_splits, window_key
+from readers.format.keys import assign_split, parse_splits, window_key
 
 
 def test_parse_splits_reads_name_fraction_pairs():

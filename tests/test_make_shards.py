@@ -16,7 +16,7 @@ from helpers import (
     write_videos,
 )
 
-from beam_jobs.cut.windows import window_starts
+from readers.format.windows import window_starts
 
 pytestmark = pytest.mark.slow   # every test runs the job
 

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_jobs.cut.windows import stream_windows, window_starts
+from beam_jobs.cut.windows import stream_windows
+from readers.format.windows import window_starts
 
 frames = st.integers(0, 400)
 lengths = st.integers(1, 120)

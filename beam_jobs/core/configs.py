@@ -86,7 +86,7 @@ class WindowConfig:
     """windows: where windows start in a video."""
     window: int                     # frames per window, L
     stride: int                     # frames between starts (--window when not given)
-    tail: Literal["align_end", "drop", "pad"]   # cut/windows.py's Tail (TAIL_POLICIES)
+    tail: Literal["align_end", "drop", "pad"]   # readers/format/windows.py's Tail (TAIL_POLICIES)
 
     def to_json(self) -> dict:
         """dataset.json's "window"."""

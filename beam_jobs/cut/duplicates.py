@@ -36,7 +36,7 @@ ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process
 DUPLICATE_VIDEOS = "videos_skipped_as_duplicates"
 _ALIASES = "aliases"
 # The (split, keys) rows of windows to leave out, and the side input they make, as Beam
-# is told they are typed. A window key is unsigned 64-bit (cut/keys.py), and the coder
+# is told they are typed. A window key is unsigned 64-bit (readers/format/keys.py), and the coder
 # Beam gives an `int` it finds in an annotation, VarIntCoder, is signed 64-bit: a key
 # of 2**63 or more fails the job (Beam 2.78 reads the annotations that `from __future__
 # import annotations` leaves as strings, `_keys`'s among them). Told Any, Beam takes

@@ -35,11 +35,12 @@ from beam_jobs.core.records import (
     failure,
     planned,
 )
-from beam_jobs.cut import keys, windows
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
 from beam_jobs.cut.frame_stats import StoredFrameStats
+from beam_jobs.cut.windows import stream_windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
+from readers.format import keys, windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +146,7 @@ class CutWindows(beam.PTransform):
 class _CutVideo(beam.DoFn):
     """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
 
-    Frames stream through `windows.stream_windows` (at most L of them held) and each
+    Frames stream through `stream_windows` (cut/windows.py) (at most L of them held) and each
     window's example is emitted as soon as it is cut, so a long video never sits in
     memory. A video that fails half-way (labels that do not match its frame count, a
     file that breaks) has emitted some windows already: it gives, besides its failure
@@ -259,7 +260,7 @@ class _CutVideo(beam.DoFn):
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
         w = self._config.windows
-        for start, window in windows.stream_windows(frames, w.window, w.stride, w.tail):
+        for start, window in stream_windows(frames, w.window, w.stride, w.tail):
             values = self._window_values(window)
             if cut.stats is not None:
                 cut.stats.add_window(start, window, values)

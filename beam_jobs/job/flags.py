@@ -22,7 +22,6 @@ from beam_jobs.core.configs import (
     ShardsConfig,
     WindowConfig,
 )
-from beam_jobs.cut import keys, windows
 from beam_jobs.encoders import DEVICES, LATENT_DTYPES, LAYOUTS, EncoderError, check_extra
 from beam_jobs.job import command_line
 from beam_jobs.job.errors import Refused
@@ -30,6 +29,7 @@ from beam_jobs.outdir.claim import check_inputs
 from beam_jobs.outdir.inventory import OutputDirError
 from beam_jobs.sources import inputs
 from readers import format as data_format
+from readers.format import keys, windows
 from readers.format.numbers import SEEDS, whole_number_type
 
 PROG = "python -m beam_jobs.make_shards"

@@ -6,6 +6,8 @@
   the same words (`whole_number`, `whole_number_type`).
 - `versions`: the format version the job writes, those a reader reads, and what each
   changed.
+- `windows`: where windows start in T frames (`window_starts`).
+- `keys`: stable hashes: a video's split, a window's sort key in its split's shards.
 - `features`: a window example's features (`FeatureSpec`, `window_features`).
 - `spec`: dataset.json: DatasetSpec, written and read back, `load_spec`, `SpecError`.
 - `spec_checks`: dataset.json's values checked before a reader trusts them.
