@@ -21,8 +21,7 @@ import io
 import json
 import os
 import uuid
-import zlib
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -30,10 +29,11 @@ import beam_jobs
 from beam_jobs.core.moments import ExactMoments
 from beam_jobs.cut.frame_stats import StoredFrameStats
 from readers import format as data_format
-from readers.format import tfds_info, tfrecord, video_rows, window_table
+from readers.format import tfds_info, video_rows, writer
 from readers.format.channel_stats import empty_stats
-from readers.format.keys import assign_split, parse_splits, window_key
+from readers.format.keys import assign_split, parse_splits
 from readers.format.windows import window_starts
+from readers.format.writer import VideoWindows, WindowRecord
 
 PNG_COMPRESS_LEVEL = 1   # beam_jobs/sources/media.py's: what the job stores PNG frames with
 
@@ -105,16 +105,20 @@ class _Cut:
         self.features = data_format.window_features(
             window, 0 if first.metadata is None else len(first.metadata), self.label_shape)
         self.encoded = window.encoding in data_format.IMAGE_ENCODINGS
+        self.encode = data_format.ExampleEncoder(self.features)
 
     def starts(self, video: Video) -> list[int]:
         f = self.flags
         return window_starts(len(video.frames), f.window, f.stride, f.tail)
 
-    def examples(self, video: Video, starts: list[int], stats: StoredFrameStats):
-        """(key, example bytes, valid frames) of each window, its frames' statistics
-        added to `stats` as the job adds them (a latent sequence in one pass, pixels
-        and labels a window at a time)."""
+    def records(self, video: Video, starts: list[int], stats: StoredFrameStats
+                ) -> Iterator[WindowRecord]:
+        """The record of each window, its frames' statistics added to `stats` as the job
+        adds them (a latent sequence in one pass, pixels and labels a window at a
+        time)."""
         length, frames = self.flags.window, video.frames
+        windows = VideoWindows(self.flags.seed, video.video_id, video.metadata,
+                               lambda key, values: self.encode(values))
         whole = not self.pixels and video.labels is None   # the job's one-pass case
         if whole:
             stats.add_sequence(frames, starts, length)
@@ -135,54 +139,12 @@ class _Cut:
                 stats.add_window(start, list(frames[start:start + real]), values)
             if self.encoded:
                 values["window"] = stored[start:start + real] + [pad] * (length - real)
-            values.update(metadata=video.metadata, video_id=video.video_id.encode("utf-8"),
-                          start=np.int64(start))
-            yield (window_key(self.flags.seed, video.video_id, start),
-                   data_format.encode_example(self.features, values), real)
-
-
-def _gzip(data: bytes) -> bytes:
-    """A gzip stream as Beam's GZIP files write it (zlib's default level, mtime 0)."""
-    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    return compressor.compress(data) + compressor.flush()
+            yield windows.record(start, values)
 
 
 def _write(out: str, name: str, data: bytes) -> None:
     with open(os.path.join(out, name), "wb") as f:
         f.write(data)
-
-
-def _write_shards(out: str, split: str, records: list, flags: argparse.Namespace,
-                  run_id: str) -> list[data_format.Shard]:
-    """A split's records (key, example, video hash, valid) in key order (ties by the
-    example's bytes), cut into shards of counts that differ by at most one, each with
-    its index (uncompressed) and window table."""
-    records = sorted(records)
-    total = len(records)
-    if not total:
-        return []
-    count = max(1, min(flags.num_shards or 1, total))
-    shards = []
-    for i in range(count):
-        mine = records[i * total // count:(i + 1) * total // count]
-        name = data_format.shard_name(split, i, count, flags.compression, run_id)
-        frames = [tfrecord.frame(example) for _, example, _, _ in mine]
-        data = b"".join(frames)
-        offsets = np.cumsum([0] + [len(frame) for frame in frames]).tolist()
-        index, index_text = None, data_format.index.encode(offsets)
-        if flags.compression == "none":
-            index = data_format.index_name(name)
-            _write(out, index, index_text)
-        else:
-            data = _gzip(data)
-        _write(out, name, data)
-        table = data_format.table_name(name)
-        table_bytes = window_table.encode([video for _, _, video, _ in mine],
-                                          [valid for _, _, _, valid in mine], name, index_text)
-        _write(out, table, table_bytes)
-        shards.append(data_format.Shard(name, len(mine), index, len(data) if index else None,
-                                        table, window_table.crc32c(table_bytes)))
-    return shards
 
 
 def _frame(cut: _Cut, video: Video, flags: argparse.Namespace) -> dict:
@@ -218,9 +180,7 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         split = video.split or assign_split(flags.seed, video.video_id, flags.splits)
         starts = cut.starts(video)
         stats = StoredFrameStats(cut.features, pixels=False)
-        hashed = window_table.video_hash(video.video_id)
-        for key, example, valid in cut.examples(video, starts, stats):
-            records[split].append((key, example, hashed, valid))
+        records[split] += cut.records(video, starts, stats)
         for name, moments in stats.result().items():   # added exactly, as the job adds them
             exact = ExactMoments.of(moments)
             totals[split][name] = (totals[split][name].merge(exact) if name in totals[split]
@@ -239,10 +199,13 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
                    for row in rows)
     _write(out, sidecars["videos"], "".join(line for _, line in lines).encode("utf-8"))
     _write(out, sidecars["failures"], b"")
-    splits = {split: data_format.SplitInfo(
-                  **counts[split], shards=tuple(_write_shards(out, split, records[split],
-                                                              flags, run_id)))
-              for split in flags.splits}
+    splits = {}
+    for split in flags.splits:
+        shards, files = writer.split_files(split, records[split], flags.num_shards or 1,
+                                           flags.compression, run_id)
+        for name, data in files.items():
+            _write(out, name, data)
+        splits[split] = data_format.SplitInfo(**counts[split], shards=shards)
     files = [name for split in splits.values() for shard in split.shards
              for name in (shard.file, shard.index, shard.table) if name]
     given = {name: getattr(flags, name) for name in (

@@ -25,19 +25,20 @@ from beam_jobs.shuffle.plan import (
     bucket_of,
     num_shards_for,
     plan_shards,
-    shard_ranges,
 )
 from beam_jobs.shuffle.sorted_files import SortedSlice, read_sorted, write_sorted
 from beam_jobs.shuffle.write import WriteShuffledShards, segment_frames
 from beam_jobs.sources.latents import LatentVideo
 from readers import format as data_format
 from readers.format.tfrecord import frame
+from readers.format.writer import WindowRecord, shard_ranges
 
 
 def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
     rng = np.random.default_rng(seed)
     keys = [int(k) for k in rng.integers(0, 2 ** 63, count)]
-    return [KeyedExample("train" if i % 4 else "test", k, b"example-%d" % i, k % 7, i % 5)
+    return [KeyedExample("train" if i % 4 else "test",
+                         WindowRecord(k, b"example-%d" % i, k % 7, i % 5))
             for i, k in enumerate(keys)]
 
 
@@ -61,12 +62,13 @@ def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
         dropped = p | "NoneDropped" >> beam.Create([{}])
         written = (p | beam.Create(elements)
                    | WriteShuffledShards(run, config, beam.pvalue.AsSingleton(dropped)))
-        assert_that(written | beam.Map(lambda s: (s.split, s.index, s.examples)), equal_to(
-            [("train", 0, 18), ("train", 1, 19), ("train", 2, 19), ("train", 3, 19),
-             ("test", 0, 6), ("test", 1, 7), ("test", 2, 6), ("test", 3, 7)]))
+        counts = {"train": (18, 19, 19, 19), "test": (6, 7, 6, 7)}
+        assert_that(written | beam.Map(lambda s: (s.split, s.shard.file, s.shard.examples)),
+                    equal_to([(split, run.shard_name(split, i, 4, "none"), n)
+                              for split, each in counts.items() for i, n in enumerate(each)]))
     for split in ("train", "test"):
-        expected = sorted((e for e in elements if e.split == split), key=lambda e: e.key)
-        assert _shard_records(tmp_path / "out", split) == [e.example for e in expected]
+        expected = sorted(e.record for e in elements if e.split == split)
+        assert _shard_records(tmp_path / "out", split) == [r.example for r in expected]
 
 
 @pytest.mark.slow
@@ -75,7 +77,7 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
     makes a temp file per element and split; group mode has no per-bundle state, so its
     temp files are one per bucket, whatever the bundling."""
     elements = _examples(7, count=60)
-    dropped = {"train": frozenset({elements[1].key, elements[2].key})}
+    dropped = {"train": frozenset({elements[1].record.key, elements[2].record.key})}
     for mode in ("spill", "group"):
         run = RunDir(str(tmp_path / mode), "r1", str(tmp_path / f"{mode}-tmp"))
         config = ShardConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
@@ -87,15 +89,15 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
     temp = {mode: [f for _, _, files in os.walk(tmp_path / f"{mode}-tmp") for f in files]
             for mode in ("spill", "group")}
     assert len(temp["spill"]) == len(elements)       # one sorted file per element
-    train_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "train"}
-    test_buckets = {bucket_of(e.key, 5) for e in elements if e.split == "test"}
+    train_buckets = {bucket_of(e.record.key, 5) for e in elements if e.split == "train"}
+    test_buckets = {bucket_of(e.record.key, 5) for e in elements if e.split == "test"}
     assert len(temp["group"]) == len(train_buckets) + len(test_buckets) <= 10
     for split in ("train", "test"):
         spill, group = (_shard_records(tmp_path / m, split) for m in ("spill", "group"))
         assert spill == group
-        expected = sorted((e for e in elements if e.split == split
-                           and e.key not in dropped.get(split, ())), key=lambda e: e.key)
-        assert spill == [e.example for e in expected]
+        expected = sorted(e.record for e in elements if e.split == split
+                          and e.record.key not in dropped.get(split, ()))
+        assert spill == [r.example for r in expected]
         for mode in ("spill", "group"):   # each shard's window table: its records' facts
             tables = [_table(tmp_path / mode, data_format.shard_name(split, i, 4, "none", "r1"),
                              hi - lo) for i, (lo, hi) in enumerate(shard_ranges(len(expected), 4))]
@@ -239,7 +241,7 @@ def test_cut_windows_keys_and_counts():
         assert_that(sums, equal_to([("train", first, 10, [90.0, 100.0])]),
                     label="Sums")   # the short video stores no frame: no row
         starts = out.examples | beam.Map(
-            lambda e: tf.train.Example.FromString(e.example).features.feature["start"]
+            lambda e: tf.train.Example.FromString(e.record.example).features.feature["start"]
             .int64_list.value[0])
         assert_that(starts, equal_to([0, 3, 6]), label="Starts")
 

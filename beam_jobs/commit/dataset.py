@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 from beam_jobs import __version__
 from beam_jobs.commit.tally import Tally, empty_counts
 from beam_jobs.core.configs import WindowConfig
-from beam_jobs.core.records import WrittenShard
+from beam_jobs.core.records import SplitShard
 from readers import format as data_format
 from readers.format import tfds_info
 from readers.format.channel_stats import empty_stats, merge_stats
@@ -61,24 +61,23 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
     return dataset if base is None else extend(base, dataset)
 
 
-def _check_windows_in_shards(counts: Mapping[str, Mapping[str, int]], shards: Sequence[WrittenShard]
-                             ) -> None:
+def _check_windows_in_shards(counts: Mapping[str, Mapping[str, int]],
+                             shards: Sequence[SplitShard]) -> None:
     """RuntimeError when a split's shards do not hold as many examples as windows were
     cut for it (`counts`, per split in order)."""
     for split in counts:
-        in_shards = sum(s.examples for s in shards if s.split == split)
+        in_shards = sum(s.examples for of, s in shards if of == split)
         if in_shards != counts[split]["windows"]:
             raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
                                f"{counts[split]['windows']} windows cut")
 
 
-def _files(shards: Sequence[WrittenShard], sidecars: Sequence[str], compression: str
+def _files(shards: Sequence[SplitShard], sidecars: Sequence[str], compression: str
            ) -> tuple[str, ...]:
     """Every file of a run, sorted: its shards, their indexes and window tables, its
     side files and the TFDS files."""
-    return tuple(sorted([s.file for s in shards] + [s.offsets for s in shards if s.offsets]
-                        + [s.table for s in shards if s.table]
-                        + list(sidecars) + list(tfds_info.file_names(compression))))
+    return tuple(sorted([name for _, s in shards for name in (s.file, s.index, s.table)
+                         if name] + list(sidecars) + list(tfds_info.file_names(compression))))
 
 
 def _sidecars_by_kind(sidecars: Sequence[str], run_id: str) -> dict[str, str]:
@@ -87,14 +86,11 @@ def _sidecars_by_kind(sidecars: Sequence[str], run_id: str) -> dict[str, str]:
             if name == data_format.sidecar_name(kind, run_id)}
 
 
-def _splits(counts: Mapping[str, Mapping[str, int]], shards: Sequence[WrittenShard]
+def _splits(counts: Mapping[str, Mapping[str, int]], shards: Sequence[SplitShard]
             ) -> dict[str, data_format.SplitInfo]:
     """Per split (`counts`' keys, in order), its counts and its shards."""
     return {split: data_format.SplitInfo(
-                **counts[split],
-                shards=tuple(data_format.Shard(s.file, s.examples, s.offsets, s.bytes, s.table,
-                                               s.table_crc32c)
-                             for s in shards if s.split == split))
+                **counts[split], shards=tuple(s for of, s in shards if of == split))
             for split in counts}
 
 

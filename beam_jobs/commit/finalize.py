@@ -39,7 +39,7 @@ IDS_TWICE = "video_ids_twice"
 
 class FinalizeInputs(NamedTuple):
     """What `Finalize` takes through the pipe."""
-    shards: beam.PCollection       # WrittenShard, one per shard written
+    shards: beam.PCollection       # SplitShard, one per shard written
     videos: beam.PCollection       # VideoCount of every video that gave no failure
     failures: beam.PCollection     # failure rows
     bad_frames: beam.PCollection   # rows of bad_frames.jsonl
@@ -113,8 +113,8 @@ def finalize(tally: Tally, sidecars: list[str], stats: dict, *, run: RunDir,
 def _discard(run: RunDir, tally: Tally, whole: bool) -> None:
     """A run that does not commit: its shards, then its temp data (`whole`: its whole
     folder, which then holds nothing the next run needs to see)."""
-    storage.delete_files([run.output(name) for s in tally.shards
-                          for name in (s.file, s.offsets, s.table) if name], run.output_dir)
+    storage.delete_files([run.output(name) for _, s in tally.shards
+                          for name in (s.file, s.index, s.table) if name], run.output_dir)
     if whole:
         outdir.delete_run_folder(run)
     else:

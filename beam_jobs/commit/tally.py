@@ -9,7 +9,7 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from beam_jobs.commit.decide import Counts
-from beam_jobs.core.records import VideoCount, WrittenShard
+from beam_jobs.core.records import SplitShard, VideoCount
 
 SPLIT_COUNTS = ("videos", "windows", "skipped_short", "frames", "bad_frames")
 
@@ -50,7 +50,7 @@ _SUMMED = {FAILED: "failed", SKIPPED: "skipped", TWICE: "twice", REMEMBERED: "re
 
 
 class TallyFn(beam.CombineFn):
-    """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (SHARD, WrittenShard),
+    """(kind, value) rows -> a Tally: (VIDEO, VideoCount), (SHARD, SplitShard),
     (FAILED, records), (SKIPPED, 1), (TWICE, 1), (REMEMBERED, records). One step for
     every count and the shards, where a combine each would cost the job a fixed time
     each to build and run."""
@@ -61,7 +61,7 @@ class TallyFn(beam.CombineFn):
     def add_input(self, tally: Tally, row) -> Tally:
         kind, value = row
         if kind == SHARD:
-            shard: WrittenShard = value
+            shard: SplitShard = value
             tally.shards.append(shard)
             return tally
         if kind != VIDEO:

@@ -9,19 +9,18 @@ from typing import NamedTuple, Optional
 
 from beam_jobs.core import ids
 from beam_jobs.core.moments import VideoMoments
+from readers.format import Shard
+from readers.format.writer import WindowRecord
 
 FAILURES = "failures"   # the tagged output that carries failure rows
 _MAX_REASON = 300
 
 
 class KeyedExample(NamedTuple):
+    """A window on its way to its split's shards: its record (its example, its sort key
+    and its window table columns, so that no shard task parses it)."""
     split: str
-    key: int          # window_key(seed, video_id, start): the shuffled order of the split
-    example: bytes    # a serialized tf.train.Example
-    # What the shard's window table says of it (readers.format.window_table), carried
-    # beside the example through the shuffle so that no shard task parses it:
-    video: int = 0    # window_table.video_hash(video_id)
-    valid: int = 0    # its real frames: its mask's 1s
+    record: WindowRecord
 
 
 # The shuffle's record of a window planned for --shuffle place (cut -> shuffle, in place
@@ -88,17 +87,11 @@ class VideoStats(NamedTuple):
     sums: dict[str, VideoMoments]     # {feature: VideoMoments}
 
 
-class WrittenShard(NamedTuple):
+class SplitShard(NamedTuple):
+    """A shard the shuffle wrote (shuffle -> commit): its split, and what dataset.json
+    lists of it there. Ordered as the split lists its shards (their names number them)."""
     split: str
-    # A field named index hides tuple.index, which nothing here calls; the shuffle's
-    # writers (beam_jobs/shuffle) name it so.
-    index: int  # type: ignore[assignment]
-    file: str
-    examples: int
-    offsets: Optional[str] = None   # the shard's offset index file
-    bytes: Optional[int] = None     # its size (an uncompressed shard's)
-    table: Optional[str] = None     # its window table file
-    table_crc32c: Optional[int] = None   # the CRC its table's header holds
+    shard: Shard
 
 
 def failure(source: str, record_index: Optional[int], video_id: Optional[str],

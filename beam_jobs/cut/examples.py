@@ -41,6 +41,7 @@ from beam_jobs.cut.windows import stream_windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 from readers.format import keys, windows
+from readers.format.writer import VideoWindows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +88,10 @@ PLAN, WRITE = "plan", "write"
 class _Cut:
     """What one video gave so far: its windows' keys, frames read, bad frames (index,
     where, reason), the digest of its frames, the statistics of the frames it stores
-    (neither in a WRITE cut), the CRC32C of its frames' bytes; and what each of its
-    windows carries of its id (its UTF-8, the window table's hash), computed once a
-    video."""
+    (neither in a WRITE cut), the CRC32C of its frames' bytes; and its windows as
+    records (readers.format.writer)."""
     stats: Optional[StoredFrameStats]
-    id_bytes: bytes
-    video_hash: int
+    windows: VideoWindows
     keys: list[int] = dataclasses.field(default_factory=list)
     frames: int = 0
     bad: list = dataclasses.field(default_factory=list)
@@ -189,13 +188,13 @@ class _CutVideo(beam.DoFn):
         info: dict = {}
         content = self._placing != WRITE    # the second pass knows them from the first
         cut = _Cut(StoredFrameStats(self._features, self._pixels) if content else None,
-                   video.video_id.encode("utf-8"),
-                   data_format.window_table.video_hash(video.video_id),
+                   VideoWindows(self._config.seed, video.video_id, video.metadata,
+                                self._planned if self._placing == PLAN else self._example_bytes),
                    digest=FrameDigest(getattr(video, "metadata", None), digest_scheme)
                    if content else None)
         try:
             for example in self._examples(video, split, info, cut):
-                cut.keys.append(example.key)
+                cut.keys.append(example.record.key)
                 yield example
         except BadRecord as e:
             self._progress.add(failures=1)
@@ -264,7 +263,7 @@ class _CutVideo(beam.DoFn):
             values = self._window_values(window)
             if cut.stats is not None:
                 cut.stats.add_window(start, window, values)
-            yield self._example(video, split, start, values, cut)
+            yield KeyedExample(split, cut.windows.record(start, values))
 
     def _slices(self, video, sequence: np.ndarray, split: str,
                 cut: "_Cut") -> Iterator[KeyedExample]:
@@ -285,18 +284,16 @@ class _CutVideo(beam.DoFn):
             if len(window) < length:      # a padded tail window
                 pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
                 window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
-            yield self._example(video, split, start, {"window": window, "mask": mask}, cut)
+            yield KeyedExample(split, cut.windows.record(start, {"window": window, "mask": mask}))
 
-    def _example(self, video, split: str, start: int, values: dict,
-                 cut: "_Cut") -> KeyedExample:
-        """A window's keyed example (a PLAN cut: its planned record); `values` holds
-        window, mask (and labels)."""
-        values.update(metadata=video.metadata, video_id=cut.id_bytes, start=np.int64(start))
-        key = self._config.key(video.video_id, start)
-        example = (planned(key, self._encode_example.frame_size(values))
-                   if self._placing == PLAN else self._encode_example(values))
-        return KeyedExample(split, key, example, cut.video_hash,
-                            int(np.count_nonzero(values["mask"])))
+    def _example_bytes(self, key: int, values: dict) -> bytes:
+        """A window's example."""
+        return self._encode_example(values)
+
+    def _planned(self, key: int, values: dict) -> bytes:
+        """A PLAN cut's record of a window, in place of its example: its key and the
+        size of its frame."""
+        return planned(key, self._encode_example.frame_size(values))
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""

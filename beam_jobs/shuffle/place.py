@@ -48,13 +48,14 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_jobs.core import paths, progress
-from beam_jobs.core.records import Checked, KeyedExample, WrittenShard, planned_fields
+from beam_jobs.core.records import Checked, KeyedExample, SplitShard, planned_fields
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import ShardConfig
-from beam_jobs.shuffle.plan import ShardTask, shard_ranges
+from beam_jobs.shuffle.plan import ShardTask
 from beam_jobs.shuffle.write import segment_frames, shard_tasks, write_side_files
 from readers.format import tfrecord
 from readers.format.tfrecord import FOOTER_BYTES, HEADER_BYTES
+from readers.format.writer import shard_ranges
 
 _PLACEMENTS = "placements"
 OPEN_SHARDS = 256   # shard files a PlaceWindows worker keeps open
@@ -116,7 +117,7 @@ class SplitPlan(NamedTuple):
 
 
 class WriteInPlace(beam.PTransform):
-    """A PLAN cut's records -> PCollection[WrittenShard], each window written once at
+    """A PLAN cut's records -> PCollection[SplitShard], each window written once at
     its place (the module's docstring). `first`: the PLAN cut's Checked rows; `read`:
     the source's read (videos, failures, skipped), run again; `cut`: a WRITE cut."""
 
@@ -137,7 +138,7 @@ class WriteInPlace(beam.PTransform):
 
 
 class PlannedShards(NamedTuple):
-    shards: beam.PCollection       # WrittenShard, its frames yet to be written
+    shards: beam.PCollection       # SplitShard, its frames yet to be written
     placements: beam.PCollection   # Placement, one a shard with windows
 
 
@@ -208,34 +209,35 @@ class PlaceWindows(beam.DoFn):
     def start_bundle(self):
         self._written: collections.Counter[str] = collections.Counter()
 
-    def process(self, example: KeyedExample, placements: list[Placement], dropped: Any):
-        if example.key in dropped.get(example.split, ()):
+    def process(self, element: KeyedExample, placements: list[Placement], dropped: Any):
+        split, (window_key, example, _, _) = element
+        if window_key in dropped.get(split, ()):
             return
-        plan, first_keys, shards, shard_paths = self._plan(example.split, placements)
-        i = bisect.bisect_right(first_keys, example.key) - 1
+        plan, first_keys, shards, shard_paths = self._plan(split, placements)
+        i = bisect.bisect_right(first_keys, window_key) - 1
         shard = shards[max(i, 0)]
         keys = plan.keys[shard.first:shard.first + shard.records]
-        key = np.uint64(example.key)
+        key = np.uint64(window_key)
         at = int(np.searchsorted(keys, key))
         if i < 0 or at == len(keys) or keys[at] != key:
-            raise CannotPlace(_changed(f"a window of split {example.split} (key "
-                                       f"{example.key:#018x}) that the first pass did not "
+            raise CannotPlace(_changed(f"a window of split {split} (key "
+                                       f"{window_key:#018x}) that the first pass did not "
                                        "plan"))
         following = (keys[at + 1] if at + 1 < len(keys) else
                      first_keys[i + 1] if i + 1 < len(first_keys) else None)
         if following == key:
             raise CannotPlace(
-                f"two windows of split {example.split} share the key {example.key:#018x} "
+                f"two windows of split {split} share the key {window_key:#018x} "
                 "(a 64-bit collision of their ids and starts): --shuffle place cannot tell "
                 "their places apart; run again with --shuffle spill")
         row = shard.first + at
-        size = len(example.example) + tfrecord.FRAME_OVERHEAD
+        size = len(example) + tfrecord.FRAME_OVERHEAD
         if size != plan.sizes[row]:
             raise CannotPlace(_changed(f"a window of {size} bytes where the first pass "
                                        f"planned {plan.sizes[row]}"))
         path = shard_paths[i]
-        os.pwritev(self._file(path), [tfrecord.header(len(example.example)), example.example,
-                                      tfrecord.footer(example.example)], int(plan.starts[row]))
+        os.pwritev(self._file(path), [tfrecord.header(len(example)), example,
+                                      tfrecord.footer(example)], int(plan.starts[row]))
         self._written[path] += 1
         self._bytes.inc(size)
 
@@ -295,7 +297,7 @@ class CheckPlaced(beam.PTransform):
         shards, written, first, second = inputs
         unwritten = (
             {"planned": shards | "PlannedFrames" >> beam.Map(
-                lambda s, output_dir: (paths.join(output_dir, s.file), s.examples),
+                lambda s, output_dir: (paths.join(output_dir, s.shard.file), s.shard.examples),
                 self._output_dir),
              "written": written | "WrittenFrames" >> beam.CombinePerKey(sum)}
             | "JoinFrames" >> beam.CoGroupByKey()
@@ -330,7 +332,7 @@ def _changed_video(joined) -> list[str]:
                      "(frames, CRC32C)")]
 
 
-def _when_sound(shard: WrittenShard, problems: list[str]) -> WrittenShard:
+def _when_sound(shard: SplitShard, problems: list[str]) -> SplitShard:
     if problems:
         raise CannotPlace(f"{problems[0]}" + (f" (and {len(problems) - 1} more)"
                                                if len(problems) > 1 else ""))

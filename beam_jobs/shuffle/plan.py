@@ -15,6 +15,7 @@ import math
 from typing import Mapping, NamedTuple, Optional, Sequence
 
 from readers import format as data_format
+from readers.format.writer import shard_ranges
 
 
 class BucketSpan(NamedTuple):
@@ -78,13 +79,6 @@ def num_shards_for(windows: int, nbytes: int, num_shards: Optional[int],
     nor than shard names can number."""
     wanted = num_shards if num_shards else math.ceil(nbytes / shard_bytes)
     return max(1, min(wanted, windows, data_format.MAX_SHARDS))
-
-
-def shard_ranges(total: int, num_shards: int) -> list[tuple[int, int]]:
-    """The rank range [lo, hi) of each of `num_shards` shards of `total` records: counts
-    that differ by at most one."""
-    return [(i * total // num_shards, (i + 1) * total // num_shards)
-            for i in range(num_shards)]
 
 
 def plan_shards(files: Sequence[SortedFile], splits: Sequence[str], num_buckets: int,

@@ -2,9 +2,9 @@
 will hold them, with an index of their keys and offsets at the end.
 
 A sorted file is what the shuffle writes to temp storage: a spill of one worker's buffer
-(spill mode) or one whole bucket (group mode), its (key, example, video, valid) records
-already in order. (External sorting calls these "runs"; here a run is only ever one
-execution of the job.) The layout:
+(spill mode) or one whole bucket (group mode), its records (readers.format.writer's
+`WindowRecord`: key, example, video, valid) already in order. (External sorting calls
+these "runs"; here a run is only ever one execution of the job.) The layout:
 
     frame 0 ... frame n-1 | (key, offset, video, valid) of record 0 ... n-1 | n | MAGIC
 
@@ -44,14 +44,12 @@ from readers.format.tfrecord import (
     read_exactly,
     read_frame,
 )
+from readers.format.writer import WindowRecord
 
 MAGIC = b"VWSSRT04"
 _ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8"), ("video", "<u8"), ("valid", "<u4")])
 _TRAILER = struct.Struct("<Q8s")
 
-# (key, example, video, valid): sorted files hold them in this order (a key's ties by
-# their examples' bytes); video and valid are the window table's (KeyedExample's)
-Record = tuple[int, bytes, int, int]
 
 
 class Written(NamedTuple):
@@ -61,8 +59,8 @@ class Written(NamedTuple):
     size: int         # bytes of the file: the frames, the index and the trailer
 
 
-def write_sorted(path: str, records: Iterable[Record]) -> Written:
-    """Write sorted (key, example, video, valid) `records` as a sorted file."""
+def write_sorted(path: str, records: Iterable[WindowRecord]) -> Written:
+    """Write sorted `records` as a sorted file."""
     keys, offsets, videos, valid, at = [], [], [], [], 0
     with streams.create(path) as f:
         for key, example, video, frames in records:
@@ -120,8 +118,8 @@ class SortedSlice:
                 yield data
 
 
-def read_sorted(path: str, start: int, stop: int) -> Iterator[Record]:
-    """Records [start, stop) of a sorted file as (key, example, video, valid), each
+def read_sorted(path: str, start: int, stop: int) -> Iterator[WindowRecord]:
+    """Records [start, stop) of a sorted file, each
     frame's CRCs checked (sort_bounded's merge: the examples go on to be framed again)."""
     piece = SortedSlice(path, start, stop)
     with streams.open_range(path, piece.begin, piece.end) as f:
@@ -129,18 +127,19 @@ def read_sorted(path: str, start: int, stop: int) -> Iterator[Record]:
             example = read_frame(f)
             if example is None or isinstance(example, Lost):   # a temp file of this job's:
                 raise OSError(f"{path}: {example.reason if example else 'ends early'}")
-            yield key, example, video, valid
+            yield WindowRecord(key, example, video, valid)
 
 
-def sort_bounded(records: Iterable[Record], budget: int,
-                 sorting: Callable[[int], None] = lambda nbytes: None) -> Iterator[Record]:
-    """`records` (Record) in sorted order, never holding much more than `budget`
+def sort_bounded(records: Iterable[WindowRecord], budget: int,
+                 sorting: Callable[[int], None] = lambda nbytes: None
+                 ) -> Iterator[WindowRecord]:
+    """`records` in sorted order, never holding much more than `budget`
     bytes of examples: sorted in memory when they fit; else sorted `budget` at a time,
     each chunk written as a sorted file to this machine's local disk (a temp directory,
     removed when the iterator ends or is closed), and the chunks merged as streams
     (heapq.merge, one record and one open file per chunk). `sorting(nbytes)` is told
     each in-memory sort's bytes."""
-    chunk: list[Record] = []
+    chunk: list[WindowRecord] = []
     held = 0
     with tempfile.TemporaryDirectory(prefix="sort-") as local:
         spilled: list[tuple[str, int]] = []

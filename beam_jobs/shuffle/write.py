@@ -42,7 +42,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs.core import paths, progress, streams, writeback
 from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.one_behind import OneBehind
-from beam_jobs.core.records import KeyedExample, WrittenShard
+from beam_jobs.core.records import KeyedExample, SplitShard
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
 from beam_jobs.shuffle.plan import (
@@ -54,7 +54,6 @@ from beam_jobs.shuffle.plan import (
     plan_shards,
 )
 from beam_jobs.shuffle.sorted_files import (
-    Record,
     SortedSlice,
     Written,
     allow_open_files,
@@ -62,7 +61,9 @@ from beam_jobs.shuffle.sorted_files import (
     write_sorted,
 )
 from readers import format as data_format
+from readers.format import writer
 from readers.format.tfrecord import FOOTER_BYTES, FRAME_OVERHEAD, HEADER_BYTES
+from readers.format.writer import WindowRecord
 
 
 def _count_temp(written: Optional[list[Written]]) -> None:
@@ -85,7 +86,7 @@ def example_frame_bytes(example: bytes) -> int:
     return len(example) + FRAME_OVERHEAD
 
 
-def _bucket_spans(records: list[Record], num_buckets: int,
+def _bucket_spans(records: list[WindowRecord], num_buckets: int,
                   frame_bytes: Callable[[bytes], int]) -> tuple[BucketSpan, ...]:
     """Where each bucket present lies in sorted records, and the bytes its records take
     in shards (`frame_bytes` of each one's example)."""
@@ -125,13 +126,12 @@ class _Spill(beam.DoFn):
         self._behind = OneBehind("spill")
 
     def start_bundle(self):
-        self._buffers: dict[str, list[Record]] = collections.defaultdict(list)
+        self._buffers: dict[str, list[WindowRecord]] = collections.defaultdict(list)
         self._buffered = 0
 
     def process(self, element: KeyedExample):
-        self._buffers[element.split].append(
-            (element.key, element.example, element.video, element.valid))
-        self._buffered += len(element.example) + HELD_PER_RECORD
+        self._buffers[element.split].append(element.record)
+        self._buffered += len(element.record.example) + HELD_PER_RECORD
         if self._buffered >= self._spill_bytes:
             yield from self._spill()
 
@@ -164,11 +164,11 @@ class _Spill(beam.DoFn):
         self._buffered = 0
 
 
-def _write_spill(files: list[tuple[str, list[Record]]]) -> list[Written]:
+def _write_spill(files: list[tuple[str, list[WindowRecord]]]) -> list[Written]:
     return [write_sorted(path, _letting_go(records)) for path, records in files]
 
 
-def _letting_go(records: list[Record]) -> Iterator[Record]:
+def _letting_go(records: list[WindowRecord]) -> Iterator[WindowRecord]:
     """The records in order, each dropped from the list as it is handed out."""
     records.reverse()
     while records:
@@ -272,25 +272,15 @@ class WriteShard(beam.DoFn):
 
 
 def write_side_files(output_dir: str, task: ShardTask, name: str, offsets: list[int],
-                     videos: list[int], valid: list[int], compression: str) -> WrittenShard:
-    """A shard's offset index (uncompressed shards: `offsets`, where each of its frames
-    starts, then its end) and its window table (each record's video hash and valid
-    frames), written beside it in `output_dir`; what the commit lists of it."""
-    index, index_text = None, data_format.index.encode(offsets)
-    if compression == "none":   # a gzip stream cannot be entered mid-way
-        index = data_format.index_name(name)
-        _write(paths.join(output_dir, index), index_text)
-    table, table_bytes = data_format.table_name(name), data_format.window_table.encode(
-        videos, valid, name, index_text)
-    _write(paths.join(output_dir, table), table_bytes)
-    return WrittenShard(task.split, task.index, name, len(offsets) - 1, index,
-                        offsets[-1] if index else None, table,
-                        data_format.window_table.crc32c(table_bytes))
-
-
-def _write(path: str, data: bytes) -> None:
-    with streams.create(path) as f:
-        f.write(data)
+                     videos: list[int], valid: list[int], compression: str) -> SplitShard:
+    """A shard's side files (readers.format.writer.side_files: `offsets`, where each of
+    its frames starts, then its end; its records' video hashes and valid frames), written
+    beside it in `output_dir`; what the commit lists of it."""
+    shard, files = writer.side_files(name, offsets, videos, valid, compression)
+    for file, data in files.items():
+        with streams.create(paths.join(output_dir, file)) as f:
+            f.write(data)
+    return SplitShard(task.split, shard)
 
 
 def list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:
@@ -304,7 +294,7 @@ def list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[S
 
 
 class WriteShuffledShards(beam.PTransform):
-    """PCollection[KeyedExample] -> PCollection[WrittenShard], written to the run's
+    """PCollection[KeyedExample] -> PCollection[SplitShard], written to the run's
     output directory, in `config.mode`.
 
     `dropped` is a singleton side input: per split, the keys of windows to leave out.
@@ -335,8 +325,7 @@ def shard_tasks(examples, run: RunDir, config: ShardConfig, dropped,
     if config.mode == "group":
         files = (examples
                  | "KeyByBucket" >> beam.Map(lambda e: (
-                     (e.split, bucket_of(e.key, config.num_buckets)),
-                     (e.key, e.example, e.video, e.valid)))
+                     (e.split, bucket_of(e.record.key, config.num_buckets)), e.record))
                  | "GroupBuckets" >> beam.GroupByKey()
                  | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
     else:

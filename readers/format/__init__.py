@@ -22,6 +22,8 @@
 - `index`: the offset index beside an uncompressed shard.
 - `window_table`: the window table beside a shard: each record's video and valid frames,
   what a reader selects by.
+- `writer`: how windows become a dataset's bytes, the job's and a plain writer's one core:
+  records, a shard's side files and its `Shard`, a plain writer's shards.
 - `tfds_info`: dataset_info.json (features.json before format 5), what TensorFlow
   Datasets reads.
 - `videos_file`: a dataset's videos file checked against its dataset.json.

@@ -5,8 +5,10 @@ import dataclasses
 from typing import Optional
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)
 class Shard:
+    """A shard as its split lists it. Ordered by file name, which numbers a run's shards
+    of a split."""
     file: str
     examples: int
     index: Optional[str] = None   # its offset index (uncompressed shards only)

@@ -1,0 +1,113 @@
+"""How windows become a dataset's bytes, in one place: a window as a record (its example,
+its sort key and its window table columns), a shard's side files and the `Shard`
+dataset.json lists, and a plain shard writer.
+
+The Beam job and a plain writer share this core, as TensorFlow Datasets' `BeamWriter`
+and its `Writer` share theirs: the job's DoFns (beam_jobs/cut/examples.py,
+beam_jobs/shuffle) are thin wrappers that move records and write files through Beam's
+storage, and tests/format_datasets.py writes the same bytes for the same videos with
+numpy alone (tests/test_format_datasets.py checks every file against job runs).
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+from readers.format import index, tfrecord, window_table
+from readers.format.keys import window_key
+from readers.format.names import index_name, shard_name, table_name
+from readers.format.splits import Shard
+
+
+class WindowRecord(NamedTuple):
+    """One window as its shard holds it. Records sort as a split's shards hold them: by
+    key, then by example bytes (a 64-bit key collision)."""
+    key: int       # window_key(seed, video id, start): its place in its split's shards
+    example: bytes # its serialized tf.train.Example
+    video: int     # window_table.video_hash(video id): its row of the window table
+    valid: int     # its real frames (its mask's 1s): its row of the window table
+
+
+class VideoWindows:
+    """One video's windows as records: what each window carries of its video (its id's
+    UTF-8, its metadata, the table's hash) computed once a video. `encode(key, values)`
+    makes a record's bytes from the window's values (an `ExampleEncoder` of the
+    dataset's features, given as `lambda key, values: encoder(values)`)."""
+
+    def __init__(self, seed: int, video_id: str, metadata: Any,
+                 encode: Callable[[int, dict], bytes]):
+        self._seed, self._id, self._metadata, self._encode = seed, video_id, metadata, encode
+        self._id_bytes = video_id.encode("utf-8")
+        self.video = window_table.video_hash(video_id)
+
+    def record(self, start: int, values: dict) -> WindowRecord:
+        """The record of the window at `start`; `values` holds its window, mask (and
+        labels), and gets its metadata, video id and start."""
+        values.update(metadata=self._metadata, video_id=self._id_bytes, start=np.int64(start))
+        key = window_key(self._seed, self._id, start)
+        return WindowRecord(key, self._encode(key, values), self.video,
+                            int(np.count_nonzero(values["mask"])))
+
+
+def side_files(name: str, offsets: Sequence[int], videos: Sequence[int],
+               valid: Sequence[int], compression: str) -> tuple[Shard, dict[str, bytes]]:
+    """Shard `name`'s side files, by name: its offset index (uncompressed shards; a gzip
+    stream cannot be entered mid-way) and its window table; and what dataset.json lists
+    of it. `offsets`: where each of its frames starts uncompressed, then its end;
+    `videos` and `valid`: its records' window table columns, in order."""
+    index_text = index.encode(offsets)
+    files = {}
+    index_file = None
+    if compression == "none":
+        index_file = index_name(name)
+        files[index_file] = index_text
+    table = table_name(name)
+    files[table] = window_table.encode(videos, valid, name, index_text)
+    return Shard(name, len(offsets) - 1, index_file, offsets[-1] if index_file else None,
+                 table, window_table.crc32c(files[table])), files
+
+
+def gzip(data: bytes) -> bytes:
+    """A gzip stream as Beam's GZIP files write it (zlib's default level, mtime 0)."""
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    return compressor.compress(data) + compressor.flush()
+
+
+def shard_files(name: str, records: Iterable[WindowRecord], compression: str
+                ) -> tuple[Shard, dict[str, bytes]]:
+    """A plain writer's shard `name` of `records`, in the order given: every file of it
+    by name (the shard, framed and compressed as the job writes it, and its side files),
+    and what dataset.json lists of it. In memory: for small datasets."""
+    frames, videos, valid = [], [], []
+    for record in records:
+        frames.append(tfrecord.frame(record.example))
+        videos.append(record.video)
+        valid.append(record.valid)
+    offsets = np.cumsum([0] + [len(frame) for frame in frames]).tolist()
+    shard, files = side_files(name, offsets, videos, valid, compression)
+    data = b"".join(frames)
+    return shard, {name: data if compression == "none" else gzip(data), **files}
+
+
+def shard_ranges(total: int, num_shards: int) -> list[tuple[int, int]]:
+    """The rank range [lo, hi) of each of `num_shards` shards of a split's `total`
+    records, in its order: counts that differ by at most one."""
+    return [(i * total // num_shards, (i + 1) * total // num_shards)
+            for i in range(num_shards)]
+
+
+def split_files(split: str, records: Iterable[WindowRecord], num_shards: int,
+                compression: str, run_id: str) -> tuple[tuple[Shard, ...], dict[str, bytes]]:
+    """A plain writer's split: its records in order, cut into `num_shards` shards (at
+    most one a record; none for no record), and every file of each."""
+    ordered = sorted(records)
+    count = min(num_shards, len(ordered))
+    shards, files = [], {}
+    for i, (lo, hi) in enumerate(shard_ranges(len(ordered), count)):
+        shard, made = shard_files(shard_name(split, i, count, compression, run_id),
+                                  ordered[lo:hi], compression)
+        shards.append(shard)
+        files.update(made)
+    return tuple(shards), files
