@@ -1,14 +1,16 @@
-"""Small datasets written through readers/format alone, with numpy: no Beam, no
-TensorFlow. For the reader tests that need no job (tests/readers_only/).
+"""Small datasets written through readers/format alone (its writer core, the job's),
+with numpy: no Beam, no TensorFlow, nothing of beam_jobs/. For the reader tests that
+need no job (tests/readers_only/).
 
 `write_dataset(out, videos, *flags)` writes what the job writes for the same videos and
 flags: the shards (each split's windows in key order, cut into shards whose counts differ
 by at most one), their offset indexes and window tables, the videos and failures files,
 dataset.json (`DatasetSpec.to_json`, statistics included) and dataset_info.json, byte for
 byte; tests/test_format_datasets.py checks that against the job for every kind of
-`KIND_FLAGS`. Two things a reader never reads are the job's to know: the flags dataset.json
-records (by default only those given here) and each video's content digest in the videos
-file (empty unless `digest` is given). Every dataset written passes `--verify`.
+`KIND_FLAGS`. Three things a reader never reads are the job's to know: the flags
+dataset.json records (by default only those given here), the job's version (none unless
+`job_version` is given) and each video's content digest in the videos file (empty unless
+`digest` is given). Every dataset written passes `--verify`.
 
 `kinds(root)` writes the small datasets of conftest.py's KINDS (but bfloat16, whose
 arrays need TensorFlow or ml_dtypes) from the same videos (`kind_videos`).
@@ -25,13 +27,11 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-import beam_jobs
-from beam_jobs.core.moments import ExactMoments
-from beam_jobs.cut.frame_stats import StoredFrameStats
 from readers import format as data_format
-from readers.format import tfds_info, video_rows, writer
-from readers.format.channel_stats import empty_stats
+from readers.format import dataset_json, tfds_info, video_rows, writer
+from readers.format.frame_stats import StoredFrameStats
 from readers.format.keys import assign_split, parse_splits
+from readers.format.moments import ExactMoments
 from readers.format.windows import window_starts
 from readers.format.writer import VideoWindows, WindowRecord
 
@@ -159,13 +159,15 @@ def _frame(cut: _Cut, video: Video, flags: argparse.Namespace) -> dict:
 
 def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str] = None,
                   recorded_flags: Optional[dict] = None, label_names: Optional[list] = None,
-                  digest: Optional[Callable[[Video], str]] = None) -> str:
+                  digest: Optional[Callable[[Video], str]] = None,
+                  job_version: Optional[str] = None) -> str:
     """Write the dataset the job writes into `out` for `videos` and the job's flags
     `argv` (--window, --stride, --tail, --splits, --num_shards, --seed, --compression,
     --frame_encoding, --jpeg_quality, --homepage); its path. Every video has windows or
     is too short (no bad frames, no failures). `recorded_flags`: the flags dataset.json
     records (default: those given); `label_names`: the labels' header; `digest`: each
-    video's content digest in the videos file (default: none)."""
+    video's content digest in the videos file (default: none); `job_version`: the job's
+    version dataset.json records (default: none)."""
     flags = _flags(argv)
     out = str(out)
     os.makedirs(out, exist_ok=True)
@@ -206,29 +208,25 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         for name, data in files.items():
             _write(out, name, data)
         splits[split] = data_format.SplitInfo(**counts[split], shards=shards)
-    files = [name for split in splits.values() for shard in split.shards
-             for name in (shard.file, shard.index, shard.table) if name]
     given = {name: getattr(flags, name) for name in (
         "window", "stride", "tail", "splits", "num_shards", "seed", "compression",
         *(("frame_encoding", "jpeg_quality") if cut.pixels else ()), "homepage")}
-    spec = data_format.DatasetSpec(
+    spec = dataset_json.run_dataset(
         window={"length": flags.window, "stride": flags.stride, "tail": flags.tail},
-        features=tuple(cut.features), compression=flags.compression, splits=splits,
-        flags=recorded_flags if recorded_flags is not None else given, run_id=run_id,
-        generations=(data_format.Generation(
+        features=cut.features, compression=flags.compression, splits=splits,
+        generation=data_format.Generation(
             run_id, sum(c["videos"] for c in counts.values()),
             sum(c["windows"] for c in counts.values()),
-            sum(c["skipped_short"] for c in counts.values()), 0, 0, beam_jobs.__version__,
-            data_format.FORMAT_VERSION),),
-        files=tuple(sorted(files + list(sidecars.values())
-                           + list(tfds_info.file_names(flags.compression)))),
-        job_version=beam_jobs.__version__, input_kind="manifest" if cut.pixels else "latents",
-        frame=_frame(cut, videos[0], flags), sidecars=sidecars,
+            sum(c["skipped_short"] for c in counts.values()), 0, 0, job_version,
+            data_format.FORMAT_VERSION),
+        sidecars=list(sidecars.values()),
+        stats={split: {name: moments.stats() for name, moments in totals[split].items()}
+               for split in flags.splits},
+        flags=recorded_flags if recorded_flags is not None else given,
+        job_version=job_version, input_kind="manifest" if cut.pixels else "latents",
+        frame=_frame(cut, videos[0], flags),
         labels=None if cut.label_shape is None else {
-            "shape": list(cut.label_shape), "names": label_names, "masked_value": 0.0},
-        stats={split: {**empty_stats(cut.features),
-                       **{name: moments.stats() for name, moments in totals[split].items()}}
-               for split in flags.splits})
+            "shape": list(cut.label_shape), "names": label_names, "masked_value": 0.0})
     _write(out, data_format.DATASET_JSON, spec.to_json().encode("utf-8"))
     for name, data in tfds_info.files(spec).items():
         _write(out, name, data)

@@ -3,7 +3,7 @@ datasets (tests/readers_only/) test what a job run gives: for every kind of KIND
 (conftest.py's `kinds`, built by the job from the same videos) and for padded tails,
 every file byte for byte (shards, indexes, window tables, side files, dataset.json with
 its statistics, dataset_info.json), given what only the job knows: the run id, the flags
-dataset.json records and each video's content digest."""
+dataset.json records, its version and each video's content digest."""
 import json
 import os
 
@@ -25,6 +25,7 @@ def _job_knows(path) -> dict:
     with open(sidecar(path, "videos")) as f:
         digests = {row["video_id"]: row["digest"] for row in map(json.loads, f)}
     return {"run_id": meta["run_id"], "recorded_flags": meta["flags"],
+            "job_version": meta["job_version"],
             "digest": lambda video: digests[video.video_id]}
 
 

@@ -287,8 +287,8 @@ def test_videos_sums_are_added_exactly_whatever_their_order_and_batches(rng, mon
     from fractions import Fraction
 
     from beam_jobs.commit.split_stats import SplitStatsFn
-    from beam_jobs.core import moments
-    from beam_jobs.core.moments import VideoMoments, _exact_column_sums
+    from readers.format import moments
+    from readers.format.moments import VideoMoments, _exact_column_sums
 
     def exact(values):
         return [sum(int(Fraction(float(v)) * 2 ** 1074) for v in column)

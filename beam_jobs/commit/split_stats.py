@@ -1,10 +1,10 @@
 """The dataset's statistics per split (readers/format/channel_stats.py), combined from the
-sums of the frames each video stores (cut/frame_stats.py), with no gather.
+sums of the frames each video stores (readers/format/frame_stats.py), with no gather.
 
 A video's sums are left out where the shard writer leaves its windows out: by the key of
 its first window among the dropped keys (a copy of a duplicate id, a video whose frames
 another has; a video that failed half-way gives none). The rest are added per split by a
-CombineFn, exactly and in any order (core/moments.py), 256 videos at a time in one
+CombineFn, exactly and in any order (readers/format/moments.py), 256 videos at a time in one
 vectorised pass: a few numbers a channel travel, never frames. On the local runner each
 video's sums (four float64 a channel: 6.4 KB at 200) wait in memory once, for the
 dropped keys, as the videos' own rows do.
@@ -15,9 +15,9 @@ from typing import Optional
 
 import apache_beam as beam
 
-from beam_jobs.core.moments import ExactMoments, VideoMoments
 from beam_jobs.core.records import VideoStats
 from readers.format.channel_stats import ChannelStats
+from readers.format.moments import ExactMoments, VideoMoments
 
 
 class _Sums:

@@ -8,8 +8,8 @@ import struct
 from typing import NamedTuple, Optional
 
 from beam_jobs.core import ids
-from beam_jobs.core.moments import VideoMoments
 from readers.format import Shard
+from readers.format.moments import VideoMoments
 from readers.format.writer import WindowRecord
 
 FAILURES = "failures"   # the tagged output that carries failure rows

@@ -36,11 +36,11 @@ from beam_jobs.core.records import (
     planned,
 )
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
-from beam_jobs.cut.frame_stats import StoredFrameStats
 from beam_jobs.cut.windows import stream_windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 from readers.format import keys, windows
+from readers.format.frame_stats import StoredFrameStats
 from readers.format.writer import VideoWindows
 
 

@@ -11,8 +11,11 @@
 - `features`: a window example's features (`FeatureSpec`, `window_features`).
 - `spec`: dataset.json: DatasetSpec, written and read back, `load_spec`, `SpecError`.
 - `spec_checks`: dataset.json's values checked before a reader trusts them.
+- `dataset_json`: dataset.json built, a run's and an `--append`'s.
 - `channel_stats`: the dataset's statistics per split, feature and channel
   (`ChannelStats`, `DatasetSpec.stats`): exact, mergeable, and how to normalise with them.
+- `moments`, `frame_stats`: the sums for the statistics, a video's (each stored frame
+  once) and a split's (added exactly, in any order).
 - `generations`: the runs that added a dataset's windows (`--append`), as dataset.json
   lists them.
 - `json_checks`: reading dataset.json's values with a one-line reason for each wrong one.

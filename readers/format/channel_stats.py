@@ -11,7 +11,7 @@ dataset.json keeps per channel the count, the mean and the sum of squared deviat
 from it (`m2`), in float64, with min and max: a form that merges (Chan, Golub and
 LeVeque's parallel update), so that an --append merges its generation's statistics into
 the dataset's without reading the old frames again. Within a run the job adds exact
-sums instead (beam_jobs/core/moments.py), so that a run's figures do not depend on the
+sums instead (readers/format/moments.py), so that a run's figures do not depend on the
 order its workers add them in.
 """
 from __future__ import annotations
@@ -266,7 +266,7 @@ def _parse_entry(d: Any, where: str, shape: tuple[int, ...], good: int) -> Chann
 _NULL_FOLLOWS = (("min", "mean"), ("max", "mean"), ("mean", "m2"), ("m2", "std"),
                  ("std", "m2"))
 # How far a figure may stray from another by rounding, relative: the job's are within
-# about 1e-12 (beam_jobs/core/moments.py); the rest is room for another writer's.
+# about 1e-12 (readers/format/moments.py); the rest is room for another writer's.
 RELATIVE_TOLERANCE = 1e-9
 
 

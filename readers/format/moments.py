@@ -1,6 +1,6 @@
-"""The job's sums for the dataset's statistics (readers/format/channel_stats.py): what the
-cut gives per video (`VideoMoments`) and commit/split_stats.py adds per split
-(`ExactMoments`).
+"""The sums for the dataset's statistics (readers/format/channel_stats.py): what a cut
+gives per video (`VideoMoments`) and a writer adds per split (`ExactMoments`; the job's
+commit/split_stats.py).
 
 Per channel (the last axis of a frame): the count of values, their sum and sum of
 squares, min and max. A video's sums are float64, from numpy over its frames (the same

@@ -1,9 +1,8 @@
-"""The sums for the statistics of the frames one video stores (core/moments.py,
-readers/format/channel_stats.py): each
-frame of its windows once, whatever the number of windows that hold it, and only those
-whose mask is 1 (not padding, not a bad frame); frames in no window (between windows
-when the stride is longer than a window, after the last one under `--tail drop`) are not
-stored and not counted.
+"""The sums for the statistics of the frames one video stores (moments.py,
+channel_stats.py): each frame of its windows once, whatever the number of windows that
+hold it, and only those whose mask is 1 (not padding, not a bad frame); frames in no
+window (between windows when the stride is longer than a window, after the last one
+under `--tail drop`) are not stored and not counted.
 
 Computed where the frames already are in memory, once a video: a latent sequence as a
 whole (one vectorised pass over the frames its windows cover), a streamed video a
@@ -13,20 +12,20 @@ never reach the cut).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from beam_jobs.core.frames import Frame
-from beam_jobs.core.moments import VideoMoments
 from readers.format.channel_stats import stats_shapes
+from readers.format.moments import VideoMoments
 
 
 class StoredFrameStats:
     """One video's sums, built as its windows are cut, in order of start.
 
     `features`: the dataset's (FeatureSpecs); `pixels`: its windows hold pixels whose
-    frames carry their histograms (`Frame.histogram`), counted instead of the values.
+    frames carry their histograms (the job's `Frame.histogram`: int64 [C, 256]),
+    counted instead of the values; other frames are not looked at.
     """
 
     def __init__(self, features: Sequence, pixels: bool):
@@ -53,7 +52,7 @@ class StoredFrameStats:
         for start, stop in runs:
             self._merge("window", VideoMoments.of_values(sequence[start:stop]))
 
-    def add_window(self, start: int, frames: Sequence[Frame], values: dict) -> None:
+    def add_window(self, start: int, frames: Sequence[Any], values: dict) -> None:
         """A window cut from a stream: `frames` the video's frames it holds (fewer than
         its length for a padded tail window), `values` its stacked window, mask and
         labels. The frames past the last window's end are new: those with mask 1 are
@@ -70,7 +69,7 @@ class StoredFrameStats:
             else:
                 self._merge(name, VideoMoments.of_values(np.asarray(values[name])[rows]))
 
-    def _add_histograms(self, frames: list[Frame]) -> None:
+    def _add_histograms(self, frames: list[Any]) -> None:
         for frame in frames:
             if frame.histogram is None:
                 raise ValueError("a pixel frame came without its histogram: the source "
