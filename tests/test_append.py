@@ -399,7 +399,7 @@ def test_a_paged_record_reads_as_its_bytes(tmp_path, rng):
 def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
     """The records of known ids are sought past: a flipped byte in one's tensor (its CRC
     now fails) does not make it a failure, where a full read would."""
-    from beam_jobs.sources.latents import LatentFormat
+    from beam_jobs.sources.latents import LatentParser
     from beam_jobs.sources.tfrecords import Skipped, read_records
 
     videos = random_videos(rng, 3, lengths=(2000, 2001), dim=8)
@@ -408,7 +408,7 @@ def test_a_known_record_is_skipped_unread_its_data_not_checked(tmp_path, rng):
     data = bytearray(path.read_bytes())
     data[len(data) // 6] ^= 0xFF            # inside the first record's frames
     path.write_bytes(bytes(data))
-    fmt = LatentFormat(id_feature="vid")
+    fmt = LatentParser(id_feature="vid")
 
     def skip(index, record):
         video_id = fmt.video_id_of(record, str(path), index)

@@ -30,7 +30,7 @@ from helpers import (
 
 import readers
 from beam_jobs.core.frames import BadRecord
-from beam_jobs.sources.latents import LatentFormat
+from beam_jobs.sources.latents import LatentParser
 from readers import streaming
 from readers.clips import Clip
 from readers.format import FORMAT_VERSION, Shard, index, video_rows, window_table
@@ -182,7 +182,7 @@ def test_a_row_past_what_the_videos_file_keeps_is_a_failure_naming_the_field(tmp
     record = latent_example(np.zeros((3, 2), np.float32), [0.5] * (video_rows.MAX_METADATA + 1))
     with pytest.raises(BadRecord, match="^metadata 'recipe' has 1,025 values, more than the "
                                         "1,024 its row of the videos file keeps$"):
-        LatentFormat().parse(record, "lat.tfrecord", 0)
+        LatentParser().parse(record, "lat.tfrecord", 0)
 
 
 def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):

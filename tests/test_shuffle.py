@@ -13,9 +13,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.records import KeyedExample, VideoCount
 from beam_jobs.core.run_dir import RunDir
+from beam_jobs.cut.config import CutConfig
 from beam_jobs.cut.digest import FrameDigest
-from beam_jobs.cut.examples import CutConfig, CutWindows
-from beam_jobs.shuffle.config import ShardConfig
+from beam_jobs.cut.examples import CutWindows
+from beam_jobs.shuffle.config import ShuffleConfig
 from beam_jobs.shuffle.plan import (
     BucketSpan,
     FileSpan,
@@ -56,7 +57,7 @@ def _shard_records(directory, split: str, shards: int = 4) -> list[bytes]:
 def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
     elements = _examples(buckets)
     run = RunDir(str(tmp_path / "out"), "r1", str(tmp_path / "tmp"))
-    config = ShardConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
+    config = ShuffleConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
                          num_buckets=buckets, spill_bytes=300, mode=mode)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         dropped = p | "NoneDropped" >> beam.Create([{}])
@@ -80,7 +81,7 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
     dropped = {"train": frozenset({elements[1].record.key, elements[2].record.key})}
     for mode in ("spill", "group"):
         run = RunDir(str(tmp_path / mode), "r1", str(tmp_path / f"{mode}-tmp"))
-        config = ShardConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
+        config = ShuffleConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
                              num_buckets=5, spill_bytes=1, mode=mode)
         with BeamTestPipeline(runner="FnApiRunner") as p:
             drop = p | "Dropped" >> beam.Create([dropped])
@@ -123,7 +124,7 @@ def test_a_spill_that_cannot_be_written_fails_its_bundle(tmp_path):
     temp.mkdir()
     (temp / "spill").write_text("a file where the spill folder goes")
     run = RunDir(str(tmp_path / "out"), "r1", str(temp))
-    config = ShardConfig(splits=("train", "test"), num_shards=2, shard_bytes=1,
+    config = ShuffleConfig(splits=("train", "test"), num_shards=2, shard_bytes=1,
                          num_buckets=3, spill_bytes=300, mode="spill")
     with pytest.raises(Exception, match=r"File exists: .*tmp/spill'"):
         with BeamTestPipeline(runner="FnApiRunner") as p:
@@ -294,7 +295,7 @@ def test_plan_matches_the_reference_on_random_sorted_files(seed):
             files.append(SortedFile(split, f"{split}-f{r}", tuple(rows)))
     dropped = {split: frozenset(ks[j] for j in rng.permutation(len(ks))[
         :int(rng.integers(0, len(ks) + 1))]) for split, ks in keys.items()}
-    config = ShardConfig(splits=("train", "val"),
+    config = ShuffleConfig(splits=("train", "val"),
                          num_shards=int(rng.integers(1, 9)) if seed % 2 else None,
                          shard_bytes=int(rng.integers(5, 60)), num_buckets=num_buckets)
     assert (plan_shards(files, config.splits, num_buckets, config.num_shards,

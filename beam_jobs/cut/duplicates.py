@@ -27,7 +27,7 @@ import apache_beam as beam
 
 from beam_jobs.core import progress
 from beam_jobs.core.records import VideoCount, failure
-from beam_jobs.cut.examples import CutConfig
+from beam_jobs.cut.config import CutConfig
 
 _LOG = logging.getLogger("beam_jobs.cut")
 ALIASES_LOGGED = 20   # lines naming an alias and its video, per worker process

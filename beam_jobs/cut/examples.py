@@ -16,7 +16,7 @@ and its metadata (cut/digest.py).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Mapping, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 import apache_beam as beam
 import google_crc32c
@@ -24,7 +24,6 @@ import numpy as np
 from apache_beam.utils import shared
 
 from beam_jobs.core import ids, progress
-from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.frames import BadRecord, Frame
 from beam_jobs.core.records import (
     FAILURES,
@@ -35,31 +34,13 @@ from beam_jobs.core.records import (
     failure,
     planned,
 )
+from beam_jobs.cut.config import CutConfig, ProgressConfig
 from beam_jobs.cut.digest import BLAKE3, DatasetScheme, FrameDigest
 from beam_jobs.cut.windows import stream_windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
-from readers.format import keys, windows
 from readers.format.frame_stats import StoredFrameStats
 from readers.format.writer import VideoWindows
-
-
-@dataclasses.dataclass(frozen=True)
-class CutConfig:
-    """Where windows start, which split a video goes to, and where a window sorts."""
-    windows: WindowConfig
-    splits: Mapping[str, float]
-    seed: int = 0
-
-    def starts(self, num_frames: int) -> list[int]:
-        w = self.windows
-        return windows.window_starts(num_frames, w.window, w.stride, w.tail)
-
-    def key(self, video_id: str, start: int) -> int:
-        return keys.window_key(self.seed, video_id, start)
-
-    def split_of(self, video) -> str:
-        return video.split or keys.assign_split(self.seed, video.video_id, self.splits)
 
 
 class Abandoned(NamedTuple):
@@ -68,13 +49,6 @@ class Abandoned(NamedTuple):
     split: str
     video_id: str
     keys: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class ProgressConfig:
-    total_videos: Optional[int] = None
-    workers: int = 1
-    interval: float = 10.0
 
 
 # How a cut serves --shuffle place, which reads the input twice (shuffle/place.py): PLAN
@@ -145,9 +119,9 @@ class CutWindows(beam.PTransform):
 class _CutVideo(beam.DoFn):
     """A video -> one `KeyedExample` per window, or a failure row if it is unusable.
 
-    Frames stream through `stream_windows` (cut/windows.py) (at most L of them held) and each
-    window's example is emitted as soon as it is cut, so a long video never sits in
-    memory. A video that fails half-way (labels that do not match its frame count, a
+    Frames stream through `stream_windows` (cut/windows.py: at most L of them held) and
+    each window's example is emitted as soon as it is cut, so a long video never sits
+    in memory. A video that fails half-way (labels that do not match its frame count, a
     file that breaks) has emitted some windows already: it gives, besides its failure
     row, an `Abandoned` row with their keys, and the shard writer leaves them out as it
     does the windows of duplicate ids.

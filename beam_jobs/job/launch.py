@@ -15,7 +15,8 @@ from beam_jobs.commit import append, videos_file
 from beam_jobs.commit.dataset import DatasetConfig
 from beam_jobs.core import paths
 from beam_jobs.core.configs import JobConfig
-from beam_jobs.cut.examples import CutConfig, CutWindows, ProgressConfig
+from beam_jobs.cut.config import CutConfig, ProgressConfig
+from beam_jobs.cut.examples import CutWindows
 from beam_jobs.encoders import extra_of
 from beam_jobs.job import job_states, runners
 from beam_jobs.job.errors import Refused
@@ -143,8 +144,8 @@ class Launch:
                           self.progress_config(workers), self.config.io.allow_nonfinite,
                           known_digests, placing)
 
-    def shard_config(self) -> shuffle_config.ShardConfig:
-        return shuffle_config.ShardConfig.for_run(self.config.shards, self.config.windows,
+    def shard_config(self) -> shuffle_config.ShuffleConfig:
+        return shuffle_config.ShuffleConfig.for_run(self.config.shards, self.config.windows,
                                                   self.source.stored_bytes)
 
     @functools.cached_property

@@ -2,7 +2,7 @@
 (spill or group) -> a shard plan (pure) -> balanced, deterministic shards; or (place)
 the windows' planned sizes through the same sort, then each window written at its place.
 
-- `config`: how a run's windows become shards (`ShardConfig`).
+- `config`: how a run's windows become shards (`ShuffleConfig`).
 - `write`: `WriteShuffledShards`, the composite transform.
 - `place`: `WriteInPlace`, the composite transform of --shuffle place.
 - `plan`: which ranks each shard holds and where they lie.

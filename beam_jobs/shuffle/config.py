@@ -13,7 +13,7 @@ MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ShardConfig:
+class ShuffleConfig:
     """How a run's examples become shards."""
     splits: tuple[str, ...]
     compression: str = "none"
@@ -26,7 +26,7 @@ class ShardConfig:
 
     @classmethod
     def for_run(cls, shards: ShardsConfig, windows: WindowConfig,
-                stored_bytes: float) -> ShardConfig:
+                stored_bytes: float) -> ShuffleConfig:
         """The flags' config. The shuffle's buckets are sized so that one sorted bucket
         is about --shuffle_bucket_mb, with no cap: their count grows with the data, a
         bucket's size does not."""

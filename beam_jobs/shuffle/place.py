@@ -50,7 +50,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_jobs.core import paths, progress
 from beam_jobs.core.records import Checked, KeyedExample, SplitShard, planned_fields
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.shuffle.config import ShardConfig
+from beam_jobs.shuffle.config import ShuffleConfig
 from beam_jobs.shuffle.plan import ShardTask
 from beam_jobs.shuffle.write import segment_frames, shard_tasks, write_side_files
 from readers.format import tfrecord
@@ -121,7 +121,7 @@ class WriteInPlace(beam.PTransform):
     its place (the module's docstring). `first`: the PLAN cut's Checked rows; `read`:
     the source's read (videos, failures, skipped), run again; `cut`: a WRITE cut."""
 
-    def __init__(self, run: RunDir, config: ShardConfig, dropped, first: beam.PCollection,
+    def __init__(self, run: RunDir, config: ShuffleConfig, dropped, first: beam.PCollection,
                  read: beam.PTransform, cut: beam.PTransform):
         super().__init__()
         self._run, self._config, self._dropped = run, config, dropped
@@ -146,7 +146,7 @@ class PlanShards(beam.PTransform):
     """A PLAN cut's records -> `PlannedShards`: each shard made at its size, its index
     and window table written, its split's placement file in the run's temp folder."""
 
-    def __init__(self, run: RunDir, config: ShardConfig, dropped):
+    def __init__(self, run: RunDir, config: ShuffleConfig, dropped):
         super().__init__()
         self._run, self._config, self._dropped = run, config, dropped
 

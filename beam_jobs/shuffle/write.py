@@ -44,7 +44,7 @@ from beam_jobs.core.gather import ApplyToAll
 from beam_jobs.core.one_behind import OneBehind
 from beam_jobs.core.records import KeyedExample, SplitShard
 from beam_jobs.core.run_dir import RunDir
-from beam_jobs.shuffle.config import SHUFFLE_MODES, ShardConfig
+from beam_jobs.shuffle.config import SHUFFLE_MODES, ShuffleConfig
 from beam_jobs.shuffle.plan import (
     BucketSpan,
     Segment,
@@ -300,7 +300,7 @@ class WriteShuffledShards(beam.PTransform):
     `dropped` is a singleton side input: per split, the keys of windows to leave out.
     """
 
-    def __init__(self, run: RunDir, config: ShardConfig, dropped):
+    def __init__(self, run: RunDir, config: ShuffleConfig, dropped):
         super().__init__()
         if config.mode not in SHUFFLE_MODES or config.mode == "place":
             raise ValueError(f"shuffle mode must be spill or group (place: shuffle/place.py's "
@@ -314,7 +314,7 @@ class WriteShuffledShards(beam.PTransform):
                     WriteShard(self._run, config.compression, config.num_buckets)))
 
 
-def shard_tasks(examples, run: RunDir, config: ShardConfig, dropped,
+def shard_tasks(examples, run: RunDir, config: ShuffleConfig, dropped,
                 frame_bytes: Callable[[bytes], int] = example_frame_bytes):
     """PCollection[KeyedExample] -> the PCollection of the run's ShardTasks, each a
     shard's records in sorted files (spill mode, `config.mode` "spill" or "place", or

@@ -45,7 +45,7 @@ class LatentVideo(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class LatentFormat:
+class LatentParser:
     """How to read latent records, and what every video of the dataset must look like."""
     sequence_feature: str = "frames"
     metadata_feature: str = "recipe"                   # "": no metadata
@@ -217,8 +217,8 @@ def _kind(kind: str) -> str:
     return f"{kind}_list" if kind else "nothing"
 
 
-def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentFormat,
-                        max_records: int = 100) -> LatentFormat:
+def probe_latent_format(files: Sequence[tuple[str, int]], fmt: LatentParser,
+                        max_records: int = 100) -> LatentParser:
     """Pin the frame shape and dtype to the first readable record, and decide from the
     first `max_records` records whether the dataset has metadata: it has when any of
     them has the metadata feature (its length is that of the first), and then a record
@@ -277,7 +277,7 @@ class ReadLatentRecords(beam.DoFn):
     records unread (`tfrecords.read_records`). The path comes as bytes (os.fsencode):
     Beam's coders take only valid UTF-8 text, and a file's name need not be."""
 
-    def __init__(self, fmt: LatentFormat):
+    def __init__(self, fmt: LatentParser):
         self._fmt = fmt
 
     def process(self, file: tuple):
@@ -303,7 +303,7 @@ class ReadRecordIds(beam.DoFn):
     can be read; of each record only its id is read (in an uncompressed file). A record
     without a readable id is left to ReadLatentRecords, where it fails."""
 
-    def __init__(self, fmt: LatentFormat):
+    def __init__(self, fmt: LatentParser):
         self._fmt = fmt
 
     def process(self, file: tuple[bytes, int]):
@@ -320,7 +320,7 @@ class ReadLatents(beam.PTransform):
     first and joined with them (JoinKnown), then each file is read with the indexes of
     its known records, which it seeks past."""
 
-    def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentFormat,
+    def __init__(self, files: tuple[tuple[str, int], ...], fmt: LatentParser,
                  known: Optional[beam.PCollection] = None):
         super().__init__()
         self._files, self._fmt, self._known = files, fmt, known
@@ -346,7 +346,7 @@ def build_source(config: JobConfig) -> Source:
     """Latent TFRecords: the frame shape, dtype and metadata length are those of the
     first records (probe_latent_format)."""
     flags = config.latents
-    fmt = probe_latent_format(config.inputs.files, LatentFormat(
+    fmt = probe_latent_format(config.inputs.files, LatentParser(
         flags.sequence_feature, flags.metadata_feature, flags.id_feature,
         flags.sequence_shape, root=config.inputs.root,
         allow_nonfinite=config.io.allow_nonfinite))
