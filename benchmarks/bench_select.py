@@ -75,7 +75,7 @@ SELECTIONS = {
 _CHILD = r"""
 import json, os, sys, time, tracemalloc
 sys.path.insert(0, {repo!r})
-from readers import subset
+from readers import select
 from readers.numpy import Select, WindowSource
 
 def rss():

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from readers.clips import Clip
 from readers.format import DatasetSpec, FeatureSpec, load_spec
-from readers.subset import Select
+from readers.select import Select
 
 if TYPE_CHECKING:
-    from readers.dataset import make_dataset
-    from readers.mixed_dataset import mix_datasets
+    from readers.tfdata.dataset import make_dataset
+    from readers.tfdata.mixed_dataset import mix_datasets
 
 __all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec",
            "Select", "Clip"]
@@ -35,7 +35,7 @@ def __getattr__(name: str):
     if name in ("make_dataset", "mix_datasets"):
         from readers import quiet
         try:
-            from readers import dataset, mixed_dataset
+            from readers.tfdata import dataset, mixed_dataset
         except ModuleNotFoundError as e:
             raise quiet.missing_tensorflow_error(e, f"readers.{name}") from None
         return dataset.make_dataset if name == "make_dataset" else mixed_dataset.mix_datasets

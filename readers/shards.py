@@ -1,7 +1,7 @@
 """The bytes of one split's records, any record in any order: the shards' offset indexes,
 local scatter reads (preadv) and remote ranged reads (fsspec), and each frame's checks.
 
-readers.numpy decodes what this module reads (readers/scatter.py); here are only where a
+readers.numpy decodes what this module reads (readers/numpy/scatter.py); here are only where a
 window's record is and its bytes, local or on any fsspec scheme. Numpy only.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from readers.file_checks import not_a_file_error
 from readers.format import index, is_remote, tfrecord
-from readers.selection import Selection, not_a_file_error
+from readers.request import Selection
 
 
 @functools.lru_cache(maxsize=4096)

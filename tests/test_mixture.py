@@ -1,8 +1,8 @@
-"""Mixtures of datasets and splits with weights (readers.mixture, readers.mixed_dataset):
-an epoch's shares, its draws per (seed, epoch), per-rank slices, the source of each
-window, features that cannot mix, exact resume in readers.numpy (two DataLoader workers,
-a new process) and tf.data (checkpoints), and both readers drawing the same windows, of
-whole sources and of selected ones.
+"""Mixtures of datasets and splits with weights (readers.mixing, readers.numpy.mixture,
+readers.tfdata.mixed_dataset): an epoch's shares, its draws per (seed, epoch), per-rank
+slices, the source of each window, features that cannot mix, exact resume in
+readers.numpy (two DataLoader workers, a new process) and tf.data (checkpoints), and
+both readers drawing the same windows, of whole sources and of selected ones.
 
 The datasets: `kinds`' latent train (98 windows) and test (17) splits, and its float16
 train split (19; read as float32 it mixes with the latent one)."""
@@ -19,8 +19,8 @@ from helpers import assert_read_once, docs_code, run_apart, windows_read
 
 import readers
 from readers.clips import Clip
-from readers.mixed_dataset import MAX_EPOCH_WINDOWS
 from readers.numpy import Mixture, MixtureBatches, Select, WindowSource
+from readers.tfdata.mixed_dataset import MAX_EPOCH_WINDOWS
 
 
 def _keys(batch) -> list[tuple]:

@@ -101,7 +101,7 @@ def test_a_tf_checkpoint_of_an_older_pipeline_is_refused_in_one_line(kinds, tmp_
     """A pipeline's graph is saved with its state: a checkpoint of the pipeline before
     each pass's order came from seed words failed in TensorFlow's words ("the dataset
     definition has changed"). One saved by another PIPELINE is refused, naming it."""
-    from readers import checkpoints
+    from readers.tfdata import checkpoints
     with monkeypatch.context() as older:
         older.setattr(checkpoints, "PIPELINE", "readers' tf.data pipeline 1")
         iterator = iter(readers.make_dataset(kinds["latent"], batch_size=2, seed=1,

@@ -1,4 +1,4 @@
-"""readers/scatter.py on its own: a batch that the Decoder reads (each record's
+"""readers/numpy/scatter.py on its own: a batch that the Decoder reads (each record's
 fixed-width values read straight into their rows by offsets it computes, a clip's frames
 cut out of them, the rest decoded from a small buffer) is the records decoded one by one
 through readers/format and stacked. Property-based: random features (frame shapes,
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from readers.clips import CLIP_OFFSET, Clip
 from readers.format import PER_FRAME, tfrecord, wire
-from readers.scatter import Decoder
-from readers.selection import Selection
+from readers.numpy.scatter import Decoder
+from readers.request import Selection
 from readers.shards import Shards
 
 # (frames' dtype, --frame_encoding): latents of every dtype an encoding holds (float32
@@ -138,7 +138,7 @@ def test_a_scattered_batch_is_its_records_decoded_one_by_one_and_stacked(data):
         for order in (indices, indices[::-1]):      # the second with the plans learnt
             _assert_equal(decoder.read_batch(shards, order, epoch),
                           _expected(rows, order, clip, window, epoch))
-        # the frames in memory, as readers.streaming and a remote read hand them over
+        # the frames in memory, as readers.numpy.streaming and a remote read hand them over
         spans = shards.spans([shards.locate(i) for i in indices])
         framed = [tfrecord.frame(records[i]) for i in indices]
         assert [end - start for start, end in spans] == [len(f) for f in framed]

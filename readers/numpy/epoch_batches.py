@@ -12,12 +12,12 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from readers import streaming
+from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
-from readers.epoch_plan import EpochPlan, equal_share, plan_arguments
-from readers.selection import flag, optional_whole_number, seed_number, whole_number
-from readers.subset import Select
-from readers.window_source import SELECTION, Transform, WindowSource
+from readers.numpy import streaming
+from readers.numpy.epoch_plan import EpochPlan, equal_share, plan_arguments
+from readers.numpy.window_source import SELECTION, Transform, WindowSource
+from readers.select import Select
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
@@ -36,7 +36,7 @@ def _permutation(size: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
 # What a resume state holds: the reading it was saved on (checked against the source it
 # resumes on; the dataset's path only told, since a copy of a run is the same run), and
 # the arguments of EpochBatches that make its batches (given back to it), with the
-# elastic resumes before it (readers.epoch_plan's RESUMED_FROM; none in an older state).
+# elastic resumes before it (readers.numpy.epoch_plan's RESUMED_FROM; none in an older state).
 READING = ("dataset", "run_id", "split", "windows", "features", "clip")
 ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
              "drop_remainder", "order", "buffer_bytes", "start_step")
@@ -60,7 +60,7 @@ class EpochBatches(EpochPlan):
     --append or a rebuild since changes the permutation; another split, clip or
     selection other windows or frames: the same step would not give the same batch),
     and resumes on another number of hosts with `shard_index` and `num_shards`
-    (readers.epoch_plan: `resumed_from` records it; leave it out otherwise).
+    (readers.numpy.epoch_plan: `resumed_from` records it; leave it out otherwise).
     Over a source with a selection, the order is of its selected windows (0..n-1),
     and the streaming order reads only the chunks that hold one.
     """
@@ -80,7 +80,7 @@ class EpochBatches(EpochPlan):
         self.source = source.for_epoch(given["epoch"])
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
-        # the streaming order's chunks (readers.streaming), None in the random-access one
+        # the streaming order's chunks (readers.numpy.streaming), None in the random-access one
         selected = source.selected
         self.chunks = (streaming.chunks_of(source.shards, windows=selected)
                        if order == "stream" else None)
@@ -213,7 +213,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       start_step: the first step to give (a resume).
       order: "random" (each batch drawn from the whole split, a window at a time) or
         "stream" (windows read in chunks of 8 MB of their shards, one request each, and
-        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.streaming).
+        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.numpy.streaming).
       threads: a pool that reads and parses batches ahead (default: one for latents,
         whose parsing holds Python's lock; one per core for PNG and JPEG frames, which
         Pillow decodes without it).

@@ -33,6 +33,7 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 import numpy as np
 
+from readers.arguments import callable_name, optional_callable, whole_number
 from readers.files import DatasetFiles
 from readers.format import (
     FORMAT_VERSION,
@@ -42,7 +43,7 @@ from readers.format import (
     videos_file,
     window_table,
 )
-from readers.selection import Selection, callable_name, optional_callable, whole_number
+from readers.request import Selection
 from readers.shards import read_at_most
 
 TABLES_SINCE = 6     # the first format version whose shards have window tables

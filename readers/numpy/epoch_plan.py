@@ -1,5 +1,5 @@
-"""What both epoch plans are (`EpochBatches`, readers.epoch_batches, over a source;
-`MixtureBatches`, readers.mixture_batches, over a mixture): one rank's batches of an
+"""What both epoch plans are (`EpochBatches`, readers.numpy.epoch_batches, over a source;
+`MixtureBatches`, readers.numpy.mixture_batches, over a mixture): one rank's batches of an
 epoch as window numbers, its state, and its resume from a state, on the same ranks or
 on another number of them (elastic).
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
-from readers.selection import flag, whole_number
+from readers.arguments import flag, whole_number
 
 # The state's record of the elastic resumes before a plan: [{num_shards, step}, ...],
 # oldest first. A state saved before there were elastic resumes lacks it: none.

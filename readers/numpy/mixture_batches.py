@@ -1,4 +1,4 @@
-"""`MixtureBatches`: one epoch of a `Mixture` (readers.mixture) as batches of its window
+"""`MixtureBatches`: one epoch of a `Mixture` (readers.numpy.mixture) as batches of its window
 numbers, per rank, resumable from its state; for readers.numpy, which exports it.
 """
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from readers.epoch_plan import EpochPlan, plan_arguments
-from readers.mixture import Mixture
+from readers.numpy.epoch_plan import EpochPlan, plan_arguments
+from readers.numpy.mixture import Mixture
 
 # A state's fields besides the mixture's reading: MixtureBatches' arguments (and the
-# elastic resumes before it, readers.epoch_plan's RESUMED_FROM; none in an older state).
+# elastic resumes before it, readers.numpy.epoch_plan's RESUMED_FROM; none in an older state).
 ARGUMENTS = ("batch_size", "epoch", "shard_index", "num_shards", "drop_remainder",
              "start_step")
 
@@ -25,7 +25,7 @@ class MixtureBatches(EpochPlan):
     batches and the DataLoader keeps their order, so a run resumed from `state(step)`
     (`MixtureBatches.resume`) gets the batches a run never stopped got, whatever its
     workers; with `shard_index` and `num_shards`, `resume` goes on on another number of
-    ranks (readers.epoch_plan: `resumed_from` records it; leave it out otherwise).
+    ranks (readers.numpy.epoch_plan: `resumed_from` records it; leave it out otherwise).
     Every rank takes the same number of steps; `drop_remainder` (the default) leaves out
     a rank's last partial batch."""
 

@@ -15,17 +15,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from readers import checkpoints, clips, malloc, subset, tf_internals
+from readers import clips
 from readers import format as data_format
+from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import CLIP_OFFSET, Clip
-from readers.selection import (
-    Selection,
-    flag,
-    optional_whole_number,
-    seed_number,
-    whole_number,
-)
-from readers.subset import Select, Subset
+from readers.request import Selection
+from readers.select import Select, Subset, resolve
+from readers.tfdata import checkpoints, malloc, tf_internals
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -134,7 +130,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     _check_a_batch(selection, records, batch_size, drop_remainder=drop_remainder,
                    repeat=repeat)
 
-    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
+    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/tfdata/malloc.py
     deterministic = not shuffle or seed is not None
     shards, read = _shards(path, selection, records)
     if shuffle:   # clean epochs, each in a new order
@@ -181,7 +177,7 @@ def _kept_shards(path: str, split: str, selection: Selection, select: Optional[S
     split without shards, or a `select` that keeps no window of it (subset.resolve)."""
     if not selection.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
-    kept = subset.resolve(select, selection)    # None: every window
+    kept = resolve(select, selection)    # None: every window
     if kept is None:
         return selection, None, None
     records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards),
@@ -331,9 +327,9 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
               float_pixels: bool, keep_float16: bool,
               input_context: Optional[tf.distribute.InputContext],
               kept: Optional[Subset] = None) -> dict[str, str]:
-    """What an iterator's checkpoint names (readers.checkpoints): the dataset and its run,
-    the split (and this input pipeline's part), the features and their values, the clip,
-    the order, and a selection (only where there is one: a checkpoint saved before
+    """What an iterator's checkpoint names (readers.tfdata.checkpoints): the dataset and
+    its run, the split (and this input pipeline's part), the features and their values, the
+    clip, the order, and a selection (only where there is one: a checkpoint saved before
     selections existed restores on a reader of every window)."""
     part = ("" if input_context is None else f", input pipeline "
             f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
@@ -348,8 +344,8 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
 
 
 def dataset_named(path: str, run_id: Optional[str]) -> str:
-    """How an identity names a dataset: its directory (absolute where local) and run
-    (both readers' checkpoints, readers.mixed_dataset's too). Any URL is kept as given,
+    """How an identity names a dataset: its directory (absolute where local) and run (both
+    readers' checkpoints, readers.tfdata.mixed_dataset's too). Any URL is kept as given,
     file:// too (not `is_remote`, which counts file:// as local): saved checkpoints name
     datasets so."""
     return f"{path if '://' in path else os.path.abspath(path)} (run {run_id or 'without an id'})"
