@@ -24,7 +24,7 @@ from readers.format import (
 
 
 @dataclasses.dataclass(frozen=True)
-class Selection:
+class SplitRequest:
     """A split of a dataset and the features to read from it, as dataset.json has them.
 
     `features` keep dataset.json's order whatever the order asked for, so that a batch's
@@ -38,7 +38,7 @@ class Selection:
 
     @classmethod
     def load(cls, path: str, split: str,
-             features: Optional[Sequence[str]] = None) -> Selection:
+             features: Optional[Sequence[str]] = None) -> SplitRequest:
         """dataset.json of `path`, and ValueError for a split it lacks or a feature it does
         not have (`features` None: all of them; a string: that one).
 
@@ -64,14 +64,14 @@ class Selection:
         return cls(path, split, spec, shards, _select(spec, features))
 
     def gone_error(self, file: str) -> FileNotFoundError:
-        """`gone_error` for `file` of this selection's dataset."""
+        """`gone_error` for `file` of this request's dataset."""
         return gone_error(self.path, self.spec.run_id, file)
 
     @property
     def windows(self) -> int:
         return sum(shard.examples for shard in self.shards)
 
-    def for_pipeline(self, pipeline: int, pipelines: int) -> Selection:
+    def for_pipeline(self, pipeline: int, pipelines: int) -> SplitRequest:
         """Every `pipelines`-th shard from `pipeline` on: one input pipeline's share, in
         whole shards (tf.data reads shards from start to end)."""
         if len(self.shards) < pipelines:

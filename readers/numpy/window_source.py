@@ -23,7 +23,7 @@ from readers.arguments import (
 )
 from readers.clips import Clip
 from readers.numpy import handover, scatter
-from readers.request import Selection
+from readers.request import SplitRequest
 from readers.select import Select, resolve
 from readers.shards import Shards
 
@@ -83,14 +83,14 @@ class WindowSource:
         self.keep_float16 = keep_float16 = flag("keep_float16", keep_float16)
         self.clip, self.epoch = clips.checked(clip), _epoch(epoch)
         self.transform = optional_callable("transform", transform)
-        self._selection = selection = Selection.load(path, split, features)
-        self.path, self.split, self.spec = path, split, selection.spec
-        self.features = list(selection.features)
-        self._shards = Shards(selection)
-        self._subset = resolve(select, selection)   # None: every window
+        self._request = request = SplitRequest.load(path, split, features)
+        self.path, self.split, self.spec = path, split, request.spec
+        self.features = list(request.features)
+        self._shards = Shards(request)
+        self._selected = resolve(select, request)   # None: every window
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16, clip=clip,
-                                        window=selection.spec.window["length"])
+                                        window=request.spec.window["length"])
 
     def for_epoch(self, epoch: int) -> "WindowSource":
         """This source, reading `epoch`'s clips (a copy: the shards and their indexes
@@ -100,7 +100,7 @@ class WindowSource:
         return other
 
     def __len__(self) -> int:
-        return self._shards.size if self._subset is None else len(self._subset)
+        return self._shards.size if self._selected is None else len(self._selected)
 
     def __repr__(self) -> str:
         """Everything that decides what `source[i]` is, and nothing of this process (no
@@ -114,7 +114,7 @@ class WindowSource:
                 f"transform={callable_name(self.transform)}"
                 # a selection only where there is one: the repr of a source of every
                 # window is what it was before selections (Grain's saved checkpoints)
-                f"{'' if self._subset is None else f', select={self._subset.said()}'})")
+                f"{'' if self._selected is None else f', select={self._selected.said()}'})")
 
     @property
     def reading(self) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class WindowSource:
         return {"dataset": self.path, "run_id": self.spec.run_id, "split": self.split,
                 "windows": len(self), "features": [f.name for f in self.features],
                 "clip": None if self.clip is None else dataclasses.asdict(self.clip),
-                SELECTION: None if self._subset is None else dict(self._subset.described)}
+                SELECTION: None if self._selected is None else dict(self._selected.described)}
 
     def __getitem__(self, i: Union[int, Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
@@ -166,12 +166,12 @@ class WindowSource:
     def selected(self) -> Optional[np.ndarray]:
         """The split's window numbers of this source's windows, in order, where it has a
         selection (`select=`); None where it reads every window of the split."""
-        return None if self._subset is None else self._subset.windows
+        return None if self._selected is None else self._selected.windows
 
     def in_split(self, indices: np.ndarray) -> np.ndarray:
         """The split's window numbers of windows `indices` of this source (with a
         selection, the selected windows'; else the same)."""
-        return indices if self._subset is None else self._subset.windows[indices]
+        return indices if self._selected is None else self._selected.windows[indices]
 
     def read_split_windows(self, windows: np.ndarray,
                            records: Optional[Sequence[Union[bytes, memoryview]]] = None, *,
@@ -198,7 +198,7 @@ class WindowSource:
         """The error for a plan of which not one batch comes out: the `windows` that
         `holder` gets ("gives this host") are fewer than `batch_size`
         (readers.request's words, as make_dataset's)."""
-        return self._selection.no_batch_error(windows, batch_size, holder=holder)
+        return self._request.no_batch_error(windows, batch_size, holder=holder)
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
         """The window numbers a selector names, as numpy reads it (`window_numbers`):

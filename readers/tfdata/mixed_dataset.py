@@ -30,8 +30,8 @@ import tensorflow as tf
 from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
 from readers.mixing import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
-from readers.request import Selection
-from readers.select import Select, Subset, resolve
+from readers.request import SplitRequest
+from readers.select import Select, SelectedWindows, resolve
 from readers.tfdata import checkpoints
 from readers.tfdata.dataset import dataset_named, make_dataset, values_named
 
@@ -87,11 +87,11 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     entries = _entries(sources, split)
     selects = _selects(select, len(entries))
     weights = [w for _, _, w in entries]
-    selections = [Selection.load(path, split, features) for path, split, _ in entries]
-    kept = [resolve(chosen, selection)
-            for chosen, selection in zip(selects, selections, strict=True)]
+    requests = [SplitRequest.load(path, split, features) for path, split, _ in entries]
+    kept = [resolve(chosen, request)
+            for chosen, request in zip(selects, requests, strict=True)]
     windows = [s.windows if k is None else len(k)
-               for s, k in zip(selections, kept, strict=True)]
+               for s, k in zip(requests, kept, strict=True)]
     names = [f"source {i} ({path} split {split!r})" for i, (path, split, _) in enumerate(entries)]
     size = _epoch_windows(epoch_windows, windows, names, batch_size,
                           drop_remainder=drop_remainder, repeat=repeat)
@@ -110,7 +110,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     ds = tf.data.Dataset.choose_from_datasets(streams, choices)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return checkpoints.identified(ds, _identity(
-        entries, selections, kept, clip, batch_size=batch_size, seed=seed, size=size,
+        entries, requests, kept, clip, batch_size=batch_size, seed=seed, size=size,
         repeat=repeat, drop_remainder=drop_remainder, float_pixels=float_pixels,
         keep_float16=keep_float16))
 
@@ -202,29 +202,29 @@ def _epoch_choices(epoch: tf.Tensor, *, counts: tf.Tensor, key: int) -> tf.data.
     return tf.data.Dataset.range(tf.reduce_sum(counts)).scan(counts, draw)
 
 
-def _identity(entries: list, selections: list, kept: list[Optional[Subset]],
+def _identity(entries: list, requests: list, kept: list[Optional[SelectedWindows]],
               clip: Optional[Clip], *, batch_size: int, seed: int, size: int, repeat: bool,
               drop_remainder: bool, float_pixels: bool, keep_float16: bool) -> dict[str, str]:
     """What the iterator's checkpoint names (readers.tfdata.checkpoints): the sources (each
     dataset's directory and run, and its split), the weights, features, clip and order,
     and the selections (only where a source has one, as make_dataset's: a mixture of
     whole sources is named as before selections)."""
-    sources = _sources_named(entries, selections)
+    sources = _sources_named(entries, requests)
     values = values_named(float_pixels, keep_float16)
     selected = "; ".join(f"source {i} {'every window' if k is None else k.said()}"
                          for i, k in enumerate(kept))
     return {"dataset": f"a mixture of {sources}",
             "weights": f"weights {[w for _, _, w in entries]}",
-            "features": f"features {[f.name for f in selections[0].features]}{values}",
+            "features": f"features {[f.name for f in requests[0].features]}{values}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
                      f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}",
             **({} if all(k is None for k in kept) else {"selections": f"selections: {selected}"})}
 
 
-def _sources_named(entries: list, selections: list) -> str:
+def _sources_named(entries: list, requests: list) -> str:
     """How the identity names the sources: each dataset's directory (absolute where
     local) and run, and its split."""
     return "; ".join(
-        f"{dataset_named(path, selection.spec.run_id)} split {split!r}"
-        for (path, split, _), selection in zip(entries, selections, strict=True))
+        f"{dataset_named(path, request.spec.run_id)} split {split!r}"
+        for (path, split, _), request in zip(entries, requests, strict=True))
