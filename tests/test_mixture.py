@@ -156,9 +156,9 @@ def test_a_state_resumes_only_on_its_mixture_naming_what_differs(kinds):
             (_mixture(kinds, epoch_windows=100), r"epoch_windows \(117 saved, 100 now\)"),
             (Mixture([(latent, 1)], seed=1), r"sources \(2 saved, 1 now\)")):
         with pytest.raises(ValueError, match=rf"^this state, saved on a mixture of \[.*\], "
-                                             rf"cannot resume on \[.*\]: they differ in "
-                                             rf"{differ}.*; the same step would not give "
-                                             r"the same batch") as e:
+                                             rf"cannot resume on a mixture of \[.*\]: they "
+                                             rf"differ in {differ}.*; the same step would not "
+                                             r"give the same batch") as e:
             MixtureBatches.resume(other, state)
         assert "\n" not in str(e.value)
     for key, value, error, says in (

@@ -15,7 +15,7 @@ import numpy as np
 from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
 from readers.numpy import streaming
-from readers.numpy.epoch_plan import EpochPlan, equal_share, plan_arguments
+from readers.numpy.epoch_plan import PLAN_ARGUMENTS, EpochPlan, equal_share, plan_arguments
 from readers.numpy.window_source import SELECTION, Transform, WindowSource
 from readers.select import Select
 
@@ -34,12 +34,12 @@ def _permutation(size: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
 
 
 # What a resume state holds: the reading it was saved on (checked against the source it
-# resumes on; the dataset's path only told, since a copy of a run is the same run), and
-# the arguments of EpochBatches that make its batches (given back to it), with the
-# elastic resumes before it (readers.numpy.epoch_plan's RESUMED_FROM; none in an older state).
+# resumes on; the dataset's path only told, since a copy of a run is the same run; the
+# selection only where the state has one, as a state saved before selections lacks it),
+# and the arguments of EpochBatches that make its batches (given back to it): every
+# plan's and its own, with the elastic resumes before it (epoch_plan.py's RESUMED_FROM).
 READING = ("dataset", "run_id", "split", "windows", "features", "clip")
-ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
-             "drop_remainder", "order", "buffer_bytes", "start_step")
+ARGUMENTS = (*PLAN_ARGUMENTS, "shuffle", "seed", "order", "buffer_bytes")
 
 
 class EpochBatches(EpochPlan):
@@ -65,6 +65,7 @@ class EpochBatches(EpochPlan):
     and the streaming order reads only the chunks that hold one.
     """
 
+    READING = READING
     ARGUMENTS = ARGUMENTS
 
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
@@ -99,47 +100,18 @@ class EpochBatches(EpochPlan):
     def _no_batch_error(self, windows: int) -> ValueError:
         return self.source.no_batch_error(windows, self.batch_size, holder="gives this host")
 
-    @property
-    def reading(self) -> dict[str, Any]:
-        return self.source.reading
+    @classmethod
+    def _differences(cls, state: dict[str, Any], now: dict[str, Any]
+                     ) -> list[tuple[str, Any, Any]]:
+        """Each field of the reading but the dataset's path (a copy of a run is the same
+        run) in which the state's, each checked for its type, differs from `now`."""
+        saved = _saved_reading(state)
+        return [(key, saved[key], now[key]) for key in (*READING, SELECTION)
+                if key != "dataset" and saved[key] != now[key]]
 
     @classmethod
-    def _check_saved_on(cls, target: WindowSource, state: dict[str, Any]) -> None:
-        """ValueError naming each field of the reading in which `target` differs from
-        what the state was saved on; TypeError or ValueError for a field missing or of
-        the wrong type."""
-        _check_state_fields(state)
-        try:
-            saved = _saved_reading(state)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"this state's {e}") from None
-        now = target.reading
-        differ = [key for key in (*READING, SELECTION)
-                  if key != "dataset" and saved[key] != now[key]]
-        if differ:
-            raise _mismatch_error(saved, now, differ, target)
-
-
-def _check_state_fields(state: dict[str, Any]) -> None:
-    """ValueError for a state that lacks a field of the reading or of EpochBatches'
-    arguments."""
-    missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
-    if missing:
-        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
-                         "EpochBatches.state gave (or one of a version before these "
-                         "fields); start the epoch at step 0")
-
-
-def _mismatch_error(saved: dict[str, Any], now: dict[str, Any], differ: list[str],
-                    source: WindowSource) -> ValueError:
-    """The error for a state resumed on a source whose reading `differ`s from the one
-    it was saved on: both, and each difference (a run id's: an append or a rebuild)."""
-    changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)" for key in differ)
-    since = ": an --append or a rebuild since" if "run_id" in differ else ""
-    return ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
-                      f"{source.path} split {source.split!r}: they differ in {changes}"
-                      f"{since}; the same step would not give the same batch: resume "
-                      "it on what it was saved on, or start the epoch at step 0")
+    def _named(cls, reading: dict[str, Any]) -> str:
+        return f"{reading['dataset']} split {reading['split']!r}"
 
 
 def _arguments(*, shuffle: Any, seed: Any, order: Any, buffer_bytes: Any,

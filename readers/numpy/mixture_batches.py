@@ -11,10 +11,9 @@ import numpy as np
 from readers.numpy.epoch_plan import EpochPlan, plan_arguments
 from readers.numpy.mixture import Mixture
 
-# A state's fields besides the mixture's reading: MixtureBatches' arguments (and the
-# elastic resumes before it, readers.numpy.epoch_plan's RESUMED_FROM; none in an older state).
-ARGUMENTS = ("batch_size", "epoch", "shard_index", "num_shards", "drop_remainder",
-             "start_step")
+# A state's fields of the mixture's reading (`Mixture.reading`); its others are every
+# plan's arguments (epoch_plan.py's), MixtureBatches' own.
+READING = ("sources", "seed", "epoch_windows")
 
 
 class MixtureBatches(EpochPlan):
@@ -29,7 +28,7 @@ class MixtureBatches(EpochPlan):
     Every rank takes the same number of steps; `drop_remainder` (the default) leaves out
     a rank's last partial batch."""
 
-    ARGUMENTS = ARGUMENTS
+    READING = READING
 
     def __init__(self, mixture: Mixture, batch_size: int, *, epoch: int = 0,
                  shard_index: int = 0, num_shards: int = 1, drop_remainder: bool = True,
@@ -51,63 +50,27 @@ class MixtureBatches(EpochPlan):
                           f"than batch_size {self.batch_size}: not one batch comes out; "
                           "lower batch_size, or pass epoch_windows")
 
-    @property
-    def reading(self) -> dict[str, Any]:
-        """The mixture's reading: each source's, with its weight; the seed; the epoch's
-        windows."""
-        return self.mixture.reading
+    @classmethod
+    def _differences(cls, state: dict[str, Any], now: dict[str, Any]
+                     ) -> list[tuple[str, Any, Any]]:
+        """The number of sources, or each source's fields but its path (a copy of a run
+        is the same run: its run, split, windows, features, clip, selection, weight), and
+        the seed and the epoch's windows, where the state's differ from `now` (as JSON
+        has them); TypeError when its sources are not a list of dicts."""
+        now = json.loads(json.dumps(now))
+        saved = state["sources"]
+        if not (isinstance(saved, list) and all(isinstance(s, dict) for s in saved)):
+            raise TypeError(f"sources must be a list of dicts, not {saved!r}")
+        differ: list[tuple[str, Any, Any]] = []
+        if len(saved) != len(now["sources"]):
+            differ.append(("sources", len(saved), len(now["sources"])))
+        else:
+            for i, (was, is_) in enumerate(zip(saved, now["sources"], strict=True)):
+                differ += [(f"source {i}'s {key}", was.get(key), is_[key])
+                           for key in is_ if key != "dataset" and was.get(key) != is_[key]]
+        return differ + [(key, state[key], now[key]) for key in ("seed", "epoch_windows")
+                         if state[key] != now[key]]
 
     @classmethod
-    def _check_saved_on(cls, target: Mixture, state: dict[str, Any]) -> None:
-        """ValueError in one line naming what differs when `target` is not what the
-        state was saved on (a source's run, split, windows, features or clip; the number
-        of sources, a weight, the seed, the epoch's windows), or a field the state lacks.
-        A source's path is told, not compared (a copy of a run is the same run)."""
-        now = json.loads(json.dumps(target.reading))
-        saved = _saved_sources(state, now)
-        differ = _differences(saved, state, now)
-        if differ:
-            raise _mismatch_error(saved, now, differ)
-
-
-def _saved_sources(state: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sources a state was saved on; ValueError when it lacks a field of a mixture's
-    reading (`now`) or of MixtureBatches' arguments, TypeError when its sources are not
-    a list of dicts."""
-    missing = [key for key in (*now, *ARGUMENTS) if key not in state]
-    if missing:
-        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
-                         "MixtureBatches.state gave; start the epoch at step 0")
-    saved = state["sources"]
-    if not (isinstance(saved, list) and all(isinstance(s, dict) for s in saved)):
-        raise TypeError(f"this state's sources must be a list of dicts, not {saved!r}")
-    return saved
-
-
-def _differences(saved: list[dict[str, Any]], state: dict[str, Any], now: dict[str, Any]
-                 ) -> list[tuple[str, Any, Any]]:
-    """(what, saved, now) of each way the mixture a state was saved on differs from the
-    one now (`now`, its reading): the number of sources, or each source's fields but its
-    path (a copy of a run is the same run); the seed and the epoch's windows."""
-    differ: list[tuple[str, Any, Any]] = []
-    if len(saved) != len(now["sources"]):
-        differ.append(("sources", len(saved), len(now["sources"])))
-    else:
-        for i, (was, is_) in enumerate(zip(saved, now["sources"], strict=True)):
-            differ += [(f"source {i}'s {key}", was.get(key), is_[key])
-                       for key in is_ if key != "dataset" and was.get(key) != is_[key]]
-    differ += [(key, state[key], now[key]) for key in ("seed", "epoch_windows")
-               if state[key] != now[key]]
-    return differ
-
-
-def _mismatch_error(saved: list[dict[str, Any]], now: dict[str, Any],
-                    differ: list[tuple[str, Any, Any]]) -> ValueError:
-    """The error for a state resumed on a mixture that `differ`s from its own: both
-    mixtures' paths, and each difference."""
-    changes = ", ".join(f"{key} ({was!r} saved, {is_!r} now)" for key, was, is_ in differ)
-    paths = [s.get("dataset") for s in saved]
-    return ValueError(f"this state, saved on a mixture of {paths}, cannot resume on "
-                      f"{[s['dataset'] for s in now['sources']]}: they differ in "
-                      f"{changes}; the same step would not give the same batch: resume "
-                      "it on what it was saved on, or start the epoch at step 0")
+    def _named(cls, reading: dict[str, Any]) -> str:
+        return f"a mixture of {[source.get('dataset') for source in reading['sources']]}"
