@@ -14,6 +14,10 @@ Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_d
 job), `load_spec` and `readers.numpy` work without it (`pip install video-window-shards`,
 no extra); where it is not installed, `make_dataset` is an ImportError that says to add
 the [tf] extra.
+
+The folders are the parts: numpy/ (the numpy reader), tfdata/ (the tf.data reader),
+inspect/ (`python -m readers.inspect` and its tools), report/ (its HTML page) and format/
+(the format, shared with the job); the modules here are what both readers share.
 """
 from __future__ import annotations
 
