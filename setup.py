@@ -28,5 +28,5 @@ setup(
     packages=find_packages(include=["beam_jobs", "beam_jobs.*", "readers", "readers.*"]),
     install_requires=DEPENDENCIES["READER"],
     extras_require=DEPENDENCIES["EXTRAS"],
-    entry_points={"console_scripts": ["readers.inspect = readers.inspect:main"]},
+    entry_points={"console_scripts": ["readers.inspect = readers.inspect.command:main"]},
 )

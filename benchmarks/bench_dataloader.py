@@ -14,7 +14,7 @@ in a process of its own (a fresh one each round, as a trainer starts):
 
   batches        readers.numpy.batches(out, "train", 64, seed=0, epoch=e): one process
   loader-N       a DataLoader over EpochBatches(...).source, the plan as its sampler,
-                 batch_size=None, N worker processes (readers.workers.forkserver() as
+                 batch_size=None, N worker processes (readers.numpy.workers.forkserver() as
                  its context, end_with_parent as worker_init_fn), as the examples have
                  it: each epoch a DataLoader of its own
   loader-2@REV   loader-2 with the readers package of commit REV (--before), as that
@@ -169,8 +169,8 @@ def loaders(name: str, data: str) -> Callable[[int], Iterable[dict]]:
 
     workers = int(name.split("@")[0].rsplit("-", 1)[1])
     # a commit's readers from before these (loader-2@REV): its docs' DataLoader
-    helpers = (importlib.import_module("readers.workers")
-               if importlib.util.find_spec("readers.workers") else None)
+    helpers = (importlib.import_module("readers.numpy.workers")
+               if importlib.util.find_spec("readers.numpy.workers") else None)
     end_with_parent = getattr(helpers, "end_with_parent", None)
     context = helpers.forkserver() if hasattr(helpers, "forkserver") else None  # else fork
 
@@ -311,8 +311,7 @@ def profile(work_dir: str, videos: int, batches: int = 80) -> dict:
     import torch
     import torch.multiprocessing  # noqa: F401 (PyTorch's reductions for pickling tensors)
 
-    from readers import handover, scatter
-    from readers.numpy import EpochBatches, WindowSource
+    from readers.numpy import EpochBatches, WindowSource, handover, scatter
 
     source = WindowSource(make_data(work_dir, videos), "train")
     plan = EpochBatches(source, BATCH, seed=0)
@@ -373,7 +372,7 @@ def profile(work_dir: str, videos: int, batches: int = 80) -> dict:
 
 
 STARTS = {"fork": "fork (PyTorch's default)", "forkserver": "a bare forkserver",
-          "ours": "readers.workers.forkserver(): one that imported torch and the reader"}
+          "ours": "readers.numpy.workers.forkserver(): one that imported torch and the reader"}
 
 
 def start_cost(context: str, data: str, epochs: int = 4) -> float:
@@ -383,7 +382,7 @@ def start_cost(context: str, data: str, epochs: int = 4) -> float:
     import torch
 
     import readers.numpy as rn
-    from readers.workers import forkserver
+    from readers.numpy.workers import forkserver
 
     made = {"fork": lambda: "fork", "forkserver": lambda: "forkserver", "ours": forkserver}
     source = rn.WindowSource(data, "train")
@@ -405,12 +404,11 @@ def start_cost(context: str, data: str, epochs: int = 4) -> float:
 
 def _produce(mode: str, data: str, steps: int, queue, done) -> None:
     """A worker's side of --profile: `steps` batches into `queue`, each as PyTorch hands
-    tensors over (`tensors`) or as readers.handover does (`handed`)."""
+    tensors over (`tensors`) or as readers.numpy.handover does (`handed`)."""
     import numpy as np
     import torch
 
-    from readers import handover
-    from readers.numpy import EpochBatches, WindowSource
+    from readers.numpy import EpochBatches, WindowSource, handover
 
     source = WindowSource(data, "train")
     plan = EpochBatches(source, BATCH, seed=0)

@@ -23,8 +23,9 @@ times full epochs (batch 64, drop_remainder) of each contender, counting windows
   numpy     readers.numpy.batches(out_dir, "train", 64): no TensorFlow, one process
   torch     a torch DataLoader over readers.numpy.WindowSource, 2 worker processes
             (when torch is installed)
-  before    with --before REV: `make_dataset` of REV's readers/dataset.py, beside this
-            tree's other modules (for a change to that file alone), as `ours` is made
+  before    with --before REV: `make_dataset` of REV's readers/tfdata/dataset.py, beside
+            this tree's other modules (for a change to that file alone), as `ours` is
+            made
 
 Each dataset is built once and iterated once per epoch, as a trainer does (Keras' fit
 makes an iterator per epoch); every epoch starts its iterator afresh, so no contender
@@ -214,13 +215,13 @@ def checkpoint_bytes(out_dir: str, work_dir: str) -> int:
 
 
 def dataset_module_at(rev: str) -> types.ModuleType:
-    """readers/dataset.py as it was at commit `rev`, imported as a module of its own (its
-    imports are this tree's modules)."""
+    """readers/tfdata/dataset.py as it was at commit `rev`, imported as a module of its
+    own (its imports are this tree's modules)."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    source = subprocess.run(["git", "-C", repo, "show", f"{rev}:readers/dataset.py"],
+    source = subprocess.run(["git", "-C", repo, "show", f"{rev}:readers/tfdata/dataset.py"],
                             check=True, capture_output=True, text=True).stdout
     module = types.ModuleType(f"readers_dataset_at_{rev}")
-    exec(compile(source, f"{rev}:readers/dataset.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:readers/tfdata/dataset.py", "exec"), module.__dict__)
     return module
 
 
@@ -320,7 +321,8 @@ def main() -> None:
     parser.add_argument("--work_dir", default=None,
                         help="where the data is written (default: a temp dir, removed after)")
     parser.add_argument("--before", default=None, metavar="REV",
-                        help="also time make_dataset of this commit's readers/dataset.py")
+                        help="also time make_dataset of this commit's "
+                             "readers/tfdata/dataset.py")
     args = parser.parse_args()
     before = dataset_module_at(args.before) if args.before else None
 

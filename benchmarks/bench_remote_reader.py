@@ -14,7 +14,7 @@ of 64 random windows per round through a `readers.numpy.WindowSource` on gs://:
   read_batch   source.read_batch(indices): the batch's ranged reads all at once
   getitems     source.__getitems__(indices): what a DataLoader worker now calls
   stream       batches(order="stream"): 8 MB chunks of the shards, one request each,
-               mixed in 64 MB groups (readers.streaming), in a process of its own (the
+               mixed in 64 MB groups (readers.numpy.streaming), in a process of its own (the
                emulator is Python in this one): the second of two epochs, as a trainer's
                process reads many (its connections to the store open)
 

@@ -75,7 +75,7 @@ SELECTIONS = {
 _CHILD = r"""
 import json, os, sys, time, tracemalloc
 sys.path.insert(0, {repo!r})
-from readers import subset
+from readers import select as selections
 from readers.numpy import Select, WindowSource
 
 def rss():
@@ -101,7 +101,7 @@ seconds = time.perf_counter() - start
 peak = peak_rss()
 read = rchar() - read
 del source
-subset._RESOLVED.clear()      # a process keeps what it resolved: resolve it again
+selections._RESOLVED.clear()  # a process keeps what it resolved: resolve it again
 tracemalloc.start()
 again = WindowSource({out!r}, "train", select=select)
 traced = tracemalloc.get_traced_memory()[1]

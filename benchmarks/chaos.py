@@ -42,7 +42,7 @@ After each, five checks; a failed one is a violation, counted and described:
   old or new   dataset.json is the one before or a new one; every file it lists is
                there, and every file it lists that was there before is byte for byte
                what it was (shards are never rewritten)
-  verify       readers.verify (inspect --verify) finds no problem
+  verify       readers.inspect.verify (inspect --verify) finds no problem
   values       every window read back (readers.numpy) is its input video's frames at its
                start, value for value, with its recipe; each video has the windows its
                frames give, in one split, and no video is there twice (under two ids);
@@ -89,8 +89,8 @@ from chaos_world import OPERATIONS, STRIDE, WINDOW, World, start_command  # noqa
 
 from readers import load_spec  # noqa: E402
 from readers.format import DatasetSpec, window_table  # noqa: E402
+from readers.inspect.verify import verify  # noqa: E402
 from readers.numpy import WindowSource  # noqa: E402
-from readers.verify import verify  # noqa: E402
 
 KILLS = ("kill", "int", "term", "stop")
 SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT, "term": signal.SIGTERM}

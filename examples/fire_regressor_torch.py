@@ -33,9 +33,9 @@ What it does, and why:
   held in the loop, in the model's activations and in each worker's 2 batches read
   ahead (the DataLoader's `prefetch_factor`). So the default 16 would need about 34 GB
   there: pass 1 or 2, or have the job store frames smaller (`--frame_size 270x480`).
-- The DataLoader's workers start with `readers.workers.end_with_parent`: a killed
+- The DataLoader's workers start with `readers.numpy.workers.end_with_parent`: a killed
   trainer takes them along (latent_gpt_torch.py says why it is needed); they come from
-  `readers.workers.forkserver()`, whose server has torch and the reader imported once.
+  `readers.numpy.workers.forkserver()`, whose server has torch and the reader imported once.
 - Its numbers are checked as they are parsed, and `--data` against what it reads
   (pixel windows [L, H, W, C] with one label a frame, the train split's statistics, a
   whole batch of them): a mistake is one line naming the flag, not a traceback.
@@ -55,7 +55,7 @@ from torch import nn
 from readers.format import ChannelStats, DatasetSpec
 from readers.format.numbers import whole_number_type
 from readers.numpy import EpochBatches, WindowSource
-from readers.workers import end_with_parent, forkserver
+from readers.numpy.workers import end_with_parent, forkserver
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:

@@ -36,12 +36,12 @@ What each step does, and why:
   every rank has saved and goes on with the batches an unstopped run would have had.
   `--stop_after_step K` kills the process (SIGKILL) right after step K's checkpoint: a
   preemption, to try it.
-- The DataLoader's workers start with `readers.workers.end_with_parent`, so that a killed
+- The DataLoader's workers start with `readers.numpy.workers.end_with_parent`, so that a killed
   rank takes them along, and their forkserver with them. PyTorch's own check watches a
   worker's parent, which under forkserver is the forkserver, and the forkserver lives as
   long as its workers: without it, each kill left a worker (about 250 MB) and its
   forkserver running for good, holding the output pipe (`... | tail` never ended). They
-  come from `readers.workers.forkserver()`, whose server has torch and the reader
+  come from `readers.numpy.workers.forkserver()`, whose server has torch and the reader
   imported once, and hand each batch over without a copy (docs/readers.md).
 - Its numbers are checked as they are parsed, and `--data` against what it reads (latent
   windows [L, C] that hold a clip of `--clip` + 1 frames, in `--split`): a mistake is
@@ -65,7 +65,7 @@ from torch import nn
 
 from readers.format.numbers import SEEDS, whole_number_type
 from readers.numpy import Clip, EpochBatches, WindowSource
-from readers.workers import end_with_parent, forkserver
+from readers.numpy.workers import end_with_parent, forkserver
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:

@@ -14,6 +14,10 @@ Nothing here imports Apache Beam. TensorFlow is imported on first use of `make_d
 job), `load_spec` and `readers.numpy` work without it (`pip install video-window-shards`,
 no extra); where it is not installed, `make_dataset` is an ImportError that says to add
 the [tf] extra.
+
+The folders are the parts: numpy/ (the numpy reader), tfdata/ (the tf.data reader),
+inspect/ (`python -m readers.inspect` and its tools), report/ (its HTML page) and format/
+(the format, shared with the job); the modules here are what both readers share.
 """
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ from typing import TYPE_CHECKING
 
 from readers.clips import Clip
 from readers.format import DatasetSpec, FeatureSpec, load_spec
-from readers.subset import Select
+from readers.select import Select
 
 if TYPE_CHECKING:
-    from readers.dataset import make_dataset
-    from readers.mixed_dataset import mix_datasets
+    from readers.tfdata.dataset import make_dataset
+    from readers.tfdata.mixed_dataset import mix_datasets
 
 __all__ = ["make_dataset", "mix_datasets", "load_spec", "DatasetSpec", "FeatureSpec",
            "Select", "Clip"]
@@ -35,7 +39,7 @@ def __getattr__(name: str):
     if name in ("make_dataset", "mix_datasets"):
         from readers import quiet
         try:
-            from readers import dataset, mixed_dataset
+            from readers.tfdata import dataset, mixed_dataset
         except ModuleNotFoundError as e:
             raise quiet.missing_tensorflow_error(e, f"readers.{name}") from None
         return dataset.make_dataset if name == "make_dataset" else mixed_dataset.mix_datasets

@@ -23,8 +23,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from readers.arguments import one_of, seed_number, whole_number
 from readers.format.features import PER_FRAME
-from readers.selection import one_of, seed_number, whole_number
 
 OFFSETS = ("random", "start", "center")
 CLIP_OFFSET = "clip_offset"    # what the readers name each clip's offset in its window

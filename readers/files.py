@@ -1,13 +1,13 @@
 """A dataset directory's files, local or of any fsspec scheme, as readers.inspect's
-summary, readers.verify and readers.report read them (readers.numpy has its own reads:
-readers/shards.py; readers.inspect writes through readers/output.py)."""
+summary, readers.inspect.verify and readers.report read them (readers.numpy has its own reads:
+readers/shards.py; readers.inspect writes through readers/inspect/output.py)."""
 from __future__ import annotations
 
 import json
 from typing import Iterator, Optional
 
+from readers.file_checks import NotAFile, check_regular
 from readers.format import videos_file
-from readers.selection import NotAFile, check_regular
 
 MAX_WHOLE = 64 << 20    # a side file read whole (dataset_info.json: a few MB at 40,000 shards)
 
@@ -81,7 +81,7 @@ class DatasetFiles:
 
     def check_regular(self, name: str) -> None:
         """NotAFile when a local dataset's `name` is not a regular file (a FIFO, whose
-        open would wait forever; a directory): the shards' check (readers.selection),
+        open would wait forever; a directory): the shards' check (readers.file_checks),
         made before every open here, side files' too. Objects on a store are files."""
         if is_local(self.fs):
             check_regular(self.root, name)

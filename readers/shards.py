@@ -1,7 +1,7 @@
 """The bytes of one split's records, any record in any order: the shards' offset indexes,
 local scatter reads (preadv) and remote ranged reads (fsspec), and each frame's checks.
 
-readers.numpy decodes what this module reads (readers/scatter.py); here are only where a
+readers.numpy decodes what this module reads (readers/numpy/scatter.py); here are only where a
 window's record is and its bytes, local or on any fsspec scheme. Numpy only.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from readers.file_checks import not_a_file_error
 from readers.format import index, is_remote, tfrecord
-from readers.selection import Selection, not_a_file_error
+from readers.request import SplitRequest
 
 
 @functools.lru_cache(maxsize=4096)
@@ -99,13 +100,13 @@ class Shards:
     their shards (readers.format.index.decode) and kept; local shards are opened with
     their indexes and stay open, one descriptor each, that a pickled copy leaves behind
     (a DataLoader worker opens its own). A shard or index that is gone when it is opened
-    is `Selection.gone_error`'s error: a rewrite of the directory deletes the files of the
-    run this reader reads, and an open shard is read on whole (Linux keeps an unlinked
-    file while it is open); no other run's file is ever opened."""
+    is `SplitRequest.gone_error`'s error: a rewrite of the directory deletes the files
+    of the run this reader reads, and an open shard is read on whole (Linux keeps an
+    unlinked file while it is open); no other run's file is ever opened."""
 
-    def __init__(self, selection: Selection):
-        path, shards = selection.path, selection.shards
-        compression = selection.spec.compression
+    def __init__(self, request: SplitRequest):
+        path, shards = request.path, request.shards
+        compression = request.spec.compression
         if compression != "none":
             raise ValueError(f"{path} has {compression} shards: random access needs "
                              "uncompressed shards and their index (use the tf.data "
@@ -115,7 +116,7 @@ class Shards:
             raise ValueError(f"{path}: shard {missing[0]} has no offset index (written by "
                              "a job older than 0.2.0); rerun the job for random access")
         self.path = path
-        self._selection = selection
+        self._request = request
         self._shards = list(shards)
         self._ends = list(itertools.accumulate(s.examples for s in self._shards))
         self._starts = [end - s.examples for end, s in zip(self._ends, self._shards, strict=True)]
@@ -208,19 +209,19 @@ class Shards:
             return
         missing = sorted({shard for shard in shards if shard not in self._offsets})
         names = [self._index_name(shard) for shard in missing]
-        version = self._selection.spec.format_version
+        version = self._request.spec.format_version
         try:
             indexes = read_at_most([os.path.join(self.path, name) for name in names],
                                    [index.largest(self._shards[shard].examples, version)
                                     for shard in missing])
         except FileNotFoundError as e:
             raise self._gone_error(e, missing) from None
-        min_frame = self._selection.spec.min_frame_bytes
+        min_frame = self._request.spec.min_frame_bytes
         for shard, name, data in zip(missing, names, indexes, strict=True):
             entry = self._shards[shard]
             size = None if self.remote else os.fstat(self._open(shard)).st_size
             self._offsets[shard] = index.decode(data, name, entry.examples,
-                                                self._selection.spec.format_version, size,
+                                                self._request.spec.format_version, size,
                                                 min_frame)
 
     def _index_name(self, shard: int) -> str:
@@ -242,12 +243,12 @@ class Shards:
 
     def _gone_error(self, error: FileNotFoundError, shards: Sequence[int]
                     ) -> FileNotFoundError:
-        """`Selection.gone_error` for the file of `shards` that `error` names (an index, or
-        else a shard; the first one's when it names none)."""
+        """`SplitRequest.gone_error` for the file of `shards` that `error` names (an index,
+        or else a shard; the first one's when it names none)."""
         names = ([n for n in (self._shards[s].index for s in shards) if n is not None]
                  + [self._shards[s].file for s in shards])
         said = f"{error.filename} {error}"
-        return self._selection.gone_error(next((n for n in names if n in said),
+        return self._request.gone_error(next((n for n in names if n in said),
                                                self._shards[shards[0]].file))
 
     def _span(self, shard: int, in_shard: int) -> tuple[int, int]:

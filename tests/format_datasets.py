@@ -236,7 +236,7 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
 
 def assert_sound(out: str) -> None:
     """`readers.inspect --verify` finds nothing wrong with the dataset in `out`."""
-    from readers.verify import verify
+    from readers.inspect.verify import verify
 
     problems = verify(out, data_format.load_spec(out))
     assert not problems, problems[:5]

@@ -103,7 +103,7 @@ def assert_documented_exit(status: int, line: str) -> None:
 
 def inspect_run(capsys, *argv: str) -> tuple[int, str, str]:
     """readers.inspect's command in this process: (exit status, stdout, stderr)."""
-    from readers import inspect
+    from readers.inspect import command as inspect
 
     try:
         inspect.main([str(a) for a in argv])
@@ -256,7 +256,7 @@ def assert_verified(output_dir) -> None:
             os.path.join(output_dir, "dataset.json")):
         return
     import readers
-    from readers.verify import verify
+    from readers.inspect.verify import verify
 
     problems = verify(str(output_dir), readers.load_spec(str(output_dir)))
     assert not problems, problems[:5]

@@ -26,7 +26,7 @@ from PIL import Image
 
 from readers import format as data_format
 from readers import report
-from readers.output import save
+from readers.inspect.output import save
 
 # The datasets a page test runs on; the appended one (two runs more) only in the full suite.
 PAGES = ["latent", "pixel", pytest.param("appended", marks=pytest.mark.slow)]

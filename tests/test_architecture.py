@@ -1,7 +1,8 @@
 """The house as docs/contributing.md draws it: every module in one part, every import
-between parts an arrow of its table (and every arrow used), no import cycle (type-only
-and function-level imports included), no private name used across modules, and a main
-module the size of Beam's wordcount."""
+between parts an arrow of its table (and every arrow used), no cycle of the table's
+arrows, no import cycle (type-only and function-level imports included), no private name
+used across modules, a main module the size of Beam's wordcount, and small tops of the
+job's package and of the readers' folder."""
 import ast
 import os
 import re
@@ -94,6 +95,16 @@ def test_imports_between_parts_are_the_arrows_of_the_table():
     assert drawn == used, f"arrows the table draws that no import uses: {drawn - used}"
 
 
+def test_the_arrows_of_the_table_have_no_cycle():
+    """Parts whose arrows reach no part left are taken away, level by level (the bottom
+    of the drawing first): a cycle would leave parts that none of them can leave."""
+    left = set(MAY)
+    while left:
+        bottom = {part for part in left if not MAY[part] & left}
+        assert bottom, f"the arrows of these parts reach a cycle: {sorted(left)}"
+        left -= bottom
+
+
 def test_no_import_cycle():
     """Tarjan's strongly connected components over every import edge."""
     graph = {m: sorted({i for i, _, _ in imports} - {m}) for m, imports in IMPORTS.items()}
@@ -158,6 +169,14 @@ def test_the_main_module_reads_like_wordcount_and_the_top_is_small():
     top = [n for n in os.listdir(os.path.join(ROOT, "beam_jobs"))
            if n.endswith(".py") and n != "__init__.py"]
     assert len(top) <= 8, top
+
+
+def test_the_readers_show_their_parts_in_folders():
+    """At most 12 modules at the top of readers/ (its __init__.py counted): what both
+    readers share and their API; each reader, the inspection and the report have a
+    folder."""
+    top = [n for n in os.listdir(os.path.join(ROOT, "readers")) if n.endswith(".py")]
+    assert len(top) <= 12, top
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("readers")))

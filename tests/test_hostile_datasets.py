@@ -17,10 +17,10 @@ import tensorflow as tf
 from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
 
 import readers
+from readers.file_checks import DatasetChanged
 from readers.format import SpecError
+from readers.inspect.verify import verify
 from readers.numpy import WindowSource, batches
-from readers.selection import DatasetChanged
-from readers.verify import verify
 
 
 def _build(root, *extra) -> str:
@@ -255,7 +255,7 @@ def test_a_shard_deleted_before_tf_data_opens_it_is_an_error_not_a_hang(dataset,
     os.remove(shard)
     script = f"""if True:
         import tensorflow as tf, readers
-        from readers.dataset import shard_records
+        from readers.tfdata.dataset import shard_records
         try:
             for _ in readers.make_dataset({copy!r}, batch_size=1, shuffle=False): pass
         except tf.errors.InvalidArgumentError as e: print("local:", e.message.splitlines()[0])

@@ -29,9 +29,9 @@ from helpers import (
 )
 from PIL import Image
 
-from readers import preview
 from readers.files import DatasetFiles
 from readers.format import videos_file
+from readers.inspect import preview
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ try:
 except ModuleNotFoundError:
     print("no tensorflow")
 import readers
-from readers import inspect
+from readers.inspect import command as inspect
 from readers.numpy import WindowSource, batches
 for name in ("latent", "png"):
     batch = next(batches(paths[name], "train", 2))

@@ -1,8 +1,8 @@
-"""Mixtures of datasets and splits with weights (readers.mixture, readers.mixed_dataset):
-an epoch's shares, its draws per (seed, epoch), per-rank slices, the source of each
-window, features that cannot mix, exact resume in readers.numpy (two DataLoader workers,
-a new process) and tf.data (checkpoints), and both readers drawing the same windows, of
-whole sources and of selected ones.
+"""Mixtures of datasets and splits with weights (readers.mixing, readers.numpy.mixture,
+readers.tfdata.mixed_dataset): an epoch's shares, its draws per (seed, epoch), per-rank
+slices, the source of each window, features that cannot mix, exact resume in
+readers.numpy (two DataLoader workers, a new process) and tf.data (checkpoints), and
+both readers drawing the same windows, of whole sources and of selected ones.
 
 The datasets: `kinds`' latent train (98 windows) and test (17) splits, and its float16
 train split (19; read as float32 it mixes with the latent one)."""
@@ -19,8 +19,8 @@ from helpers import assert_read_once, docs_code, run_apart, windows_read
 
 import readers
 from readers.clips import Clip
-from readers.mixed_dataset import MAX_EPOCH_WINDOWS
 from readers.numpy import Mixture, MixtureBatches, Select, WindowSource
+from readers.tfdata.mixed_dataset import MAX_EPOCH_WINDOWS
 
 
 def _keys(batch) -> list[tuple]:
@@ -156,9 +156,9 @@ def test_a_state_resumes_only_on_its_mixture_naming_what_differs(kinds):
             (_mixture(kinds, epoch_windows=100), r"epoch_windows \(117 saved, 100 now\)"),
             (Mixture([(latent, 1)], seed=1), r"sources \(2 saved, 1 now\)")):
         with pytest.raises(ValueError, match=rf"^this state, saved on a mixture of \[.*\], "
-                                             rf"cannot resume on \[.*\]: they differ in "
-                                             rf"{differ}.*; the same step would not give "
-                                             r"the same batch") as e:
+                                             rf"cannot resume on a mixture of \[.*\]: they "
+                                             rf"differ in {differ}.*; the same step would not "
+                                             r"give the same batch") as e:
             MixtureBatches.resume(other, state)
         assert "\n" not in str(e.value)
     for key, value, error, says in (

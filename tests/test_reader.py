@@ -74,10 +74,9 @@ def _order(ds):
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_the_public_api_gives_what_the_internals_give(dataset, monkeypatch, shuffle):
     """On the pinned TensorFlow the reader is built from tf.data's internal classes
-    (readers/tf_internals.py); on any other, from the public API, slower: the same
+    (readers/tfdata/tf_internals.py); on any other, from the public API, slower: the same
     records in the same order, whether shuffled (with a seed) or not."""
-    from readers import tf_internals
-
+    from readers.tfdata import tf_internals
     assert tf_internals.USING_INTERNALS      # the pinned TensorFlow: the fast path is tested
     fast = [b for b in readers.make_dataset(dataset, batch_size=4, shuffle=shuffle, seed=3)]
     monkeypatch.setattr(tf_internals, "_INTERNALS", None)
@@ -286,9 +285,9 @@ print(faults / (rounds * 3 * size / 4096))
 def test_make_dataset_keeps_freed_batch_memory_unless_the_user_chose(dataset, env, kept):
     """Without it, every batch's block comes back from the kernel as fresh pages.
     make_dataset sets it (the first case); whether a user's choice stops it is decided
-    where it is set (readers/malloc.py), tested there without TensorFlow's start-up."""
+    where it is set (readers/tfdata/malloc.py), tested there without TensorFlow's start-up."""
     setup = (f"import readers; readers.make_dataset({dataset!r}, batch_size=2)" if not env
-             else "from readers import malloc; malloc.keep_freed_memory()")
+             else "from readers.tfdata import malloc; malloc.keep_freed_memory()")
     result = subprocess.run([sys.executable, "-c", _FAULTS_PER_PAGE, setup],
                             capture_output=True, text=True, env={**os.environ, **env})
     assert result.returncode == 0, result.stderr

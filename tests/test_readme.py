@@ -14,9 +14,10 @@ from beam_jobs.job import flags
 from beam_jobs.outdir import lease
 from beam_jobs.outdir.claim import taken_over_error
 from beam_jobs.runtime import local_workers
-from readers import dataset, malloc, preview
 from readers import format as data_format
-from readers import inspect as inspect_cli
+from readers.inspect import command as inspect_cli
+from readers.inspect import preview
+from readers.tfdata import dataset, malloc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")

@@ -33,7 +33,8 @@ from PIL import Image
 from report_pages import PAGES, check_figures, read_page, report_of, sheets_of
 
 from readers import format as data_format
-from readers import preview, report
+from readers import report
+from readers.inspect import preview
 from readers.numpy import WindowSource
 from readers.report import collect, pictures, sampled
 from readers.report import page as page_module

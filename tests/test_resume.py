@@ -101,7 +101,7 @@ def test_a_tf_checkpoint_of_an_older_pipeline_is_refused_in_one_line(kinds, tmp_
     """A pipeline's graph is saved with its state: a checkpoint of the pipeline before
     each pass's order came from seed words failed in TensorFlow's words ("the dataset
     definition has changed"). One saved by another PIPELINE is refused, naming it."""
-    from readers import checkpoints
+    from readers.tfdata import checkpoints
     with monkeypatch.context() as older:
         older.setattr(checkpoints, "PIPELINE", "readers' tf.data pipeline 1")
         iterator = iter(readers.make_dataset(kinds["latent"], batch_size=2, seed=1,
@@ -158,8 +158,8 @@ def test_a_state_names_its_reading_and_resumes_on_no_other_split_features_or_cli
             (WindowSource(out, "a", ["window"], clip=Clip(2, seed=5)),
              r"features \(\['window', 'mask', 'video_id', 'start'\] saved, \['window'\] now\)"),
             (WindowSource(out, "a"), r"clip \(\{'length': 2, .*'seed': 5\} saved, None now\)")):
-        with pytest.raises(ValueError, match=rf"^this state, saved on {re.escape(out)}, cannot "
-                                             rf"resume on {re.escape(out)} split "
+        with pytest.raises(ValueError, match=rf"^this state, saved on {re.escape(out)} split "
+                                             rf"'a', cannot resume on {re.escape(out)} split "
                                              rf"'{source.split}': they differ in "
                                              rf"{differ}; the same step would not give the "
                                              r"same batch: resume it on what it was saved on"):

@@ -50,7 +50,7 @@ def test_dataflow_dry_run_stages_the_project_and_builds_the_graph(tmp_path, rng)
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
     assert {"beam_jobs/make_shards.py", "beam_jobs/shuffle/write.py", "readers/format/__init__.py",
             "readers/format/wire.py", "beam_jobs/encoders/onnx_models.py",
-            "readers/dataset.py", "beam_jobs/dependencies.py", "setup.py"} <= members
+            "readers/tfdata/dataset.py", "beam_jobs/dependencies.py", "setup.py"} <= members
     # a worker installs that sdist without extras (the light reader's install_requires):
     # the job's own libraries come as a requirements file, installed from PyPI at start-up
     with open(staged["requirements.txt"]) as f:

@@ -31,11 +31,10 @@ from helpers import (
 import readers
 from beam_jobs.core.frames import BadRecord
 from beam_jobs.sources.latents import LatentParser
-from readers import streaming
 from readers.clips import Clip
 from readers.format import FORMAT_VERSION, Shard, index, video_rows, window_table
 from readers.format.names import without_run_id
-from readers.numpy import EpochBatches, Select, WindowSource, batches
+from readers.numpy import EpochBatches, Select, WindowSource, batches, streaming
 
 WINDOW = 16
 
@@ -467,7 +466,7 @@ def test_a_damaged_table_is_one_line_naming_it_and_verify_finds_it(fire, tmp_pat
     (copy / shard.table).write_bytes(bytes(data))
     with pytest.raises(ValueError, match=rf"^{shard.table}: fails its CRC: it is damaged$"):
         WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
-    from readers.verify import verify
+    from readers.inspect.verify import verify
     assert verify(str(copy), readers.load_spec(str(copy))) == [
         f"{shard.table}: fails its CRC: it is damaged"]
     # a sound table, listed in dataset.json, whose entries are not its records': verify
@@ -570,7 +569,7 @@ def test_a_table_that_is_not_its_shards_is_refused_in_one_line_by_both_readers(
                 pytest.fail(f"{reader} waits on {shard.table}")
         assert isinstance(error, ValueError) and re.search(needle, str(error)), (reader, error)
         assert "\n" not in str(error)
-    from readers.verify import verify
+    from readers.inspect.verify import verify
     problems = verify(str(copy), readers.load_spec(str(copy)))
     assert any(re.search(needle, problem) for problem in problems), problems
 
@@ -687,7 +686,7 @@ def test_a_shard_without_the_table_its_run_wrote_is_damage_not_an_old_append(fir
     with pytest.raises(readers.format.SpecError) as refused:
         WindowSource(str(copy), "train", select=Select(min_valid_frames=1))
     assert str(refused.value).endswith(needle)
-    from readers import inspect
+    from readers.inspect import command as inspect
     with pytest.raises(SystemExit) as verified:
         inspect.main([str(copy), "--verify"])
     assert verified.value.code == 2
@@ -700,7 +699,7 @@ def test_verify_holds_the_videos_file_to_the_shards_windows(fire, tmp_path):
     name = readers.load_spec(str(copy)).sidecars["videos"]
     text = (copy / name).read_text()
     (copy / name).write_text(text.replace('"exp1/run3"', '"exp1/run9"'))
-    from readers.verify import verify
+    from readers.inspect.verify import verify
     assert verify(str(copy), readers.load_spec(str(copy))) == [
         f"{name}: video 'exp1/run9' has {_rows(fire)['exp1/run3']['windows']} windows in split "
         "'train' by its row, the shards hold 0 in split 'train'",

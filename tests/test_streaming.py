@@ -1,11 +1,10 @@
-"""readers.numpy's streaming order (readers.streaming): chunks of shards read with one
+"""readers.numpy's streaming order (readers.numpy.streaming): chunks of shards read with one
 request each, mixed in bounded groups, a pure function of (seed, epoch), resumable."""
 import gcs_emulator
 import numpy as np
 import pytest
 
-from readers import streaming
-from readers.numpy import EpochBatches, WindowSource, batches
+from readers.numpy import EpochBatches, WindowSource, batches, streaming
 
 
 def _keys(batch_list) -> list:

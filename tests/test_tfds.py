@@ -14,8 +14,8 @@ import tensorflow as tf
 from helpers import docs_code, read_dataset_json, run_job
 
 import readers
-from readers import inspect
 from readers.format import CODECS, tfds_info
+from readers.inspect import command as inspect
 from readers.numpy import WindowSource
 
 tfds = pytest.importorskip("tensorflow_datasets")

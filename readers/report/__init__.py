@@ -22,8 +22,8 @@ import functools
 from typing import Callable, Optional, TypeVar
 
 from readers import format as data_format
+from readers.file_checks import DatasetChanged
 from readers.report import collect, page, pictures, sampled, windows
-from readers.selection import DatasetChanged
 
 SAMPLES = 12             # contact sheets, by default (--report_samples)
 STATS_PER_SHEET = 64     # windows of the statistics sample per contact sheet
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 def build(path: str, spec: data_format.DatasetSpec, *, samples: int = SAMPLES, seed: int = 0,
           verified: Optional[list[str]] = None) -> str:
-    """The page's HTML. `verified`: the problems `readers.verify.verify` found (None:
+    """The page's HTML. `verified`: the problems `readers.inspect.verify.verify` found (None:
     it was not run). A record that cannot be read where the sample falls (a corrupt
     shard), or a side file that is broken or missing, leaves that part of the page out,
     saying why, so that a broken dataset still gets its report."""

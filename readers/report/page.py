@@ -17,8 +17,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from readers import format as data_format
-from readers import preview
-from readers import stats as stats_text
+from readers.inspect import preview
+from readers.inspect import stats as stats_text
 from readers.report import collect, pictures, sampled, svg
 
 MAX_PLOTTED_SHARDS = 400     # more shards: a histogram of their sizes instead of a bar each

@@ -1,11 +1,11 @@
 """The report's contact sheets: one PNG a window, each within a byte budget, so that the
 page's size is bounded by the number of windows shown.
 
-Pixel windows: readers.preview's contact sheet of one window (at most its MAX_COLUMNS
-frames, masked frames dimmed and crossed, the labels drawn under the frames). Latent
-windows: readers.preview's heatmap (frames across, values down), every window on one fixed
-colour scale that the page states, and a strip under it that is red under each masked
-frame.
+Pixel windows: readers.inspect.preview's contact sheet of one window (at most its
+MAX_COLUMNS frames, masked frames dimmed and crossed, the labels drawn under the frames).
+Latent windows: readers.inspect.preview's heatmap (frames across, values down), every
+window on one fixed colour scale that the page states, and a strip under it that is red
+under each masked frame.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
-from readers import preview
+from readers.inspect import preview
 
 SHEET_BYTES = 480_000       # a sheet's PNG at most; a larger one is scaled down to fit
 MASK_STRIP = 6              # under a latent picture: red under a masked frame
@@ -60,7 +60,7 @@ def latent_picture(window: np.ndarray, mask: np.ndarray, scale: tuple[float, flo
 
 def pixel_picture(window: np.ndarray, mask: np.ndarray, labels: Optional[np.ndarray],
                   caption: str) -> Image.Image:
-    """One window's contact sheet (readers.preview.contact_sheet)."""
+    """One window's contact sheet (readers.inspect.preview.contact_sheet)."""
     return preview.contact_sheet(window[None], mask[None],
                                  None if labels is None else labels[None], [caption])
 

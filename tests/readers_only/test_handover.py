@@ -1,4 +1,4 @@
-"""A DataLoader worker's batches handed to the trainer without a copy (readers.handover):
+"""A DataLoader worker's batches handed to the trainer without a copy (readers.numpy.handover):
 read into a shared segment that the trainer maps, the segments reused only once the
 trainer is done with them, and every batch the batch one process reads, in order, with
 clips, transforms, selections and mixtures."""
@@ -10,9 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from readers import handover
 from readers.clips import Clip
-from readers.numpy import EpochBatches, Mixture, MixtureBatches, Select, WindowSource
+from readers.numpy import EpochBatches, Mixture, MixtureBatches, Select, WindowSource, handover
 
 torch = pytest.importorskip("torch")
 if not hasattr(os, "memfd_create"):
@@ -134,7 +133,7 @@ import os, pickle, sys
 import psutil
 import torch
 from readers.numpy import EpochBatches, WindowSource
-from readers.workers import end_with_parent, forkserver
+from readers.numpy.workers import end_with_parent, forkserver
 
 if __name__ == "__main__":
     plan = EpochBatches(WindowSource(sys.argv[1], "train"), 3, seed=1)
@@ -154,7 +153,7 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_the_forkserver_has_torch_imported_before_it_forks_a_worker(datasets, tmp_path):
-    """readers.workers.forkserver(): the server imported torch (its library is mapped
+    """readers.numpy.workers.forkserver(): the server imported torch (its library is mapped
     there) before it forked the workers, which then need not import it each epoch; the
     batches are those read in one process."""
     pytest.importorskip("psutil")

@@ -22,7 +22,7 @@ from helpers import (
     write_index,
 )
 
-from readers import selection
+from readers import arguments
 from readers.clips import Clip
 from readers.format import numbers
 from readers.format.tfrecord import frame
@@ -226,7 +226,7 @@ def test_numpy_integers_are_taken_as_the_numbers_they_hold(datasets):
 def test_one_whole_number_check_serves_the_readers_and_the_command_lines():
     """The readers' whole_number is readers/format/numbers.py's, and the command lines'
     argparse type (the job's flags, the sample, readers.inspect) says the same words."""
-    assert selection.whole_number is numbers.whole_number
+    assert arguments.whole_number is numbers.whole_number
     with pytest.raises(ValueError, match=r"^batch_size must be a whole number >= 1, not 0$"):
         numbers.whole_number("batch_size", 0, 1)
     parse = numbers.whole_number_type(1, 100)

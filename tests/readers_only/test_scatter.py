@@ -1,4 +1,4 @@
-"""readers/scatter.py on its own: a batch that the Decoder reads (each record's
+"""readers/numpy/scatter.py on its own: a batch that the Decoder reads (each record's
 fixed-width values read straight into their rows by offsets it computes, a clip's frames
 cut out of them, the rest decoded from a small buffer) is the records decoded one by one
 through readers/format and stacked. Property-based: random features (frame shapes,
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from readers.clips import CLIP_OFFSET, Clip
 from readers.format import PER_FRAME, tfrecord, wire
-from readers.scatter import Decoder
-from readers.selection import Selection
+from readers.numpy.scatter import Decoder
+from readers.request import SplitRequest
 from readers.shards import Shards
 
 # (frames' dtype, --frame_encoding): latents of every dtype an encoding holds (float32
@@ -58,11 +58,11 @@ def datasets(draw):
     return videos, flags + (["--frame_encoding", encoding] if encoding else [])
 
 
-def _records(path: str, selection: Selection) -> list[bytes]:
+def _records(path: str, request: SplitRequest) -> list[bytes]:
     """Every record of the split in order (its shards', each in turn), read by
     readers.format's TFRecord framing."""
     out = []
-    for shard in selection.shards:
+    for shard in request.shards:
         with open(os.path.join(path, shard.file), "rb") as f:
             while (record := tfrecord.read_frame(f)) is not None:
                 assert isinstance(record, bytes), record
@@ -70,13 +70,13 @@ def _records(path: str, selection: Selection) -> list[bytes]:
     return out
 
 
-def _decoded(selection: Selection, record: bytes, **options) -> dict:
+def _decoded(request: SplitRequest, record: bytes, **options) -> dict:
     """One record's values as readers.numpy gives them, through readers.format alone:
     its lists found by walking the Example, each value put in a column of one row by its
     codec and finished."""
-    values = wire.example_values(list(selection.features), record)
+    values = wire.example_values(list(request.features), record)
     out = {}
-    for f in selection.features:
+    for f in request.features:
         column = np.empty((1, *f.shape), f.codec.column_dtype)
         f.codec.store(column, 0, values[f.name])
         out[f.name] = f.codec.finish(column, **options)[0]
@@ -126,22 +126,22 @@ def test_a_scattered_batch_is_its_records_decoded_one_by_one_and_stacked(data):
     videos, flags = data.draw(datasets())
     with tempfile.TemporaryDirectory() as out:
         write_dataset(out, videos, *flags)
-        selection = Selection.load(out, "train")
-        records = _records(out, selection)
-        window = selection.spec.window["length"]
-        shards = Shards(selection)
+        request = SplitRequest.load(out, "train")
+        records = _records(out, request)
+        window = request.spec.window["length"]
+        shards = Shards(request)
         indices, clip, epoch, float_pixels, keep_float16 = data.draw(
             reads(len(records), window))
         options = dict(float_pixels=float_pixels, keep_float16=keep_float16)
-        rows = [_decoded(selection, record, **options) for record in records]
-        decoder = Decoder(selection.features, clip=clip, window=window, **options)
+        rows = [_decoded(request, record, **options) for record in records]
+        decoder = Decoder(request.features, clip=clip, window=window, **options)
         for order in (indices, indices[::-1]):      # the second with the plans learnt
             _assert_equal(decoder.read_batch(shards, order, epoch),
                           _expected(rows, order, clip, window, epoch))
-        # the frames in memory, as readers.streaming and a remote read hand them over
+        # the frames in memory, as readers.numpy.streaming and a remote read hand them over
         spans = shards.spans([shards.locate(i) for i in indices])
         framed = [tfrecord.frame(records[i]) for i in indices]
         assert [end - start for start, end in spans] == [len(f) for f in framed]
-        fresh = Decoder(selection.features, clip=clip, window=window, **options)
+        fresh = Decoder(request.features, clip=clip, window=window, **options)
         _assert_equal(fresh.read_batch(shards, indices, epoch, records=framed),
                       _expected(rows, indices, clip, window, epoch))

@@ -8,7 +8,7 @@ from format_datasets import KIND_FLAGS
 from helpers import inspect_run
 
 import readers
-from readers.verify import verify
+from readers.inspect.verify import verify
 
 
 @pytest.mark.parametrize("kind", sorted(KIND_FLAGS))

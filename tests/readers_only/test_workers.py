@@ -1,4 +1,4 @@
-"""readers.workers: a DataLoader's worker processes end when the trainer dies, its
+"""readers.numpy.workers: a DataLoader's worker processes end when the trainer dies, its
 forkserver with them (docs/readers.md, PyTorch)."""
 import json
 import os
@@ -15,7 +15,7 @@ from helpers import assert_session_ends, session_processes
 _TRAINER = """
 import json, os, sys, time
 import torch
-from readers.workers import end_with_parent
+from readers.numpy.workers import end_with_parent
 
 
 class Pids(torch.utils.data.Dataset):

@@ -16,8 +16,8 @@ import stat
 import threading
 from typing import Optional
 
+from readers.file_checks import file_kind
 from readers.files import is_local
-from readers.selection import file_kind
 
 STORE_DEADLINE_S = 10   # a store's first answer: credentials, then a request
 

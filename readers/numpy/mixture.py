@@ -1,7 +1,8 @@
-"""A mixture of sources with weights, for readers.numpy: `Mixture` (one map-style dataset
-over its sources' windows; `MixtureBatches`, one epoch's batches of it per rank,
-resumable, is readers.mixture_batches'), and the epoch's shares, which the tf.data
-mixture (readers.mixed_dataset) takes too.
+"""A mixture of sources with weights, for readers.numpy: `Mixture`, one map-style dataset
+over its sources' windows, and what an epoch of it is (`MixtureBatches`, one epoch's
+batches of it per rank, resumable, is mixture_batches.py's). The shares of an epoch, and
+the rest that the tf.data mixture (readers.tfdata.mixed_dataset) takes too, are
+readers.mixing's.
 
     from readers.numpy import Mixture, MixtureBatches, WindowSource
 
@@ -35,23 +36,21 @@ their public API alone (`len`, `read_batch`, `for_epoch`, `reading`, `features`,
 from __future__ import annotations
 
 import copy
-import fractions
 import math
 from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from readers import handover, scatter
-from readers.clips import CLIP_OFFSET, clipped_shape
-from readers.selection import (
+from readers.arguments import (
     optional_whole_number,
     seed_number,
     whole_number,
     window_numbers,
 )
+from readers.clips import CLIP_OFFSET, clipped_shape
+from readers.mixing import SOURCE, epoch_counts, refuse_unlike, weight
+from readers.numpy import handover, scatter
 
-# The batch key that names each window's source: its place in the mixture's list.
-SOURCE = "source"
 # Seed words that keep the mixture's random streams apart from each other and from
 # EpochBatches' permutations (numpy's SeedSequence pads with zeros: [s] is [s, 0]).
 _STREAM, _RANK = 0x6D697831, 0x6D697832
@@ -70,61 +69,6 @@ class Source(Protocol):
     def for_epoch(self, epoch: int) -> "Source": ...
     @property
     def reading(self) -> dict[str, Any]: ...
-
-
-def weight(name: str, value: Any) -> float:
-    """A source's weight: a finite number > 0 (a Python or numpy int or float); TypeError
-    or ValueError in one line naming it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                      np.floating)):
-        raise TypeError(f"{name} must be a number > 0, not {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:     # an int of 1,025 bits or more: its digits would fill lines
-        raise ValueError(f"{name} must be a finite number > 0, not an integer of "
-                         f"{int(value).bit_length():,} bits, past a float's range") from None
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
-    return number
-
-
-def epoch_counts(weights: Sequence[float], windows: int) -> list[int]:
-    """The windows each source gives an epoch of `windows`: w_i x windows / sum(w)
-    rounded so that they sum to `windows` exactly (the largest remainders get one more,
-    ties to the earlier source), each within 1 of its exact share. Exact arithmetic on
-    the weights' binary values, so both readers and every machine agree."""
-    exact = [fractions.Fraction(w) * windows / sum(map(fractions.Fraction, weights))
-             for w in weights]
-    counts = [math.floor(x) for x in exact]
-    by_remainder = sorted(range(len(exact)), key=lambda i: (counts[i] - exact[i], i))
-    for i in by_remainder[:windows - sum(counts)]:
-        counts[i] += 1
-    return counts
-
-
-def seed_words(*words: int) -> int:
-    """A 63-bit seed from whole numbers (the tf.data mixture's per-source and choice
-    seeds), as numpy's SeedSequence mixes them."""
-    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0] >> 1)
-
-
-def refuse_unlike(signatures: Sequence[dict[str, tuple[tuple[int, ...], str]]],
-                  names: Sequence[str]) -> None:
-    """ValueError in one line naming the first feature whose shape or dtype differs
-    between two sources (`signatures`: name -> (shape, dtype) of what each gives, `names`:
-    the sources in words), or that one gives and another does not: a batch stacks them."""
-    first = signatures[0]
-    for other, name in zip(signatures[1:], names[1:], strict=True):
-        for feature in [*first, *(f for f in other if f not in first)]:
-            mine, theirs = first.get(feature), other.get(feature)
-            if mine == theirs:
-                continue
-            said = [f"{dtype} {list(shape)}" if shape is not None else "none"
-                    for shape, dtype in (mine or (None, None), theirs or (None, None))]
-            raise ValueError(f"these sources cannot be mixed: feature {feature!r} is "
-                             f"{said[0]} in {names[0]} but {said[1]} in {name} (a batch "
-                             "stacks them): read the same features, with the same "
-                             "float_pixels, keep_float16 and clip length, from each")
 
 
 def _signature(source: Source) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -209,7 +153,7 @@ class Mixture:
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(each window's source, its number in that source) of mixture windows: indices,
-        a slice or a boolean mask, as numpy reads them (readers.selection's
+        a slice or a boolean mask, as numpy reads them (readers.arguments'
         `window_numbers`, as a WindowSource reads them)."""
         windows = window_numbers(indices, len(self))
         which = np.searchsorted(self.offsets, windows, side="right") - 1
@@ -268,7 +212,7 @@ class Mixture:
         parts = [(np.flatnonzero(which == i), i) for i in np.unique(which).tolist()] or [
             (np.zeros(0, np.int64), 0)]
         # the parts in this process's memory; the batch, joined, where a DataLoader's
-        # worker hands it over without a copy (readers.handover)
+        # worker hands it over without a copy (readers.numpy.handover)
         read = [(rows, i, self.sources[i].read_batch(windows[rows],
                                                      allocate=scatter.private_memory))
                 for rows, i in parts]

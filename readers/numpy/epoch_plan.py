@@ -1,5 +1,5 @@
-"""What both epoch plans are (`EpochBatches`, readers.epoch_batches, over a source;
-`MixtureBatches`, readers.mixture_batches, over a mixture): one rank's batches of an
+"""What both epoch plans are (`EpochBatches`, readers.numpy.epoch_batches, over a source;
+`MixtureBatches`, readers.numpy.mixture_batches, over a mixture): one rank's batches of an
 epoch as window numbers, its state, and its resume from a state, on the same ranks or
 on another number of them (elastic).
 
@@ -29,8 +29,12 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
-from readers.selection import flag, whole_number
+from readers.arguments import flag, whole_number
 
+# The state's fields that are the arguments every plan takes (`plan_arguments`); a
+# subclass's ARGUMENTS add its own.
+PLAN_ARGUMENTS = ("batch_size", "epoch", "shard_index", "num_shards", "drop_remainder",
+                  "start_step")
 # The state's record of the elastic resumes before a plan: [{num_shards, step}, ...],
 # oldest first. A state saved before there were elastic resumes lacks it: none.
 RESUMED_FROM = "resumed_from"
@@ -87,26 +91,29 @@ def _new_ranks(shard_index: Any, num_shards: Any) -> Optional[tuple[int, int]]:
 class EpochPlan:
     """One rank's batches of an epoch, as lists of window numbers (the module's
     docstring): `len`, iteration from `start_step` (a DataLoader's sampler), `batch(step)`,
-    `windows()`, `state(step)` and `resume`. A subclass checks its arguments
-    (`plan_arguments` and its own), makes its epoch's order, and gives both to
-    `__init__`; it says how the order is dealt to ranks (`_deal`), what it reads
-    (`reading`), the error for a plan of no batch (`_no_batch_error`), and whether a
-    state was saved on what it is resumed on (`_check_saved_on`)."""
+    `windows()`, `state(step)` and `resume`, which refuses a state saved on another
+    reading than its target's. A subclass checks its arguments (`plan_arguments` and its
+    own), makes its epoch's order, and gives both to `__init__`; it says how the order is
+    dealt to ranks (`_deal`), the error for a plan of no batch (`_no_batch_error`), how a
+    saved reading differs from its target's (`_differences`) and how a reading is named
+    in an error (`_named`)."""
 
-    # The state's fields that are the subclass's arguments (`resumed_from` aside).
-    ARGUMENTS: tuple[str, ...] = ()
+    # The state's fields of the reading that every state has, and of the subclass's
+    # arguments (`resumed_from` aside).
+    READING: tuple[str, ...] = ()
+    ARGUMENTS: tuple[str, ...] = PLAN_ARGUMENTS
     # What its batches are read from (a subclass's): the epoch's source or mixture, whose
-    # `read_batch` takes a batch's window numbers.
+    # `read_batch` takes a batch's window numbers, and whose `reading` names what it reads.
     source: Any
 
     def __init__(self, given: dict[str, Any], order: np.ndarray):
         """`given`: the arguments, checked (what a state names); `order`: the epoch's."""
         self._given = given
-        self.batch_size = batch_size = given["batch_size"]
+        self.batch_size = given["batch_size"]
         self.epoch = given["epoch"]
         self._order = self._rank_windows(order)
         size = len(self._order)
-        self.steps = size // batch_size if given["drop_remainder"] else -(-size // batch_size)
+        self.steps = self._steps(size)
         if self.steps == 0 and not given[RESUMED_FROM]:   # a resume's rest may be no batch
             raise self._no_batch_error(size)
         self.start_step = whole_number("start_step", given["start_step"], 0, self.steps)
@@ -130,11 +137,14 @@ class EpochPlan:
     def _unread(self, ranks: list[np.ndarray], step: int) -> np.ndarray:
         """What `ranks` (each one's windows, all as many) had not read after `step` steps:
         each one's windows from step x batch_size on, in rank order."""
-        size = len(ranks[0])
-        steps = size // self.batch_size if self._given["drop_remainder"] else \
-            -(-size // self.batch_size)
-        step = whole_number(f"{RESUMED_FROM}'s step", step, 0, steps)
+        step = whole_number(f"{RESUMED_FROM}'s step", step, 0, self._steps(len(ranks[0])))
         return np.concatenate([windows[step * self.batch_size:] for windows in ranks])
+
+    def _steps(self, size: int) -> int:
+        """The steps of a rank of `size` windows: its whole batches, and a last partial
+        one unless `drop_remainder`."""
+        return size // self.batch_size if self._given["drop_remainder"] else \
+            -(-size // self.batch_size)
 
     def _deal(self, order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
         """Rank `shard_index` of `num_shards`'s windows of the epoch's `order`, in the order
@@ -145,16 +155,23 @@ class EpochPlan:
         """The error for a plan whose rank gets `windows`, fewer than a batch."""
         raise NotImplementedError
 
-    @property
-    def reading(self) -> dict[str, Any]:
-        """What the plan reads, as its state names it (JSON-ready)."""
+    @classmethod
+    def _differences(cls, state: dict[str, Any], now: dict[str, Any]
+                     ) -> list[tuple[str, Any, Any]]:
+        """(what, saved, now) of each way in which the reading `state` was saved on
+        differs from `now`, a target's; TypeError or ValueError for a field of the
+        wrong type."""
         raise NotImplementedError
 
     @classmethod
-    def _check_saved_on(cls, target: Any, state: dict[str, Any]) -> None:
-        """ValueError or TypeError in one line when `state` lacks a field, or names a
-        reading other than `target`'s."""
+    def _named(cls, reading: dict[str, Any]) -> str:
+        """A reading (a state's, or a target's) as an error names it."""
         raise NotImplementedError
+
+    @property
+    def reading(self) -> dict[str, Any]:
+        """What the plan reads, as its state names it (JSON-ready): its source's."""
+        return self.source.reading
 
     def __len__(self) -> int:
         return self.steps - self.start_step
@@ -205,6 +222,32 @@ class EpochPlan:
         return make(target, **{**plan._given, "shard_index": new_ranks[0],
                               "num_shards": new_ranks[1], "start_step": 0,
                               RESUMED_FROM: [*plan._given[RESUMED_FROM], cut]})
+
+    @classmethod
+    def _check_saved_on(cls, target: Any, state: dict[str, Any]) -> None:
+        """In one line: ValueError when `state` lacks a field of the reading or of the
+        arguments; TypeError or ValueError for a field of the reading of the wrong type;
+        ValueError naming each difference (saved and now) when `target` reads another
+        reading than the state was saved on (a run id's: an --append or a rebuild)."""
+        missing = [key for key in (*cls.READING, *cls.ARGUMENTS) if key not in state]
+        if missing:
+            raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
+                             f"{cls.__name__}.state gave (or one of a version before these "
+                             "fields); start the epoch at step 0")
+        now = target.reading
+        try:
+            differ = cls._differences(state, now)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"this state's {e}") from None
+        if not differ:
+            return
+        changes = ", ".join(f"{key} ({was!r} saved, {is_!r} now)" for key, was, is_ in differ)
+        since = (": an --append or a rebuild since"
+                 if any(key.endswith("run_id") for key, _, _ in differ) else "")
+        raise ValueError(f"this state, saved on {cls._named(state)}, cannot resume on "
+                         f"{cls._named(now)}: they differ in {changes}{since}; the same step "
+                         "would not give the same batch: resume it on what it was saved on, "
+                         "or start the epoch at step 0")
 
 
 class BatchSource:

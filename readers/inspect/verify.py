@@ -17,9 +17,9 @@ import google_crc32c
 import numpy as np
 
 from readers import format as data_format
+from readers.file_checks import DatasetChanged, NotAFile, gone_error
 from readers.files import MAX_WHOLE, DatasetFiles
 from readers.format import tfrecord, wire
-from readers.selection import DatasetChanged, NotAFile, gone_error
 from readers.shards import read_at_most
 
 

@@ -15,17 +15,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from readers import checkpoints, clips, malloc, subset, tf_internals
+from readers import clips
 from readers import format as data_format
+from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import CLIP_OFFSET, Clip
-from readers.selection import (
-    Selection,
-    flag,
-    optional_whole_number,
-    seed_number,
-    whole_number,
-)
-from readers.subset import Select, Subset
+from readers.request import SplitRequest
+from readers.select import Select, SelectedWindows, resolve
+from readers.tfdata import checkpoints, malloc, tf_internals
 
 # The shuffle buffer holds serialized records: size it in bytes, not records, so that
 # a buffer of pixel windows stays as modest as one of latent windows. The windows are
@@ -122,23 +118,23 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             ("shuffle", shuffle), ("repeat", repeat), ("drop_remainder", drop_remainder),
             ("float_pixels", float_pixels), ("keep_float16", keep_float16)))
     clip = clips.checked(clip)
-    selection = Selection.load(path, split, _features_to_parse(features, structure, clip))
-    window = selection.spec.window["length"]
+    request = SplitRequest.load(path, split, _features_to_parse(features, structure, clip))
+    window = request.spec.window["length"]
     if clip is not None:
         clip.check_fits(window)    # a clip longer than the windows: ValueError now, not in a map
-    selection, records, kept = _kept_shards(path, split, selection, select)
+    request, records, kept = _kept_shards(path, split, request, select)
     if input_context is not None:
-        selection = selection.for_pipeline(input_context.input_pipeline_id,
+        request = request.for_pipeline(input_context.input_pipeline_id,
                                            input_context.num_input_pipelines)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    _check_a_batch(selection, records, batch_size, drop_remainder=drop_remainder,
+    _check_a_batch(request, records, batch_size, drop_remainder=drop_remainder,
                    repeat=repeat)
 
-    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/malloc.py
+    malloc.keep_freed_memory()   # each batch a fresh block of MB: see readers/tfdata/malloc.py
     deterministic = not shuffle or seed is not None
-    shards, read = _shards(path, selection, records)
+    shards, read = _shards(path, request, records)
     if shuffle:   # clean epochs, each in a new order
-        ds = _shuffled_passes(shards, read, selection, batch_size=batch_size, seed=seed,
+        ds = _shuffled_passes(shards, read, request, batch_size=batch_size, seed=seed,
                               repeat=repeat, deterministic=deterministic,
                               shuffle_buffer=shuffle_buffer, cycle_length=cycle_length)
     else:
@@ -148,16 +144,16 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     if clip is not None:   # a random number beside each batch: the seed of its clips
         ds = tf.data.Dataset.zip(ds, tf.data.Dataset.random(
             clip.seed, rerandomize_each_iteration=True))
-    parse = _parser(selection.features, window, clip, structure, float_pixels=float_pixels,
+    parse = _parser(request.features, window, clip, structure, float_pixels=float_pixels,
                     keep_float16=keep_float16)
     # A checkpoint of its iterator names the dataset and the reading, and is refused on
     # another's: restored, it would give the batches of the reading it was saved on.
-    identity = _identity(path, selection, clip, batch_size=batch_size, shuffle=shuffle,
+    identity = _identity(path, request, clip, batch_size=batch_size, shuffle=shuffle,
                          seed=seed, repeat=repeat, drop_remainder=drop_remainder,
                          float_pixels=float_pixels, keep_float16=keep_float16,
                          input_context=input_context, kept=kept)
     return checkpoints.identified(
-        _parsed(ds, parse, selection.features, deterministic=deterministic), identity)
+        _parsed(ds, parse, request.features, deterministic=deterministic), identity)
 
 
 def _features_to_parse(features: Optional[Sequence[str]], structure: Any,
@@ -173,46 +169,47 @@ def _features_to_parse(features: Optional[Sequence[str]], structure: Any,
     return features
 
 
-def _kept_shards(path: str, split: str, selection: Selection, select: Optional[Select]
-                 ) -> tuple[Selection, Optional[dict[str, np.ndarray]], Optional[Subset]]:
-    """(selection, records, kept): with a `select` that keeps windows, the selection of
-    only the shards it keeps windows of, shard file -> the record numbers it keeps there,
-    and the resolved subset; (selection, None, None) for every window. ValueError for a
-    split without shards, or a `select` that keeps no window of it (subset.resolve)."""
-    if not selection.shards:
+def _kept_shards(path: str, split: str, request: SplitRequest, select: Optional[Select]
+                 ) -> tuple[SplitRequest, Optional[dict[str, np.ndarray]],
+                            Optional[SelectedWindows]]:
+    """(request, records, kept): with a `select` that keeps windows, the request of only
+    the shards it keeps windows of, shard file -> the record numbers it keeps there, and
+    the windows it keeps; (request, None, None) for every window. ValueError for a split
+    without shards, or a `select` that keeps no window of it (readers.select.resolve)."""
+    if not request.shards:
         raise ValueError(f"split {split!r} of {path} has no shards (no windows)")
-    kept = subset.resolve(select, selection)    # None: every window
+    kept = resolve(select, request)    # None: every window
     if kept is None:
-        return selection, None, None
-    records = dict(zip((s.file for s in selection.shards), kept.in_shards(selection.shards),
+        return request, None, None
+    records = dict(zip((s.file for s in request.shards), kept.in_shards(request.shards),
                        strict=True))
-    selection = dataclasses.replace(selection, shards=tuple(
-        s for s in selection.shards if len(records[s.file])))
-    return selection, records, kept
+    request = dataclasses.replace(request, shards=tuple(
+        s for s in request.shards if len(records[s.file])))
+    return request, records, kept
 
 
-def _check_a_batch(selection: Selection, records: Optional[dict[str, np.ndarray]],
+def _check_a_batch(request: SplitRequest, records: Optional[dict[str, np.ndarray]],
                    batch_size: int, *, drop_remainder: bool, repeat: bool) -> None:
     """ValueError when the windows read (`records`' with a selection) are fewer than a
     batch that must be whole: with drop_remainder, or repeated, when a batch would take
     windows of several epochs (10**9: forever)."""
-    windows = (selection.windows if records is None else
-               sum(len(records[s.file]) for s in selection.shards))
+    windows = (request.windows if records is None else
+               sum(len(records[s.file]) for s in request.shards))
     if windows < batch_size and (drop_remainder or repeat):
-        raise selection.no_batch_error(
+        raise request.no_batch_error(
             windows, batch_size, options="with drop_remainder=True "
             if drop_remainder else "whole (repeat=True would mix epochs in one): ",
             remedy="; lower batch_size" + ("" if repeat else ", or pass drop_remainder=False"))
 
 
-def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndarray]]
+def _shards(path: str, request: SplitRequest, records: Optional[dict[str, np.ndarray]]
             ) -> tuple[tuple[tf.Tensor, ...], Any]:
     """(shards, read): each shard's file, count and stand-in for its lost records, as
     columns of one row a shard, and the function that gives a shard's records from its
     row (see `shard_records`); with `records`, only the ones a selection keeps."""
-    spec = selection.spec
-    files = [os.path.join(path, shard.file) for shard in selection.shards]
-    counts = [shard.examples for shard in selection.shards]
+    spec = request.spec
+    files = [os.path.join(path, shard.file) for shard in request.shards]
+    counts = [shard.examples for shard in request.shards]
     local = not data_format.is_remote(path)
     compression = data_format.tf_compression_type(spec.compression)
     lost = [f"No more readable records in shard {f}: it is corrupt or truncated, with fewer "
@@ -224,12 +221,12 @@ def _shards(path: str, selection: Selection, records: Optional[dict[str, np.ndar
             f"{f'run {spec.run_id}' if spec.run_id else 'a dataset without a run id'}): ")
     read = functools.partial(shard_records, compression=compression, local=local, gone=gone)
     if records is not None:
-        shards, read = _kept_records(shards, read, [records[s.file] for s in selection.shards],
+        shards, read = _kept_records(shards, read, [records[s.file] for s in request.shards],
                                      counts)
     return shards, read
 
 
-def _shuffled_passes(shards: tuple[tf.Tensor, ...], read, selection: Selection, *,
+def _shuffled_passes(shards: tuple[tf.Tensor, ...], read, request: SplitRequest, *,
                      batch_size: int, seed: Optional[int], repeat: bool, deterministic: bool,
                      shuffle_buffer: Optional[int], cycle_length: Optional[int]
                      ) -> tf.data.Dataset:
@@ -248,9 +245,9 @@ def _shuffled_passes(shards: tuple[tf.Tensor, ...], read, selection: Selection, 
     interleave leaves its spent input, the shard shuffle whose seed generator counts the
     passes, out of its checkpoint, and a restored iterator drew other shard orders from
     the next pass on."""
-    example_bytes = _example_bytes(selection.spec.features)
+    example_bytes = _example_bytes(request.spec.features)
     group = max(1, min(MAX_GROUP, GROUP_BYTES // example_bytes))
-    files = len(selection.shards)
+    files = len(request.shards)
     cycle = cycle_length or min(MAX_CYCLE_LENGTH, files)
     buffer = shuffle_buffer or max(batch_size, min(
         MAX_SHUFFLE_BUFFER, SHUFFLE_BUFFER_BYTES // example_bytes))
@@ -326,20 +323,20 @@ def _parsed(batches: tf.data.Dataset, parse, selected: Sequence[data_format.Feat
         tf.data.AUTOTUNE).with_options(options)
 
 
-def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_size: int,
+def _identity(path: str, request: SplitRequest, clip: Optional[Clip], *, batch_size: int,
               shuffle: bool, seed: Optional[int], repeat: bool, drop_remainder: bool,
               float_pixels: bool, keep_float16: bool,
               input_context: Optional[tf.distribute.InputContext],
-              kept: Optional[Subset] = None) -> dict[str, str]:
-    """What an iterator's checkpoint names (readers.checkpoints): the dataset and its run,
-    the split (and this input pipeline's part), the features and their values, the clip,
-    the order, and a selection (only where there is one: a checkpoint saved before
+              kept: Optional[SelectedWindows] = None) -> dict[str, str]:
+    """What an iterator's checkpoint names (readers.tfdata.checkpoints): the dataset and
+    its run, the split (and this input pipeline's part), the features and their values, the
+    clip, the order, and a selection (only where there is one: a checkpoint saved before
     selections existed restores on a reader of every window)."""
     part = ("" if input_context is None else f", input pipeline "
             f"{input_context.input_pipeline_id} of {input_context.num_input_pipelines}")
-    return {"dataset": dataset_named(path, selection.spec.run_id),
-            "split": f"split {selection.split!r}{part}",
-            "features": f"features {[f.name for f in selection.features]}"
+    return {"dataset": dataset_named(path, request.spec.run_id),
+            "split": f"split {request.split!r}{part}",
+            "features": f"features {[f.name for f in request.features]}"
                         f"{values_named(float_pixels, keep_float16)}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": _order_named(batch_size, drop_remainder=drop_remainder,
@@ -348,8 +345,8 @@ def _identity(path: str, selection: Selection, clip: Optional[Clip], *, batch_si
 
 
 def dataset_named(path: str, run_id: Optional[str]) -> str:
-    """How an identity names a dataset: its directory (absolute where local) and run
-    (both readers' checkpoints, readers.mixed_dataset's too). Any URL is kept as given,
+    """How an identity names a dataset: its directory (absolute where local) and run (both
+    readers' checkpoints, readers.tfdata.mixed_dataset's too). Any URL is kept as given,
     file:// too (not `is_remote`, which counts file:// as local): saved checkpoints name
     datasets so."""
     return f"{path if '://' in path else os.path.abspath(path)} (run {run_id or 'without an id'})"

@@ -1,24 +1,24 @@
 """A tf.data mixture of datasets or splits with weights: `mix_datasets`.
 
-Each source is `readers.make_dataset`'s stream of its split in the order the job wrote
-it (globally shuffled at write time), pass after pass, unbatched; `choose_from_datasets`
+Each source is `readers.make_dataset`'s stream of its split in the order the job wrote it
+(globally shuffled at write time), pass after pass, unbatched; `choose_from_datasets`
 takes windows from them as a choice stream says, then they are batched again. An epoch
-has the windows and the shares of readers.numpy's `Mixture` (readers.mixture): source i
-gives exactly n_i of the N windows (`epoch_counts`), in places drawn as from an urn of
-the epoch's N windows (each place's source by a stateless draw of the seed, the epoch
-and the place, with the chances of the windows left: `_epoch_choices`), and epoch e
-takes the n_i windows of the source's stream from e x n_i on: each window floor(n_i / len)
-or ceil(n_i / len) times an epoch, as in readers.numpy. So both readers draw the same
-number of windows from each source, out of the same windows; which ones and their order
-differ (readers.numpy takes a fresh permutation of each source every epoch, tf.data goes
-round each source in its written order, every window before any again). A source may be
-selected (`select=`: readers.subset): its windows are then those its selection keeps, in
-the split's order, as a selected `WindowSource` numbers them, and its stream is
-`make_dataset`'s of that selection.
+has the windows and the shares of readers.numpy's `Mixture` (readers.numpy.mixture):
+source i gives exactly n_i of the N windows (readers.mixing's `epoch_counts`), in places
+drawn as from an urn of the epoch's N windows (each place's source by a stateless draw of
+the seed, the epoch and the place, with the chances of the windows left:
+`_epoch_choices`), and epoch e takes the n_i windows of the source's stream from e x n_i
+on: each window floor(n_i / len) or ceil(n_i / len) times an epoch, as in readers.numpy.
+So both readers draw the same number of windows from each source, out of the same
+windows; which ones and their order differ (readers.numpy takes a fresh permutation of
+each source every epoch, tf.data goes round each source in its written order, every
+window before any again). A source may be selected (`select=`: readers.select): its
+windows are then those its selection keeps, in the split's order, as a selected
+`WindowSource` numbers them, and its stream is `make_dataset`'s of that selection.
 
-Every part here is a pure function of its position (a choice, of the seed, the epoch,
-the place and the windows left, which the iterator's state holds), so a checkpoint of
-the iterator (readers.checkpoints names the mixture in it) resumes exactly.
+Every part here is a pure function of its position (a choice, of the seed, the epoch, the
+place and the windows left, which the iterator's state holds), so a checkpoint of the
+iterator (readers.tfdata.checkpoints names the mixture in it) resumes exactly.
 """
 from __future__ import annotations
 
@@ -27,20 +27,15 @@ from typing import Any, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from readers import checkpoints, subset
+from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
-from readers.dataset import dataset_named, make_dataset, values_named
-from readers.mixture import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
-from readers.selection import (
-    Selection,
-    flag,
-    optional_whole_number,
-    seed_number,
-    whole_number,
-)
-from readers.subset import Select, Subset
+from readers.mixing import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
+from readers.request import SplitRequest
+from readers.select import Select, SelectedWindows, resolve
+from readers.tfdata import checkpoints
+from readers.tfdata.dataset import dataset_named, make_dataset, values_named
 
-# The seed word of the choice stream (readers.mixture's are numpy's, for its own streams).
+# The seed word of the choice stream (readers.numpy.mixture seeds its own streams).
 _CHOICE = 0x6D697833
 # Windows an epoch at most: an epoch's places are int64.
 MAX_EPOCH_WINDOWS = 2 ** 63 - 1
@@ -69,7 +64,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
       repeat: epochs without end (False: one epoch).
       epoch_windows: windows an epoch, at most MAX_EPOCH_WINDOWS (default: the sum of
         the sources' windows, selected ones' as selected); source i gives
-        round(w_i x epoch_windows) of them, exactly (readers.mixture).
+        round(w_i x epoch_windows) of them, exactly (readers.mixing.epoch_counts).
       drop_remainder, features, float_pixels, keep_float16, clip: as `make_dataset`'s,
         for every source (one clip for all).
       select: a `readers.Select` for every source, or a list of one for each (None: the
@@ -83,7 +78,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     Raises:
       TypeError or ValueError in one line: sources, a weight or a count as above, a
       `select` that is neither a Select nor a list of one per source (Select or None),
-      a selection that keeps no window of its source (readers.subset.resolve), a
+      a selection that keeps no window of its source (readers.select.resolve), a
       source without windows, features that differ.
     """
     batch_size = whole_number("batch_size", batch_size, 1)
@@ -92,17 +87,17 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     entries = _entries(sources, split)
     selects = _selects(select, len(entries))
     weights = [w for _, _, w in entries]
-    selections = [Selection.load(path, split, features) for path, split, _ in entries]
-    kept = [subset.resolve(chosen, selection)
-            for chosen, selection in zip(selects, selections, strict=True)]
+    requests = [SplitRequest.load(path, split, features) for path, split, _ in entries]
+    kept = [resolve(chosen, request)
+            for chosen, request in zip(selects, requests, strict=True)]
     windows = [s.windows if k is None else len(k)
-               for s, k in zip(selections, kept, strict=True)]
+               for s, k in zip(requests, kept, strict=True)]
     names = [f"source {i} ({path} split {split!r})" for i, (path, split, _) in enumerate(entries)]
     size = _epoch_windows(epoch_windows, windows, names, batch_size,
                           drop_remainder=drop_remainder, repeat=repeat)
     streams = []
     for i, ((path, split, _), chosen) in enumerate(zip(entries, selects, strict=True)):
-        # make_dataset resolves the selection again: readers.subset kept it (the last 8)
+        # make_dataset resolves the selection again: readers.select kept it (the last 8)
         stream = make_dataset(path, split, min(batch_size, windows[i]), shuffle=False,
                               repeat=True, features=features, float_pixels=float_pixels,
                               keep_float16=keep_float16, clip=clip, select=chosen)
@@ -115,7 +110,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     ds = tf.data.Dataset.choose_from_datasets(streams, choices)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return checkpoints.identified(ds, _identity(
-        entries, selections, kept, clip, batch_size=batch_size, seed=seed, size=size,
+        entries, requests, kept, clip, batch_size=batch_size, seed=seed, size=size,
         repeat=repeat, drop_remainder=drop_remainder, float_pixels=float_pixels,
         keep_float16=keep_float16))
 
@@ -207,29 +202,29 @@ def _epoch_choices(epoch: tf.Tensor, *, counts: tf.Tensor, key: int) -> tf.data.
     return tf.data.Dataset.range(tf.reduce_sum(counts)).scan(counts, draw)
 
 
-def _identity(entries: list, selections: list, kept: list[Optional[Subset]],
+def _identity(entries: list, requests: list, kept: list[Optional[SelectedWindows]],
               clip: Optional[Clip], *, batch_size: int, seed: int, size: int, repeat: bool,
               drop_remainder: bool, float_pixels: bool, keep_float16: bool) -> dict[str, str]:
-    """What the iterator's checkpoint names (readers.checkpoints): the sources (each
+    """What the iterator's checkpoint names (readers.tfdata.checkpoints): the sources (each
     dataset's directory and run, and its split), the weights, features, clip and order,
     and the selections (only where a source has one, as make_dataset's: a mixture of
     whole sources is named as before selections)."""
-    sources = _sources_named(entries, selections)
+    sources = _sources_named(entries, requests)
     values = values_named(float_pixels, keep_float16)
     selected = "; ".join(f"source {i} {'every window' if k is None else k.said()}"
                          for i, k in enumerate(kept))
     return {"dataset": f"a mixture of {sources}",
             "weights": f"weights {[w for _, _, w in entries]}",
-            "features": f"features {[f.name for f in selections[0].features]}{values}",
+            "features": f"features {[f.name for f in requests[0].features]}{values}",
             "clip": "no clip" if clip is None else f"clip {clip}",
             "order": f"batches of {batch_size}{'' if drop_remainder else ' or fewer'}, "
                      f"seed {seed}, epochs of {size} windows{', repeated' if repeat else ''}",
             **({} if all(k is None for k in kept) else {"selections": f"selections: {selected}"})}
 
 
-def _sources_named(entries: list, selections: list) -> str:
+def _sources_named(entries: list, requests: list) -> str:
     """How the identity names the sources: each dataset's directory (absolute where
     local) and run, and its split."""
     return "; ".join(
-        f"{dataset_named(path, selection.spec.run_id)} split {split!r}"
-        for (path, split, _), selection in zip(entries, selections, strict=True))
+        f"{dataset_named(path, request.spec.run_id)} split {split!r}"
+        for (path, split, _), request in zip(entries, requests, strict=True))

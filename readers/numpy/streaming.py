@@ -10,7 +10,7 @@ CHUNK_BYTES of consecutive records, each read with one request. An epoch's order
 2. taken in groups of up to `buffer_bytes` (at least one chunk);
 3. the windows of each group permuted (by (seed, epoch) too).
 
-With a selection (readers.subset), the chunks that hold no selected window are left out
+With a selection (readers.select), the chunks that hold no selected window are left out
 (never read), and a chunk's windows in the order are its selected ones. So a batch draws
 its windows from the few chunks of one group, of random shards and
 places, as tf.data's interleave and shuffle buffer do; the random-access order draws
@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from readers.selection import one_of
+from readers.arguments import one_of
 from readers.shards import Shards
 
 CHUNK_BYTES = 8 << 20

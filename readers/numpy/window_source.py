@@ -1,8 +1,8 @@
 """`WindowSource`: the windows of one split by index, read without TensorFlow
-(readers.numpy is the API; readers.epoch_batches plans an epoch's batches over a source).
+(readers.numpy is the API; readers.numpy.epoch_batches plans an epoch's batches over a source).
 
 A source finds its records with the offset index beside each shard (readers.shards) and
-decodes a batch's records into their rows (readers.scatter); it pickles without its open
+decodes a batch's records into their rows (readers.numpy.scatter); it pickles without its open
 files, and its repr names all that decides what `source[i]` is.
 """
 from __future__ import annotations
@@ -13,22 +13,23 @@ from typing import Any, Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
-from readers import clips, handover, scatter, subset
-from readers.clips import Clip
-from readers.selection import (
-    Selection,
+from readers import clips
+from readers.arguments import (
     callable_name,
     flag,
     optional_callable,
     whole_number,
     window_numbers,
 )
+from readers.clips import Clip
+from readers.numpy import handover, scatter
+from readers.request import SplitRequest
+from readers.select import Select, resolve
 from readers.shards import Shards
-from readers.subset import Select
 
 # What `transform` takes and gives: a batch {name: array [batch, ...]} -> a dict.
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
-Allocate = Callable[[int], np.ndarray]   # bytes -> uint8 memory (readers.scatter)
+Allocate = Callable[[int], np.ndarray]   # bytes -> uint8 memory (readers.numpy.scatter)
 # The selection a state was saved on (WindowSource.reading): a state saved before there
 # were selections lacks it, and read every window (None).
 SELECTION = "selection"
@@ -62,7 +63,7 @@ class WindowSource:
       select: a `readers.Select`: only the windows it keeps, as windows 0..n-1 of this
         source (`len` is n), resolved now from the split's window tables and (when it
         chooses videos) the videos file; no shard is read for it. A resume state names
-        it (readers.subset).
+        it (readers.select).
 
     Raises:
       ValueError: no dataset.json, an unknown format version, split or feature, gzip
@@ -82,14 +83,14 @@ class WindowSource:
         self.keep_float16 = keep_float16 = flag("keep_float16", keep_float16)
         self.clip, self.epoch = clips.checked(clip), _epoch(epoch)
         self.transform = optional_callable("transform", transform)
-        self._selection = selection = Selection.load(path, split, features)
-        self.path, self.split, self.spec = path, split, selection.spec
-        self.features = list(selection.features)
-        self._shards = Shards(selection)
-        self._subset = subset.resolve(select, selection)   # None: every window
+        self._request = request = SplitRequest.load(path, split, features)
+        self.path, self.split, self.spec = path, split, request.spec
+        self.features = list(request.features)
+        self._shards = Shards(request)
+        self._selected = resolve(select, request)   # None: every window
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16, clip=clip,
-                                        window=selection.spec.window["length"])
+                                        window=request.spec.window["length"])
 
     def for_epoch(self, epoch: int) -> "WindowSource":
         """This source, reading `epoch`'s clips (a copy: the shards and their indexes
@@ -99,7 +100,7 @@ class WindowSource:
         return other
 
     def __len__(self) -> int:
-        return self._shards.size if self._subset is None else len(self._subset)
+        return self._shards.size if self._selected is None else len(self._selected)
 
     def __repr__(self) -> str:
         """Everything that decides what `source[i]` is, and nothing of this process (no
@@ -113,18 +114,18 @@ class WindowSource:
                 f"transform={callable_name(self.transform)}"
                 # a selection only where there is one: the repr of a source of every
                 # window is what it was before selections (Grain's saved checkpoints)
-                f"{'' if self._subset is None else f', select={self._subset.said()}'})")
+                f"{'' if self._selected is None else f', select={self._selected.said()}'})")
 
     @property
     def reading(self) -> dict[str, Any]:
         """What this source reads, as a resume state names it (JSON-ready): the dataset
         (its path as given), its run, the split and its windows, the features, the clip,
-        the selection (readers.subset: what was asked, the windows kept and their
+        the selection (readers.select: what was asked, the windows kept and their
         digest; None: every window)."""
         return {"dataset": self.path, "run_id": self.spec.run_id, "split": self.split,
                 "windows": len(self), "features": [f.name for f in self.features],
                 "clip": None if self.clip is None else dataclasses.asdict(self.clip),
-                SELECTION: None if self._subset is None else dict(self._subset.described)}
+                SELECTION: None if self._selected is None else dict(self._selected.described)}
 
     def __getitem__(self, i: Union[int, Sequence[int], slice, np.ndarray]) -> dict[str, Any]:
         """Window `i` as {name: array} (`video_id` a numpy bytes scalar, an `S` array's
@@ -147,7 +148,7 @@ class WindowSource:
     def read_batch(self, indices: Union[Sequence[int], slice, np.ndarray], *,
                    allocate: Optional[Allocate] = None) -> dict[str, Any]:
         """Windows `indices` stacked: {name: array [len, ...]}, `video_id` a numpy bytes
-        (`S`) array (how: readers.scatter.Decoder.read_batch). `allocate`: where its
+        (`S`) array (how: readers.numpy.scatter.Decoder.read_batch). `allocate`: where its
         columns go (`read_split_windows`)."""
         return self.read_split_windows(self.in_split(self.indices(indices)),
                                        allocate=allocate)
@@ -158,19 +159,19 @@ class WindowSource:
     @property
     def shards(self) -> Shards:
         """The split's shards as this source reads them (readers.shards): their windows
-        and sizes, whether they are remote; what readers.streaming cuts into chunks."""
+        and sizes, whether they are remote; what readers.numpy.streaming cuts into chunks."""
         return self._shards
 
     @property
     def selected(self) -> Optional[np.ndarray]:
         """The split's window numbers of this source's windows, in order, where it has a
         selection (`select=`); None where it reads every window of the split."""
-        return None if self._subset is None else self._subset.windows
+        return None if self._selected is None else self._selected.windows
 
     def in_split(self, indices: np.ndarray) -> np.ndarray:
         """The split's window numbers of windows `indices` of this source (with a
         selection, the selected windows'; else the same)."""
-        return indices if self._subset is None else self._subset.windows[indices]
+        return indices if self._selected is None else self._selected.windows[indices]
 
     def read_split_windows(self, windows: np.ndarray,
                            records: Optional[Sequence[Union[bytes, memoryview]]] = None, *,
@@ -180,7 +181,7 @@ class WindowSource:
         order's). Every read ends here, in the thread or process that reads: the
         transform runs here. The columns go where `allocate` gives memory; by default,
         in a DataLoader's worker, into memory it hands over without a copy
-        (readers.handover), elsewhere the process's own."""
+        (readers.numpy.handover), elsewhere the process's own."""
         shared = handover.arena() if allocate is None else None
         batch = self._decoder.read_batch(
             self._shards, windows, self.epoch, records,
@@ -196,8 +197,8 @@ class WindowSource:
                        ) -> ValueError:
         """The error for a plan of which not one batch comes out: the `windows` that
         `holder` gets ("gives this host") are fewer than `batch_size`
-        (readers.selection's words, as make_dataset's)."""
-        return self._selection.no_batch_error(windows, batch_size, holder=holder)
+        (readers.request's words, as make_dataset's)."""
+        return self._request.no_batch_error(windows, batch_size, holder=holder)
 
     def indices(self, selector: Union[Sequence[int], slice, np.ndarray]) -> np.ndarray:
         """The window numbers a selector names, as numpy reads it (`window_numbers`):

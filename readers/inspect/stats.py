@@ -107,7 +107,7 @@ def stats(path: str, dataset: data_format.DatasetSpec, split: str, sample: Optio
     """Mean, std, min, max per numeric feature over `sample` windows (None: all), with
     the NaN and Inf values counted (and left out of the others), a label histogram, and
     the fraction of masked frames."""
-    from readers.dataset import make_dataset
+    from readers.tfdata.dataset import make_dataset
 
     ds = make_dataset(path, split, batch_size=64, seed=seed, drop_remainder=False)
     moments, labels, seen = _sampled(ds, sample)

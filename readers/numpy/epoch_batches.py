@@ -12,12 +12,12 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from readers import streaming
+from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
-from readers.epoch_plan import EpochPlan, equal_share, plan_arguments
-from readers.selection import flag, optional_whole_number, seed_number, whole_number
-from readers.subset import Select
-from readers.window_source import SELECTION, Transform, WindowSource
+from readers.numpy import streaming
+from readers.numpy.epoch_plan import PLAN_ARGUMENTS, EpochPlan, equal_share, plan_arguments
+from readers.numpy.window_source import SELECTION, Transform, WindowSource
+from readers.select import Select
 
 
 def epoch_order(size: int, *, shuffle: bool, seed: int, epoch: int, shard_index: int,
@@ -34,12 +34,12 @@ def _permutation(size: int, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
 
 
 # What a resume state holds: the reading it was saved on (checked against the source it
-# resumes on; the dataset's path only told, since a copy of a run is the same run), and
-# the arguments of EpochBatches that make its batches (given back to it), with the
-# elastic resumes before it (readers.epoch_plan's RESUMED_FROM; none in an older state).
+# resumes on; the dataset's path only told, since a copy of a run is the same run; the
+# selection only where the state has one, as a state saved before selections lacks it),
+# and the arguments of EpochBatches that make its batches (given back to it): every
+# plan's and its own, with the elastic resumes before it (epoch_plan.py's RESUMED_FROM).
 READING = ("dataset", "run_id", "split", "windows", "features", "clip")
-ARGUMENTS = ("batch_size", "shuffle", "seed", "epoch", "shard_index", "num_shards",
-             "drop_remainder", "order", "buffer_bytes", "start_step")
+ARGUMENTS = (*PLAN_ARGUMENTS, "shuffle", "seed", "order", "buffer_bytes")
 
 
 class EpochBatches(EpochPlan):
@@ -60,11 +60,12 @@ class EpochBatches(EpochPlan):
     --append or a rebuild since changes the permutation; another split, clip or
     selection other windows or frames: the same step would not give the same batch),
     and resumes on another number of hosts with `shard_index` and `num_shards`
-    (readers.epoch_plan: `resumed_from` records it; leave it out otherwise).
+    (readers.numpy.epoch_plan: `resumed_from` records it; leave it out otherwise).
     Over a source with a selection, the order is of its selected windows (0..n-1),
     and the streaming order reads only the chunks that hold one.
     """
 
+    READING = READING
     ARGUMENTS = ARGUMENTS
 
     def __init__(self, source: WindowSource, batch_size: int, *, shuffle: bool = True,
@@ -80,7 +81,7 @@ class EpochBatches(EpochPlan):
         self.source = source.for_epoch(given["epoch"])
         shuffle, seed, epoch = given["shuffle"], given["seed"], given["epoch"]
         self.buffer_bytes = given["buffer_bytes"] or streaming.BUFFER_BYTES
-        # the streaming order's chunks (readers.streaming), None in the random-access one
+        # the streaming order's chunks (readers.numpy.streaming), None in the random-access one
         selected = source.selected
         self.chunks = (streaming.chunks_of(source.shards, windows=selected)
                        if order == "stream" else None)
@@ -99,47 +100,18 @@ class EpochBatches(EpochPlan):
     def _no_batch_error(self, windows: int) -> ValueError:
         return self.source.no_batch_error(windows, self.batch_size, holder="gives this host")
 
-    @property
-    def reading(self) -> dict[str, Any]:
-        return self.source.reading
+    @classmethod
+    def _differences(cls, state: dict[str, Any], now: dict[str, Any]
+                     ) -> list[tuple[str, Any, Any]]:
+        """Each field of the reading but the dataset's path (a copy of a run is the same
+        run) in which the state's, each checked for its type, differs from `now`."""
+        saved = _saved_reading(state)
+        return [(key, saved[key], now[key]) for key in (*READING, SELECTION)
+                if key != "dataset" and saved[key] != now[key]]
 
     @classmethod
-    def _check_saved_on(cls, target: WindowSource, state: dict[str, Any]) -> None:
-        """ValueError naming each field of the reading in which `target` differs from
-        what the state was saved on; TypeError or ValueError for a field missing or of
-        the wrong type."""
-        _check_state_fields(state)
-        try:
-            saved = _saved_reading(state)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"this state's {e}") from None
-        now = target.reading
-        differ = [key for key in (*READING, SELECTION)
-                  if key != "dataset" and saved[key] != now[key]]
-        if differ:
-            raise _mismatch_error(saved, now, differ, target)
-
-
-def _check_state_fields(state: dict[str, Any]) -> None:
-    """ValueError for a state that lacks a field of the reading or of EpochBatches'
-    arguments."""
-    missing = [key for key in (*READING, *ARGUMENTS) if key not in state]
-    if missing:
-        raise ValueError(f"this state lacks {', '.join(missing)}: it is no state "
-                         "EpochBatches.state gave (or one of a version before these "
-                         "fields); start the epoch at step 0")
-
-
-def _mismatch_error(saved: dict[str, Any], now: dict[str, Any], differ: list[str],
-                    source: WindowSource) -> ValueError:
-    """The error for a state resumed on a source whose reading `differ`s from the one
-    it was saved on: both, and each difference (a run id's: an append or a rebuild)."""
-    changes = ", ".join(f"{key} ({saved[key]!r} saved, {now[key]!r} now)" for key in differ)
-    since = ": an --append or a rebuild since" if "run_id" in differ else ""
-    return ValueError(f"this state, saved on {saved['dataset']}, cannot resume on "
-                      f"{source.path} split {source.split!r}: they differ in {changes}"
-                      f"{since}; the same step would not give the same batch: resume "
-                      "it on what it was saved on, or start the epoch at step 0")
+    def _named(cls, reading: dict[str, Any]) -> str:
+        return f"{reading['dataset']} split {reading['split']!r}"
 
 
 def _arguments(*, shuffle: Any, seed: Any, order: Any, buffer_bytes: Any,
@@ -213,7 +185,7 @@ def batches(path: str, split: str, batch_size: int, *, shuffle: bool = True, see
       start_step: the first step to give (a resume).
       order: "random" (each batch drawn from the whole split, a window at a time) or
         "stream" (windows read in chunks of 8 MB of their shards, one request each, and
-        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.streaming).
+        mixed in groups of `buffer_bytes`, default 64 MB: for gs://; readers.numpy.streaming).
       threads: a pool that reads and parses batches ahead (default: one for latents,
         whose parsing holds Python's lock; one per core for PNG and JPEG frames, which
         Pillow decodes without it).

@@ -10,7 +10,7 @@ The summary, --verify and --report read the files with numpy, fsspec and Pillow 
 (the light install); --stats and --preview read through readers.make_dataset, and so
 need TensorFlow. It never writes into the dataset, nor over anything but a regular
 file: a --report or --out path it would not write is refused before anything is read
-(readers/output.py).
+(readers/inspect/output.py).
 """
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ from typing import Iterable, Optional
 import numpy as np
 
 from readers import format as data_format
-from readers import output, quiet, report
-from readers import stats as stats_text
+from readers import quiet, report
 from readers.files import DatasetFiles
 from readers.format.numbers import SEEDS, whole_number_type
-from readers.verify import verify
+from readers.inspect import output
+from readers.inspect import stats as stats_text
+from readers.inspect.verify import verify
 
 MAX_PROBLEMS = 20
 MAX_PREVIEW = 32   # windows in one preview picture (a row each)
@@ -102,8 +103,8 @@ def preview(path: str, dataset: data_format.DatasetSpec, split: str, count: int,
             decoder: Optional[str]):
     """A contact sheet (pixels, or latents through `decoder`) or heatmaps of `count`
     windows drawn at random (deterministic with `seed`)."""
-    from readers import preview as pictures
-    from readers.dataset import make_dataset
+    from readers.inspect import preview as pictures
+    from readers.tfdata.dataset import make_dataset
 
     batch = next(iter(make_dataset(path, split, batch_size=count, seed=seed,
                                    drop_remainder=False)))
@@ -333,7 +334,3 @@ def _tell_verified(dataset: data_format.DatasetSpec, problems: list[str]) -> Non
         total = sum(s.windows for s in dataset.splits.values())
         shards = sum(len(s.shards) for s in dataset.splits.values())
         print(f"verify: all {total} records of {shards} shard{'s' * (shards != 1)} are sound")
-
-
-if __name__ == "__main__":
-    main()

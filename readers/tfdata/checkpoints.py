@@ -19,7 +19,7 @@ import json
 
 import tensorflow as tf
 
-from readers.tf_internals import ON_TESTED_LINE
+from readers.tfdata.tf_internals import ON_TESTED_LINE
 
 
 def _classes():

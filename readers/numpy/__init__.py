@@ -25,31 +25,31 @@ where the batch is read: in `batches`' threads, in a DataLoader's or Grain's wor
 
 `select=readers.Select(...)` (on `WindowSource` and `batches`) reads only the windows it
 keeps, numbered 0..n-1, resolved when the source opens from the window tables beside
-the shards (readers.subset), never by reading a record.
+the shards (readers.select), never by reading a record.
 
-`Mixture` and `MixtureBatches` (readers.mixture and readers.mixture_batches, exported
-here) mix sources by weight. `Select` and `Clip` are here and in `readers` alike.
+`Mixture` and `MixtureBatches` (mixture.py and mixture_batches.py, exported here)
+mix sources by weight. `Select` and `Clip` are here and in `readers` alike.
 
-Both epoch plans, `EpochBatches` and `MixtureBatches`, are readers.epoch_plan's: a
+Both epoch plans, `EpochBatches` and `MixtureBatches`, are epoch_plan.py's `EpochPlan`: a
 state resumes on the ranks that saved it, or, with `shard_index` and `num_shards`, on
 another number of them. `BatchSource(plan)` is a plan's batches as a source of batches,
 for a loader that asks for items by number (Grain).
 
-This module is the API only: `WindowSource` is readers.window_source's, `EpochBatches`
-and `batches` readers.epoch_batches'; the request is checked by readers.selection (as
-make_dataset's is), records are found and read by readers.shards, and decoded into
-batches by readers.scatter.
+This module is the API only, from the modules of this folder: `WindowSource` is
+window_source.py's, `EpochBatches` and `batches` epoch_batches.py's; the request is
+checked by readers.request (as make_dataset's is), records are found and read by
+readers.shards, and decoded into batches by scatter.py.
 """
 from __future__ import annotations
 
-# The API, from the modules that hold it: the source (readers.window_source), an
-# epoch's plan and its reader (readers.epoch_batches), mixtures and their plans
-# (readers.mixture, readers.mixture_batches), selections (readers.subset) and clips
-# (readers.clips), the last two as `readers` exports them.
+# The API, from the modules that hold it: the source (window_source), an epoch's plan
+# and its reader (epoch_batches), mixtures and their plans (mixture, mixture_batches),
+# selections (readers.select) and clips (readers.clips), the last two as `readers`
+# exports them.
 from readers.clips import Clip  # noqa: F401
-from readers.epoch_batches import EpochBatches, batches, epoch_order  # noqa: F401
-from readers.epoch_plan import BatchSource  # noqa: F401
-from readers.mixture import Mixture  # noqa: F401
-from readers.mixture_batches import MixtureBatches  # noqa: F401
-from readers.subset import Select  # noqa: F401
-from readers.window_source import Transform, WindowSource  # noqa: F401
+from readers.numpy.epoch_batches import EpochBatches, batches, epoch_order  # noqa: F401
+from readers.numpy.epoch_plan import BatchSource  # noqa: F401
+from readers.numpy.mixture import Mixture  # noqa: F401
+from readers.numpy.mixture_batches import MixtureBatches  # noqa: F401
+from readers.numpy.window_source import Transform, WindowSource  # noqa: F401
+from readers.select import Select  # noqa: F401

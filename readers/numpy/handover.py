@@ -58,7 +58,7 @@ class Arena:
         self.segment: Optional[_Segment] = None
 
     def allocate(self, nbytes: int) -> np.ndarray:
-        """`nbytes` of memory in a free segment of this worker's (readers.scatter's
+        """`nbytes` of memory in a free segment of this worker's (readers.numpy.scatter's
         `allocate`)."""
         self.segment = _POOL.take(nbytes)
         return self.segment.memory

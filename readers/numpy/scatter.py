@@ -24,7 +24,7 @@ from readers.shards import Shards
 
 def private_memory(nbytes: int) -> np.ndarray:
     """`nbytes` of this process's memory, where a batch's columns go unless a reader
-    asks for others (readers.handover: memory a DataLoader's worker hands over)."""
+    asks for others (readers.numpy.handover: memory a DataLoader's worker hands over)."""
     return np.empty(nbytes, np.uint8)
 
 
@@ -95,7 +95,7 @@ class Decoder:
         frames it skips into a scratch buffer (the CRC covers them too; with a frame step,
         the window, whose kept frames are then copied out); encoded frames it skips are
         never decoded. The records of a remote split are fetched first, all at
-        once (or come as `records`, their bytes from readers.streaming), and taken from
+        once (or come as `records`, their bytes from readers.numpy.streaming), and taken from
         memory in the same way."""
         batch = Batch(self._columns, self._fixed_width, len(indices), self.clip, self.window,
                       allocate, self._outputs)

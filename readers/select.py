@@ -9,7 +9,7 @@
 least `min_valid_frames` real frames (their mask's 1s: neither padding nor a bad frame),
 videos whose row of the videos file a predicate accepts (`where`: a row holds the
 video's metadata and its manifest row's own fields, readers.format.video_rows).
-`resolve` makes a `Subset` of it for one split: the window numbers kept, from the
+`resolve` makes `SelectedWindows` of it for one split: the window numbers kept, from the
 split's window tables (readers.format.window_table: each record's video hash and valid
 frames) and, only when videos are chosen, the videos file; no shard and no offset index
 is read. A dataset of a format before 6 has no tables and cannot select (one line says
@@ -17,9 +17,9 @@ so); it reads whole.
 
 Both readers use it: readers.numpy numbers the selected windows 0..n-1 (and reads only
 them), make_dataset skips the others record by record and never opens a shard that has
-none. A Subset names itself (`described`: what was asked, by a predicate's qualified
-name, and a digest of the windows kept), so a resume state saved on one selection is
-refused on another. Numpy only.
+none. `SelectedWindows` name themselves (`described`: what was asked, by a predicate's
+qualified name, and a digest of the windows kept), so a resume state saved on one
+selection is refused on another. Numpy only.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from typing import Any, Callable, Collection, Optional, Sequence
 
 import numpy as np
 
+from readers.arguments import callable_name, optional_callable, whole_number
 from readers.files import DatasetFiles
 from readers.format import (
     FORMAT_VERSION,
@@ -42,7 +43,7 @@ from readers.format import (
     videos_file,
     window_table,
 )
-from readers.selection import Selection, callable_name, optional_callable, whole_number
+from readers.request import SplitRequest
 from readers.shards import read_at_most
 
 TABLES_SINCE = 6     # the first format version whose shards have window tables
@@ -124,8 +125,8 @@ def checked(select: Any) -> Optional[Select]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Subset:
-    """A selection resolved on one split: `windows`, the numbers of the windows kept
+class SelectedWindows:
+    """A `Select` resolved on one split: `windows`, the numbers of the windows it keeps
     in the split (sorted int64), and `described`, what was asked and what came of it
     (JSON-ready: a resume state and a repr name it)."""
     windows: np.ndarray
@@ -160,11 +161,11 @@ def _ids_said(ids: Optional[Collection[str]]) -> Optional[str]:
     return f"{len(ids):,} ids, sha256 {digest[:16]}"
 
 
-def check_tables(selection: Selection) -> None:
-    """ValueError in one line when `selection`'s split cannot be selected from (shards
+def check_tables(request: SplitRequest) -> None:
+    """ValueError in one line when `request`'s split cannot be selected from (shards
     without a window table)."""
-    spec, path = selection.spec, selection.path
-    lacking = [shard for shard in selection.shards if shard.table is None]
+    spec, path = request.spec, request.path
+    lacking = [shard for shard in request.shards if shard.table is None]
     if not lacking:
         return
     cannot = ("so select= cannot choose its windows by video, valid frames or metadata "
@@ -174,8 +175,8 @@ def check_tables(selection: Selection) -> None:
                          f"window tables, {cannot}: rebuild it with --overwrite by this job "
                          f"(format {FORMAT_VERSION} writes them) to select")
     runs = sorted({run_id_of(shard.file) or "without an id" for shard in lacking})
-    raise ValueError(f"split {selection.split!r} of {path} has {len(lacking)} of its "
-                     f"{len(selection.shards)} shards without a window table (written before "
+    raise ValueError(f"split {request.split!r} of {path} has {len(lacking)} of its "
+                     f"{len(request.shards)} shards without a window table (written before "
                      f"format {TABLES_SINCE}, then grown by --append: run {', '.join(runs)}), "
                      f"{cannot}: rebuild it with --overwrite to select")
 
@@ -187,47 +188,47 @@ def _table_name(shard: Shard) -> str:
     return shard.table
 
 
-def _tables(selection: Selection) -> tuple[np.ndarray, np.ndarray]:
+def _tables(request: SplitRequest) -> tuple[np.ndarray, np.ndarray]:
     """(video hashes, valid counts) of every window of the split, from its tables,
     read all at once (concurrent requests on a store) and each checked."""
-    path, spec = selection.path, selection.spec
-    names = [_table_name(shard) for shard in selection.shards]
+    path, spec = request.path, request.spec
+    names = [_table_name(shard) for shard in request.shards]
     try:
         data = read_at_most([os.path.join(path.removeprefix("file://"), n) for n in names],
-                            [window_table.largest(shard) for shard in selection.shards])
+                            [window_table.largest(shard) for shard in request.shards])
     except FileNotFoundError as e:
         said = f"{e.filename} {e}"
-        raise selection.gone_error(next((n for n in names if n in said), names[0])) from None
+        raise request.gone_error(next((n for n in names if n in said), names[0])) from None
     window = spec.window["length"]
     decoded = [window_table.decode(table, shard, window)
-               for table, shard in zip(data, selection.shards, strict=True)]
+               for table, shard in zip(data, request.shards, strict=True)]
     if not decoded:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
     return (np.concatenate([table.videos for table in decoded]),
             np.concatenate([table.valid for table in decoded]))
 
 
-def _kept_videos(select: Select, selection: Selection) -> tuple[np.ndarray, np.ndarray]:
+def _kept_videos(select: Select, request: SplitRequest) -> tuple[np.ndarray, np.ndarray]:
     """(the hashes of the split's videos, sorted; whether `select` keeps each), from one
     pass over the videos file that holds one row at a time (a hash of every id of the
     dataset kept: 8 bytes a video). ValueError in one line when an id given is no video
     of the dataset, or two of the dataset's ids share a 64-bit hash (or one is listed
     twice: then the tables could not tell their windows apart); TypeError when `where`
     answers anything but True or False."""
-    spec, path = selection.spec, selection.path
+    spec, path = request.spec, request.path
     name = spec.sidecars.get("videos")
     if name is None:
         raise ValueError(f"{path} has no videos file, so select= cannot choose videos")
     files = DatasetFiles(path)
-    every, mine, keep, found = _read_videos_file(select, selection, files, name)
+    every, mine, keep, found = _read_videos_file(select, request, files, name)
     _check_ids_known(select, found, path)
-    _refuse_shared_hashes(every, selection, files, name)
+    _refuse_shared_hashes(every, request, files, name)
     mine_hashes = np.frombuffer(mine, np.uint64)
     order = np.argsort(mine_hashes)
     return mine_hashes[order], np.frombuffer(keep, np.bool_)[order]
 
 
-def _read_videos_file(select: Select, selection: Selection, files: DatasetFiles, name: str
+def _read_videos_file(select: Select, request: SplitRequest, files: DatasetFiles, name: str
                       ) -> tuple[array.array, array.array, bytearray, set[str]]:
     """One pass over the videos file `name`, a row at a time: the hash of every video's
     id, the hashes of the split's videos and whether `select` keeps each, and which of
@@ -238,18 +239,18 @@ def _read_videos_file(select: Select, selection: Selection, files: DatasetFiles,
     asked, found = (wanted or set()) | unwanted, set()
     every, mine, keep = array.array("Q"), array.array("Q"), bytearray()
     try:
-        for row in videos_file.rows(lambda: files.reader(name), selection.spec.splits):
+        for row in videos_file.rows(lambda: files.reader(name), request.spec.splits):
             video_id = row["video_id"]
             every.append(window_table.video_hash(video_id))
             if video_id in asked:
                 found.add(video_id)
-            if row["split"] == selection.split:
+            if row["split"] == request.split:
                 mine.append(every[-1])
                 keep.append(_keeps(select, row, wanted, unwanted))
     except FileNotFoundError:
-        raise selection.gone_error(name) from None
+        raise request.gone_error(name) from None
     except ValueError as e:
-        raise ValueError(f"{os.path.join(selection.path, name)}: {e}") from None
+        raise ValueError(f"{os.path.join(request.path, name)}: {e}") from None
     return every, mine, keep, found
 
 
@@ -264,17 +265,17 @@ def _check_ids_known(select: Select, found: set[str], path: str) -> None:
                              "video_id)")
 
 
-def _refuse_shared_hashes(every: array.array, selection: Selection, files: DatasetFiles,
+def _refuse_shared_hashes(every: array.array, request: SplitRequest, files: DatasetFiles,
                           name: str) -> None:
     """ValueError when two of the dataset's videos share a 64-bit hash (the window
     tables could not tell their windows apart), or one is listed twice (a damaged
     dataset); the ids are found by a second pass over the videos file."""
-    path = selection.path
+    path = request.path
     hashes = np.sort(np.frombuffer(every, np.uint64))
     same = hashes[1:][hashes[1:] == hashes[:-1]]
     if same.size:
         twice = [row["video_id"] for row in videos_file.rows(lambda: files.reader(name),
-                                                              selection.spec.splits)
+                                                              request.spec.splits)
                  if window_table.video_hash(row["video_id"]) == int(same[0])]
         a, b = twice[:2]
         raise ValueError(
@@ -310,8 +311,8 @@ def _keeps(select: Select, row: dict, wanted: Optional[set], unwanted: set) -> b
     return bool(answer)
 
 
-def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
-    """`select` (checked: `checked`) on `selection`'s split, or None for no selection.
+def resolve(select: Optional[Select], request: SplitRequest) -> Optional[SelectedWindows]:
+    """`select` (checked: `checked`) on `request`'s split, or None for no selection.
     ValueError in one line when the split has shards without window tables (a dataset
     before format 6, or grown from one by --append), when `min_valid_frames` is more than
     a window's frames, when a table is damaged (readers.format.window_table) or does not
@@ -320,21 +321,21 @@ def resolve(select: Optional[Select], selection: Selection) -> Optional[Subset]:
     select = checked(select)
     if select is None:
         return None
-    check_tables(selection)
+    check_tables(request)
     # A selection of a run is a pure function of its files (a run's never change) and of
     # the Select (its `where` one of the row): kept, so that `batches`, which opens its
     # source each epoch, resolves it once a process.
-    key = (selection.path, selection.spec.run_id, selection.split, select)
+    key = (request.path, request.spec.run_id, request.split, select)
     try:
         hash(key)
     except TypeError:      # a `where` that cannot be hashed: resolved each time
-        return _resolve(select, selection)
+        return _resolve(select, request)
     with _LOCK:
         kept = _RESOLVED.get(key)
         if kept is not None:
             _RESOLVED.move_to_end(key)
             return kept
-    kept = _resolve(select, selection)
+    kept = _resolve(select, request)
     with _LOCK:
         _RESOLVED[key] = kept
         while len(_RESOLVED) > _KEPT:
@@ -347,33 +348,33 @@ _KEPT = 8     # selections kept (at a million windows and 10% each, 0.8 MB)
 _LOCK = threading.Lock()
 
 
-def _resolve(select: Select, selection: Selection) -> Subset:
-    window = selection.spec.window["length"]
+def _resolve(select: Select, request: SplitRequest) -> SelectedWindows:
+    window = request.spec.window["length"]
     if select.min_valid_frames > window:
         raise ValueError(f"Select(min_valid_frames={select.min_valid_frames}): the windows of "
-                         f"{selection.path} have {window} frames; none has more")
-    videos, valid = _tables(selection)
+                         f"{request.path} have {window} frames; none has more")
+    videos, valid = _tables(request)
     keep = valid >= select.min_valid_frames
     del valid
     if select.chooses_videos:
-        mine, kept = _kept_videos(select, selection)
+        mine, kept = _kept_videos(select, request)
         at = np.minimum(np.searchsorted(mine, videos), max(len(mine) - 1, 0))
         strays = np.flatnonzero(mine[at] != videos) if len(mine) else np.arange(len(videos))
         if strays.size:
-            raise ValueError(f"{selection.path}: window {int(strays[0])} of split "
-                             f"{selection.split!r} is, by its window table, of no video of "
+            raise ValueError(f"{request.path}: window {int(strays[0])} of split "
+                             f"{request.split!r} is, by its window table, of no video of "
                              f"that split in the videos file: the dataset is damaged "
-                             f"(python -m readers.inspect {selection.path} --verify)")
+                             f"(python -m readers.inspect {request.path} --verify)")
         del videos
         keep &= kept[at]
     windows = np.flatnonzero(keep).astype(np.int64)
-    subset = Subset(windows, {
+    selected = SelectedWindows(windows, {
         "videos": _ids_said(select.videos), "exclude_videos": _ids_said(select.exclude_videos),
         "min_valid_frames": select.min_valid_frames,
         "where": None if select.where is None else callable_name(select.where),
         "windows": len(windows),
         "sha256": hashlib.sha256(windows.astype("<i8").tobytes()).hexdigest()[:16]})
-    if not len(subset):
-        raise ValueError(f"{subset.said()} keeps no window of split {selection.split!r} of "
-                         f"{selection.path}")
-    return subset
+    if not len(selected):
+        raise ValueError(f"{selected.said()} keeps no window of split {request.split!r} of "
+                         f"{request.path}")
+    return selected
