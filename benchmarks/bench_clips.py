@@ -85,7 +85,7 @@ def numpy_epoch(path: str, batch: int, clip: Clip | None, cut: bool = False) -> 
     source = WindowSource(path, "train", clip=None if cut else clip)
     order = np.random.default_rng(0).permutation(len(source))
     steps = [order[i:i + batch] for i in range(0, len(order) - batch + 1, batch)]
-    window = source.spec.window["length"]
+    window = source.spec.window.length
     start = time.perf_counter()
     for step in steps:
         values = source.read_batch(step)

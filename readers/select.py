@@ -199,7 +199,7 @@ def _tables(request: SplitRequest) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError as e:
         said = f"{e.filename} {e}"
         raise request.gone_error(next((n for n in names if n in said), names[0])) from None
-    window = spec.window["length"]
+    window = spec.window.length
     decoded = [window_table.decode(table, shard, window)
                for table, shard in zip(data, request.shards, strict=True)]
     if not decoded:
@@ -349,7 +349,7 @@ _LOCK = threading.Lock()
 
 
 def _resolve(select: Select, request: SplitRequest) -> SelectedWindows:
-    window = request.spec.window["length"]
+    window = request.spec.window.length
     if select.min_valid_frames > window:
         raise ValueError(f"Select(min_valid_frames={select.min_valid_frames}): the windows of "
                          f"{request.path} have {window} frames; none has more")

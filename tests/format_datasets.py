@@ -32,7 +32,7 @@ from readers.format import dataset_json, tfds_info, video_rows, writer
 from readers.format.frame_stats import StoredFrameStats
 from readers.format.keys import assign_split, parse_splits
 from readers.format.moments import ExactMoments
-from readers.format.windows import window_starts
+from readers.format.windows import Window
 from readers.format.writer import VideoWindows, WindowRecord
 
 PNG_COMPRESS_LEVEL = 1   # beam_jobs/sources/media.py's: what the job stores PNG frames with
@@ -109,7 +109,7 @@ class _Cut:
 
     def starts(self, video: Video) -> list[int]:
         f = self.flags
-        return window_starts(len(video.frames), f.window, f.stride, f.tail)
+        return Window(f.window, f.stride, f.tail).starts(len(video.frames))
 
     def records(self, video: Video, starts: list[int], stats: StoredFrameStats
                 ) -> Iterator[WindowRecord]:
@@ -212,7 +212,7 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         "window", "stride", "tail", "splits", "num_shards", "seed", "compression",
         *(("frame_encoding", "jpeg_quality") if cut.pixels else ()), "homepage")}
     spec = dataset_json.run_dataset(
-        window={"length": flags.window, "stride": flags.stride, "tail": flags.tail},
+        window=Window(flags.window, flags.stride, flags.tail),
         features=cut.features, compression=flags.compression, splits=splits,
         generation=data_format.Generation(
             run_id, sum(c["videos"] for c in counts.values()),

@@ -195,6 +195,8 @@ def test_a_crafted_index_is_refused_naming_its_shard_and_line(dataset, tmp_path,
     ({"train": 3}, {"length": 4, "stride": 2, "tail": "align_end"},
      "splits.train: 3 is not an object"),
     (None, None, "window: missing (or null)"),
+    (None, {"length": 4, "stride": 2, "tail": "wrap"},
+     'window.tail: "wrap" is none of align_end, drop, pad'),
 ])
 def test_a_malformed_dataset_json_is_one_clear_error(dataset, tmp_path, splits, window, needle):
     def malform(meta, copy):

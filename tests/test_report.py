@@ -104,7 +104,7 @@ def test_contact_sheets_are_real_windows_of_the_size_they_say(reports, name):
     windows = _windows_of(path)
     sheets = sheets_of(page)
     assert len(sheets) == min(report.SAMPLES, len(windows))
-    length = spec.window["length"]
+    length = spec.window.length
     for attrs, image in sheets:
         assert image.size == (int(attrs["data-width"]), int(attrs["data-height"]))
         key = (attrs["data-split"], attrs["data-video-id"].encode(), int(attrs["data-start"]))

@@ -614,7 +614,7 @@ def _as_format_6(copy):
     for name, split in meta["splits"].items():
         for entry, shard in zip(split["shards"], spec.splits[name].shards, strict=True):
             table = window_table.decode((copy / shard.table).read_bytes(), shard,
-                                        spec.window["length"])
+                                        spec.window.length)
             del entry["table_crc32c"]
             (copy / shard.table).write_bytes(_format_6_table(table))
     (copy / "dataset.json").write_text(json.dumps(meta))

@@ -10,7 +10,6 @@ import tensorflow as tf
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.records import KeyedExample, VideoCount
 from beam_jobs.core.run_dir import RunDir
 from beam_jobs.cut.config import CutConfig
@@ -32,6 +31,7 @@ from beam_jobs.shuffle.write import WriteShuffledShards, segment_frames
 from beam_jobs.sources.latents import LatentVideo
 from readers import format as data_format
 from readers.format.tfrecord import frame
+from readers.format.windows import Window
 from readers.format.writer import WindowRecord, shard_ranges
 
 
@@ -230,7 +230,7 @@ def test_cut_windows_keys_and_counts():
     short = LatentVideo("s", np.zeros((3, 2), np.float32), None)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = (p | beam.Create([video, short])
-               | CutWindows(features, CutConfig(WindowConfig(4, 3, "align_end"),
+               | CutWindows(features, CutConfig(Window(4, 3, "align_end"),
                                                 {"train": 1.0})))
         digests = [_digest(video.sequence), _digest(short.sequence)]
         assert_that(out.videos, equal_to([VideoCount("train", 3, 0, 10, "v", digest=digests[0]),
@@ -238,7 +238,7 @@ def test_cut_windows_keys_and_counts():
                     label="Counts")
         sums = out.stats | beam.Map(lambda s: (s.split, s.key, s.sums["window"].frames,
                                                s.sums["window"].total.tolist()))
-        first = CutConfig(WindowConfig(4, 3, "align_end"), {"train": 1.0}).key("v", 0)
+        first = CutConfig(Window(4, 3, "align_end"), {"train": 1.0}).key("v", 0)
         assert_that(sums, equal_to([("train", first, 10, [90.0, 100.0])]),
                     label="Sums")   # the short video stores no frame: no row
         starts = out.examples | beam.Map(

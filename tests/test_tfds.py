@@ -87,7 +87,7 @@ def test_builder_info_describes_this_dataset_and_cites_its_run(kinds):
     info = tfds.builder_from_directory(kinds["latent"]).info
     train = spec.splits["train"]
     assert f"train {train.windows:,} windows of {train.videos:,} videos" in info.description
-    assert f"Windows of {spec.window['length']} frames every {spec.window['stride']}" in (
+    assert f"Windows of {spec.window.length} frames every {spec.window.stride}" in (
         info.description)
     assert info.citation.startswith(f"@misc{{video_window_shards_{spec.run_id},")
     on_disk = sum(os.path.getsize(os.path.join(kinds["latent"], shard.file))

@@ -8,17 +8,17 @@ from typing import Any, Mapping, Optional, Sequence
 
 from beam_jobs import __version__
 from beam_jobs.commit.tally import Tally, empty_counts
-from beam_jobs.core.configs import WindowConfig
 from beam_jobs.core.records import SplitShard
 from readers import format as data_format
 from readers.format import dataset_json
+from readers.format.windows import Window
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
     """What dataset.json says besides the counts, and when the run fails instead."""
     features: tuple[data_format.FeatureSpec, ...]
-    windows: WindowConfig
+    windows: Window
     splits: tuple[str, ...]
     compression: str
     max_failure_fraction: float
@@ -40,7 +40,7 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
     counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
     _check_windows_in_shards(counts, tally.shards)
     dataset = dataset_json.run_dataset(
-        window=config.windows.to_json(), features=config.features,
+        window=config.windows, features=config.features,
         compression=config.compression,
         splits={split: data_format.SplitInfo(
                     **counts[split], shards=tuple(s for of, s in tally.shards if of == split))

@@ -88,7 +88,7 @@ def finalize(tally: Tally, sidecars: list[str], stats: dict, *, run: RunDir,
     generation to.
     """
     decision = decide.decide(tally.decision_counts(), config.max_failure_fraction,
-                             config.windows.window, appending=base is not None)
+                             config.windows.length, appending=base is not None)
     _count(tally, decision)
     if not decision.commits:   # shards of no window (nothing new) go too
         _discard(run, tally, whole=decision.outcome == decide.NOTHING_NEW)

@@ -10,7 +10,9 @@ made with dataclasses.replace.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional
+from typing import Any, Optional
+
+from readers.format.windows import Tail, Window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +88,11 @@ class WindowConfig:
     """windows: where windows start in a video."""
     window: int                     # frames per window, L
     stride: int                     # frames between starts (--window when not given)
-    tail: Literal["align_end", "drop", "pad"]   # readers/format/windows.py's Tail (TAIL_POLICIES)
+    tail: Tail
 
-    def to_json(self) -> dict:
-        """dataset.json's "window"."""
-        return {"length": self.window, "stride": self.stride, "tail": self.tail}
+    def to_window(self) -> Window:
+        """The windows these flags cut, as a dataset and its readers know them."""
+        return Window(self.window, self.stride, self.tail)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,20 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
-from beam_jobs.core.configs import WindowConfig
-from readers.format import keys, windows
+from readers.format import keys
+from readers.format.windows import Window
 
 
 @dataclasses.dataclass(frozen=True)
 class CutConfig:
     """Where windows start, which split a video goes to, and where a window sorts."""
-    windows: WindowConfig
+    windows: Window
     splits: Mapping[str, float]
     seed: int = 0
-
-    def starts(self, num_frames: int) -> list[int]:
-        w = self.windows
-        return windows.window_starts(num_frames, w.window, w.stride, w.tail)
 
     def key(self, video_id: str, start: int) -> int:
         return keys.window_key(self.seed, video_id, start)

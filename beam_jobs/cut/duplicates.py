@@ -90,7 +90,7 @@ class _MergeKeys(beam.CombineFn):
 def _keys(video: VideoCount, config: CutConfig) -> tuple[str, list[int]]:
     """(split, keys) of the windows a video gave."""
     return video.split, [config.key(video.video_id, start)
-                         for start in config.starts(video.frames)]
+                         for start in config.windows.starts(video.frames)]
 
 
 def _keep_one(element):

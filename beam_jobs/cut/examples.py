@@ -233,7 +233,7 @@ class _CutVideo(beam.DoFn):
             frames = encode_frames(frames, self._encode, self._encoder,
                                    self._allow_nonfinite)
         w = self._config.windows
-        for start, window in stream_windows(frames, w.window, w.stride, w.tail):
+        for start, window in stream_windows(frames, w.length, w.stride, w.tail):
             values = self._window_values(window)
             if cut.stats is not None:
                 cut.stats.add_window(start, window, values)
@@ -244,9 +244,9 @@ class _CutVideo(beam.DoFn):
         """The examples of a video whose frames are one array in memory, all valid (a
         latent sequence): each window is a slice of it, not a stack of frames, with no
         work per frame. The same windows as the streaming path."""
-        length = self._config.windows.window
+        length = self._config.windows.length
         cut.frames = len(sequence)
-        starts = self._config.starts(len(sequence))
+        starts = self._config.windows.starts(len(sequence))
         if cut.digest is not None and cut.stats is not None:
             cut.digest.add_sequence(sequence)
             cut.stats.add_sequence(sequence, starts, length)
@@ -271,7 +271,7 @@ class _CutVideo(beam.DoFn):
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""
-        pad = self._config.windows.window - len(frames)
+        pad = self._config.windows.length - len(frames)
         data = [f.data for f in frames]
         pad_frame = np.zeros_like(data[0]) if self._pad_frame is None else self._pad_frame
         data += [pad_frame] * pad

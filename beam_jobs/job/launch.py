@@ -27,6 +27,7 @@ from beam_jobs.runtime import local_workers, staging
 from beam_jobs.shuffle import config as shuffle_config
 from beam_jobs.sources import Source
 from readers import format as data_format
+from readers.format.windows import Window
 
 _LOG = logging.getLogger("beam_jobs.make_shards")
 
@@ -117,7 +118,7 @@ class Launch:
         GroupByKey will need."""
         if self.config.shards.shuffle != "group" or not self.local:
             return
-        windows, stored = self.config.windows, self.source.stored_bytes
+        windows, stored = self.windows, self.source.stored_bytes
         _LOG.warning("--shuffle group on %s holds every window in this machine's memory: "
                      "about %.1f GB for an estimated %.2f GB of windows (0.75 GB + 5x); "
                      "--shuffle spill (auto's choice here) holds up to twice "
@@ -127,8 +128,12 @@ class Launch:
 
     # The parts' configs.
 
+    @property
+    def windows(self) -> Window:
+        return self.config.windows.to_window()
+
     def cut_config(self) -> CutConfig:
-        return CutConfig(self.config.windows, dict(self.config.shards.splits),
+        return CutConfig(self.windows, dict(self.config.shards.splits),
                          self.config.shards.seed)
 
     def progress_config(self, workers: int) -> ProgressConfig:
@@ -145,8 +150,8 @@ class Launch:
                           known_digests, placing)
 
     def shard_config(self) -> shuffle_config.ShuffleConfig:
-        return shuffle_config.ShuffleConfig.for_run(self.config.shards, self.config.windows,
-                                                  self.source.stored_bytes)
+        return shuffle_config.ShuffleConfig.for_run(self.config.shards, self.windows,
+                                                     self.source.stored_bytes)
 
     @functools.cached_property
     def dataset_config(self) -> DatasetConfig:
@@ -154,7 +159,7 @@ class Launch:
         model's checksum: made once)."""
         source = self.source
         return DatasetConfig(
-            features=tuple(source.features), windows=self.config.windows,
+            features=tuple(source.features), windows=self.windows,
             splits=tuple(self.config.shards.splits), compression=self.config.shards.compression,
             max_failure_fraction=self.config.shards.max_failure_fraction,
             flags=recorded_flags(self.config),

@@ -6,7 +6,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from beam_jobs.core.configs import ShardsConfig, WindowConfig
+from beam_jobs.core.configs import ShardsConfig
+from readers.format.windows import Window
 
 SHUFFLE_MODES = ("spill", "group", "place")
 MIB = 2**20
@@ -25,7 +26,7 @@ class ShuffleConfig:
     bucket_bytes: int = 128 * MIB        # group mode: what a bucket task sorts in memory
 
     @classmethod
-    def for_run(cls, shards: ShardsConfig, windows: WindowConfig,
+    def for_run(cls, shards: ShardsConfig, windows: Window,
                 stored_bytes: float) -> ShuffleConfig:
         """The flags' config. The shuffle's buckets are sized so that one sorted bucket
         is about --shuffle_bucket_mb, with no cap: their count grows with the data, a
@@ -39,10 +40,10 @@ class ShuffleConfig:
                    mode=shards.shuffle, bucket_bytes=max(1, int(shards.shuffle_bucket_mb * MIB)))
 
 
-def output_bytes(windows: WindowConfig, stored_bytes: float) -> float:
+def output_bytes(windows: Window, stored_bytes: float) -> float:
     """The windows' bytes, estimated from the input's (`stored_bytes`: its frames as
     windows store them): overlapping windows store a frame window / stride times."""
-    return stored_bytes * max(1.0, windows.window / windows.stride)
+    return stored_bytes * max(1.0, windows.length / windows.stride)
 
 
 # FnApiRunner's GroupByKey holds its whole input in memory: about 0.75 GB plus 5x the
@@ -50,6 +51,6 @@ def output_bytes(windows: WindowConfig, stored_bytes: float) -> float:
 GROUP_IN_MEMORY_BASE, GROUP_IN_MEMORY_FACTOR = 0.75 * 2**30, 5
 
 
-def group_memory(windows: WindowConfig, stored_bytes: float) -> float:
+def group_memory(windows: Window, stored_bytes: float) -> float:
     """The bytes --shuffle group needs on a local runner, whose GroupByKey is in memory."""
     return GROUP_IN_MEMORY_BASE + GROUP_IN_MEMORY_FACTOR * output_bytes(windows, stored_bytes)

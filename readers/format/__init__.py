@@ -6,7 +6,7 @@
   the same words (`whole_number`, `whole_number_type`).
 - `versions`: the format version the job writes, those a reader reads, and what each
   changed.
-- `windows`: where windows start in T frames (`window_starts`).
+- `windows`: a dataset's windows (`Window`) and where they start in T frames.
 - `keys`: stable hashes: a video's split, a window's sort key in its split's shards.
 - `features`: a window example's features (`FeatureSpec`, `window_features`).
 - `spec`: dataset.json: DatasetSpec, written and read back, `load_spec`, `SpecError`.
@@ -89,4 +89,5 @@ from readers.format.spec import (  # noqa: F401
     load_spec,
 )
 from readers.format.versions import FORMAT_VERSION, READABLE_VERSIONS  # noqa: F401
+from readers.format.windows import Window  # noqa: F401
 from readers.format.wire import ExampleEncoder, Layout, encode_example, layout  # noqa: F401

@@ -12,9 +12,10 @@ from readers.format.generations import Generation
 from readers.format.names import SIDECAR_KINDS, TFDS_FILES, sidecar_name
 from readers.format.spec import DatasetSpec
 from readers.format.splits import SplitInfo
+from readers.format.windows import Window
 
 
-def run_dataset(*, window: Mapping[str, Any], features: Sequence[FeatureSpec],
+def run_dataset(*, window: Window, features: Sequence[FeatureSpec],
                 compression: str, splits: Mapping[str, SplitInfo], generation: Generation,
                 sidecars: Sequence[str],
                 stats: Mapping[str, Mapping[str, ChannelStats]], **described: Any

@@ -28,6 +28,7 @@ from readers.format.spec_checks import parse
 from readers.format.splits import Shard, SplitInfo
 from readers.format.tfrecord import FRAME_OVERHEAD
 from readers.format.versions import FORMAT_VERSION
+from readers.format.windows import Window
 
 MASK_MEANING = {"1": "a real frame of the video",
                 "0": "padding past the video's end, or a bad frame (missing or "
@@ -37,7 +38,7 @@ MASK_MEANING = {"1": "a real frame of the video",
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """The contents of dataset.json."""
-    window: Mapping[str, Any]            # {"length", "stride", "tail"}
+    window: Window                       # {"length", "stride", "tail"}
     features: tuple[FeatureSpec, ...]
     compression: str
     splits: Mapping[str, SplitInfo]
@@ -75,7 +76,7 @@ class DatasetSpec:
             "format_version": self.format_version,
             "job_version": self.job_version,
             "input_kind": self.input_kind,
-            "window": dict(self.window),
+            "window": self.window.to_json(),
             "features": [f.to_json() for f in self.features],
             "frame": dict(self.frame),
             "mask": MASK_MEANING,

@@ -31,6 +31,7 @@ from readers.format.names import (
 )
 from readers.format.splits import Shard, SplitInfo
 from readers.format.versions import READABLE_VERSIONS
+from readers.format.windows import TAIL_POLICIES, Window
 
 _PLAIN_SIDECARS = {kind: f"{kind}.jsonl" for kind in SIDECAR_KINDS}
 
@@ -39,7 +40,8 @@ def parse(d: Any) -> dict:
     """DatasetSpec's fields from dataset.json's parsed JSON; Bad when anything is not
     as the job writes it."""
     version = _format_version(d)
-    window, length = _window(d)
+    window = _window(d)
+    length = window.length
     features = tuple(_feature(f, at("features", i))
                      for i, f in enumerate(get(d, "features", list, "")))
     _check_features(features, length)
@@ -79,13 +81,14 @@ def _format_version(d: Any) -> int:
     return version
 
 
-def _window(d: dict) -> tuple[dict, int]:
-    """The window object and its length, its length, stride and tail checked."""
+def _window(d: dict) -> Window:
+    """The windows, their length, stride and tail checked."""
     window = get(d, "window", dict, "")
-    length = count(window, "length", "window", least=1)
-    count(window, "stride", "window", least=1)
-    get(window, "tail", str, "window")
-    return window, length
+    tail = get(window, "tail", str, "window")
+    if tail not in TAIL_POLICIES:
+        raise Bad(f"window.tail: {shown(tail)} is none of {', '.join(TAIL_POLICIES)}")
+    return Window(count(window, "length", "window", least=1),
+                  count(window, "stride", "window", least=1), tail)
 
 
 def _compression(d: dict) -> str:

@@ -145,7 +145,7 @@ def _description(spec: DatasetSpec) -> str:
     window = spec.feature("window")
     splits = ", ".join(f"{name} {split.windows:,} windows of {split.videos:,} videos"
                        for name, split in spec.splits.items())
-    return (f"Windows of {spec.window['length']} frames every {spec.window['stride']} "
+    return (f"Windows of {spec.window.length} frames every {spec.window.stride} "
             f"({window.dtype} {list(window.shape)}, {window.encoding}) cut from "
             f"{spec.input_kind or 'videos'} by video-window-shards "
             f"{spec.job_version or ''} (run {spec.run_id or 'without an id'}, "

@@ -1,11 +1,30 @@
-"""Where fixed-length windows start in a sequence of T frames: the job cuts them so, and a
-plain writer (tests/format_datasets.py) the same. Pure Python, property-tested."""
+"""A dataset's windows (`Window`, dataset.json's "window") and where they start in a
+sequence of T frames: the job cuts them so, and a plain writer (tests/format_datasets.py)
+the same. Pure Python, property-tested."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 TAIL_POLICIES = ("align_end", "drop", "pad")
 Tail = Literal["align_end", "drop", "pad"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A dataset's windows: `length` frames each, one starting every `stride` frames, the
+    end of a video cut by `tail` (TAIL_POLICIES; `window_starts` says how)."""
+    length: int
+    stride: int
+    tail: Tail
+
+    def starts(self, num_frames: int) -> list[int]:
+        """Where the windows of a video of `num_frames` frames start."""
+        return window_starts(num_frames, self.length, self.stride, self.tail)
+
+    def to_json(self) -> dict:
+        """dataset.json's "window"."""
+        return {"length": self.length, "stride": self.stride, "tail": self.tail}
 
 
 def window_starts(num_frames: int, length: int, stride: int, tail: Tail) -> list[int]:

@@ -40,7 +40,7 @@ def summary(path: str, dataset: data_format.DatasetSpec) -> str:
     w = dataset.window
     lines = [f"dataset {path} (format {dataset.format_version}, compression "
              f"{dataset.compression})",
-             f"windows: length {w['length']}, stride {w['stride']}, tail {w['tail']}",
+             f"windows: length {w.length}, stride {w.stride}, tail {w.tail}",
              "features:"]
     lines += [f"  {f.name:10s} {str(list(f.shape)):18s} {f.dtype:8s} ({f.encoding})"
               for f in dataset.features]

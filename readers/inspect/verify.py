@@ -205,7 +205,7 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
     try:
         (data,) = read_at_most([os.path.join(path, name)],
                                [data_format.window_table.largest(shard)])
-        table = data_format.window_table.decode(data, shard, dataset.window["length"])
+        table = data_format.window_table.decode(data, shard, dataset.window.length)
     except ValueError as e:   # NotAFile too
         return [str(e)]
     made = google_crc32c.value(data_format.index.encode(ends))

@@ -90,7 +90,7 @@ class WindowSource:
         self._selected = resolve(select, request)   # None: every window
         self._decoder = scatter.Decoder(self.features, float_pixels=float_pixels,
                                         keep_float16=keep_float16, clip=clip,
-                                        window=request.spec.window["length"])
+                                        window=request.spec.window.length)
 
     def for_epoch(self, epoch: int) -> "WindowSource":
         """This source, reading `epoch`'s clips (a copy: the shards and their indexes

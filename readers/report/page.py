@@ -108,9 +108,9 @@ def _summary(page: Inputs) -> str:
              ("job version", spec.job_version, "job_version"), ("run", spec.run_id, "run_id"),
              ("input kind", spec.input_kind, "input_kind"),
              ("compression", spec.compression, "compression"),
-             ("window length", w["length"], "window.length"),
-             ("window stride", w["stride"], "window.stride"),
-             ("window tail", w["tail"], "window.tail"),
+             ("window length", w.length, "window.length"),
+             ("window stride", w.stride, "window.stride"),
+             ("window tail", w.tail, "window.tail"),
              ("failed videos", spec.failures, "failures"),
              ("frame", json.dumps(dict(spec.frame)), None),
              ("labels", json.dumps(dict(spec.labels)) if spec.labels else "none", None),
@@ -330,7 +330,7 @@ def _sheets_said(page: Inputs) -> str:
     """What the contact sheets show: a pixel window's strip of frames, or a latent
     window's frames by values on one colour scale (with its bar)."""
     if page.pixels:
-        length = page.spec.window["length"]
+        length = page.spec.window.length
         every = ("every frame" if length <= preview.MAX_COLUMNS else
                  f"{preview.MAX_COLUMNS} of its {length} frames, evenly spread")
         return (f"<p>Each window as a strip of {every}; masked "

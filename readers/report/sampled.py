@@ -41,7 +41,7 @@ class Sampled:
 def sample(reader: picks.Windows, spec: data_format.DatasetSpec,
            chosen: list[tuple[str, str, int]], seed: int) -> Sampled:
     """The statistics of the windows `chosen` ((split, run, number), picks.spread)."""
-    length = spec.window["length"]
+    length = spec.window.length
     latent = not picks.is_pixels(spec)
     features = _features_read(spec, latent)
     out = Sampled(masked=np.zeros(length + 1, np.int64), label_names=_label_names(spec))

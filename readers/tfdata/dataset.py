@@ -119,7 +119,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
             ("float_pixels", float_pixels), ("keep_float16", keep_float16)))
     clip = clips.checked(clip)
     request = SplitRequest.load(path, split, _features_to_parse(features, structure, clip))
-    window = request.spec.window["length"]
+    window = request.spec.window.length
     if clip is not None:
         clip.check_fits(window)    # a clip longer than the windows: ValueError now, not in a map
     request, records, kept = _kept_shards(path, split, request, select)

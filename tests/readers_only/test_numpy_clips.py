@@ -20,7 +20,7 @@ CLIPS = [Clip(2, step=2), Clip(3), Clip(2, step=3, offset="center"), Clip(1, off
 @pytest.mark.parametrize("kind", ["latent", "float16", "long", "raw", "png", "jpeg"])
 def test_a_clip_is_its_stored_windows_frames_mask_and_labels(datasets, kind):
     whole_source = WindowSource(datasets[kind], "train")
-    window = whole_source.spec.window["length"]
+    window = whole_source.spec.window.length
     whole = whole_source.read_batch(slice(None))
     for clip in CLIPS:
         for epoch in (0, 3):

@@ -128,7 +128,7 @@ def test_a_scattered_batch_is_its_records_decoded_one_by_one_and_stacked(data):
         write_dataset(out, videos, *flags)
         request = SplitRequest.load(out, "train")
         records = _records(out, request)
-        window = request.spec.window["length"]
+        window = request.spec.window.length
         shards = Shards(request)
         indices, clip, epoch, float_pixels, keep_float16 = data.draw(
             reads(len(records), window))
