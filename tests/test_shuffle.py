@@ -38,8 +38,7 @@ from readers.format.writer import WindowRecord, shard_ranges
 def _examples(seed: int, count: int = 101) -> list[KeyedExample]:
     rng = np.random.default_rng(seed)
     keys = [int(k) for k in rng.integers(0, 2 ** 63, count)]
-    return [KeyedExample("train" if i % 4 else "test",
-                         WindowRecord(k, b"example-%d" % i, k % 7, i % 5))
+    return [("train" if i % 4 else "test", WindowRecord(k, b"example-%d" % i, k % 7, i % 5))
             for i, k in enumerate(keys)]
 
 
@@ -68,7 +67,7 @@ def test_shards_hold_every_example_in_key_order(tmp_path, mode, buckets):
                     equal_to([(split, run.shard_name(split, i, 4, "none"), n)
                               for split, each in counts.items() for i, n in enumerate(each)]))
     for split in ("train", "test"):
-        expected = sorted(e.record for e in elements if e.split == split)
+        expected = sorted(e[1] for e in elements if e[0] == split)
         assert _shard_records(tmp_path / "out", split) == [r.example for r in expected]
 
 
@@ -78,7 +77,7 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
     makes a temp file per element and split; group mode has no per-bundle state, so its
     temp files are one per bucket, whatever the bundling."""
     elements = _examples(7, count=60)
-    dropped = {"train": frozenset({elements[1].record.key, elements[2].record.key})}
+    dropped = {"train": frozenset({elements[1][1].key, elements[2][1].key})}
     for mode in ("spill", "group"):
         run = RunDir(str(tmp_path / mode), "r1", str(tmp_path / f"{mode}-tmp"))
         config = ShuffleConfig(splits=("train", "test"), num_shards=4, shard_bytes=1,
@@ -90,14 +89,14 @@ def test_both_modes_give_the_same_bytes_and_group_mode_one_file_per_bucket(tmp_p
     temp = {mode: [f for _, _, files in os.walk(tmp_path / f"{mode}-tmp") for f in files]
             for mode in ("spill", "group")}
     assert len(temp["spill"]) == len(elements)       # one sorted file per element
-    train_buckets = {bucket_of(e.record.key, 5) for e in elements if e.split == "train"}
-    test_buckets = {bucket_of(e.record.key, 5) for e in elements if e.split == "test"}
+    train_buckets = {bucket_of(e[1].key, 5) for e in elements if e[0] == "train"}
+    test_buckets = {bucket_of(e[1].key, 5) for e in elements if e[0] == "test"}
     assert len(temp["group"]) == len(train_buckets) + len(test_buckets) <= 10
     for split in ("train", "test"):
         spill, group = (_shard_records(tmp_path / m, split) for m in ("spill", "group"))
         assert spill == group
-        expected = sorted(e.record for e in elements if e.split == split
-                          and e.record.key not in dropped.get(split, ()))
+        expected = sorted(e[1] for e in elements if e[0] == split
+                          and e[1].key not in dropped.get(split, ()))
         assert spill == [r.example for r in expected]
         for mode in ("spill", "group"):   # each shard's window table: its records' facts
             tables = [_table(tmp_path / mode, data_format.shard_name(split, i, 4, "none", "r1"),
@@ -242,7 +241,7 @@ def test_cut_windows_keys_and_counts():
         assert_that(sums, equal_to([("train", first, 10, [90.0, 100.0])]),
                     label="Sums")   # the short video stores no frame: no row
         starts = out.examples | beam.Map(
-            lambda e: tf.train.Example.FromString(e.record.example).features.feature["start"]
+            lambda e: tf.train.Example.FromString(e[1].example).features.feature["start"]
             .int64_list.value[0])
         assert_that(starts, equal_to([0, 3, 6]), label="Starts")
 

@@ -168,7 +168,7 @@ class _CutVideo(beam.DoFn):
                    if content else None)
         try:
             for example in self._examples(video, split, info, cut):
-                cut.keys.append(example.record.key)
+                cut.keys.append(example[1].key)
                 yield example
         except BadRecord as e:
             self._progress.add(failures=1)
@@ -237,7 +237,7 @@ class _CutVideo(beam.DoFn):
             values = self._window_values(window)
             if cut.stats is not None:
                 cut.stats.add_window(start, window, values)
-            yield KeyedExample(split, cut.windows.record(start, values))
+            yield split, cut.windows.record(start, values)
 
     def _slices(self, video, sequence: np.ndarray, split: str,
                 cut: "_Cut") -> Iterator[KeyedExample]:
@@ -258,7 +258,7 @@ class _CutVideo(beam.DoFn):
             if len(window) < length:      # a padded tail window
                 pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
                 window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
-            yield KeyedExample(split, cut.windows.record(start, {"window": window, "mask": mask}))
+            yield split, cut.windows.record(start, {"window": window, "mask": mask})
 
     def _example_bytes(self, key: int, values: dict) -> bytes:
         """A window's example."""

@@ -130,8 +130,9 @@ class _Spill(beam.DoFn):
         self._buffered = 0
 
     def process(self, element: KeyedExample):
-        self._buffers[element.split].append(element.record)
-        self._buffered += len(element.record.example) + HELD_PER_RECORD
+        split, record = element
+        self._buffers[split].append(record)
+        self._buffered += len(record.example) + HELD_PER_RECORD
         if self._buffered >= self._spill_bytes:
             yield from self._spill()
 
@@ -325,7 +326,7 @@ def shard_tasks(examples, run: RunDir, config: ShuffleConfig, dropped,
     if config.mode == "group":
         files = (examples
                  | "KeyByBucket" >> beam.Map(lambda e: (
-                     (e.split, bucket_of(e.record.key, config.num_buckets)), e.record))
+                     (e[0], bucket_of(e[1].key, config.num_buckets)), e[1]))
                  | "GroupBuckets" >> beam.GroupByKey()
                  | "WriteBuckets" >> beam.ParDo(_WriteBucket(temp, config.bucket_bytes)))
     else:
