@@ -132,6 +132,8 @@ class _CutVideo(beam.DoFn):
                  progress_config: ProgressConfig = ProgressConfig(),
                  allow_nonfinite: bool = False, placing: Optional[str] = None):
         self._features, self._placing = features, placing
+        # what a window's record holds: its example, or (a PLAN cut) its planned record
+        self._record_bytes = self._planned if placing == PLAN else self._example_bytes
         self._encode_example = data_format.ExampleEncoder(features)
         self._names = {f.name for f in features}
         self._encoded = features[0].encoding in data_format.IMAGE_ENCODINGS
@@ -163,7 +165,7 @@ class _CutVideo(beam.DoFn):
         content = self._placing != WRITE    # the second pass knows them from the first
         cut = _Cut(StoredFrameStats(self._features, self._pixels) if content else None,
                    VideoWindows(self._config.seed, video.video_id, video.metadata,
-                                self._planned if self._placing == PLAN else self._example_bytes),
+                                self._record_bytes),
                    digest=FrameDigest(getattr(video, "metadata", None), digest_scheme)
                    if content else None)
         try:
