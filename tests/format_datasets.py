@@ -128,17 +128,14 @@ class _Cut:
                         self.flags.jpeg_quality) if self.encoded else None)
         for start in starts:
             real = min(length, len(frames) - start)
-            padding = [(0, length - real)] + [(0, 0)] * (frames.ndim - 1)
-            values = {"window": np.pad(frames[start:start + real], padding),
-                      "mask": (np.arange(length) < real).astype(np.float32)}
-            if video.labels is not None:
-                values["labels"] = np.pad(
-                    video.labels[start:start + real].astype(np.float32),
-                    [(0, length - real)] + [(0, 0)] * (video.labels.ndim - 1))
+            labels = (None if video.labels is None
+                      else video.labels[start:start + real].astype(np.float32))
+            values = writer.window_values(frames[start:start + real], length, labels=labels)
             if not whole:
                 stats.add_window(start, list(frames[start:start + real]), values)
             if self.encoded:
-                values["window"] = stored[start:start + real] + [pad] * (length - real)
+                values["window"] = writer.window_values(
+                    stored[start:start + real], length, pad_frame=pad)["window"]
             yield windows.record(start, values)
 
 

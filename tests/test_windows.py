@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from beam_jobs.cut.windows import stream_windows
 from readers.format.windows import window_starts
+from readers.format.writer import window_values
 
 frames = st.integers(0, 400)
 lengths = st.integers(1, 120)
@@ -88,3 +89,29 @@ def test_bad_arguments_are_refused():
         window_starts(10, 5, 0, "drop")
     with pytest.raises(ValueError):
         window_starts(10, 5, 1, "wrap")
+
+
+@given(st.integers(1, 12), st.integers(0, 11), st.booleans())
+def test_window_values_pad_the_frames_and_mask_what_is_real(length, missing, labelled):
+    real = max(1, length - missing)
+    frames = np.arange(real * 3, dtype=np.float32).reshape(real, 3) + 1
+    labels = frames[:, :1] * 2 if labelled else None
+    values = window_values(frames, length, labels=labels)
+    assert values["window"].shape == (length, 3)
+    assert np.array_equal(values["window"][:real], frames)
+    assert not values["window"][real:].any()
+    assert values["mask"].dtype == np.float32
+    assert values["mask"].tolist() == [1.0] * real + [0.0] * (length - real)
+    if labelled:
+        assert values["labels"].tolist() == [[2 * f] for f in frames[:, 0]] + [[0.0]] * (
+            length - real)
+    else:
+        assert "labels" not in values
+
+
+def test_window_values_keep_encoded_frames_a_list_and_bad_frames_unmasked():
+    values = window_values([b"a", b"b"], 4, valid=[True, False], pad_frame=b"z")
+    assert values["window"] == [b"a", b"b", b"z", b"z"]
+    assert values["mask"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    full = np.ones((4, 2), np.float32)
+    assert window_values(full, 4)["window"] is full   # a full slice is not copied

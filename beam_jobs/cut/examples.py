@@ -40,7 +40,7 @@ from beam_jobs.cut.windows import stream_windows
 from beam_jobs.encoders import EncoderSpec, encode_frames, load_encoder
 from readers import format as data_format
 from readers.format.frame_stats import StoredFrameStats
-from readers.format.writer import VideoWindows
+from readers.format.writer import VideoWindows, window_values
 
 
 class Abandoned(NamedTuple):
@@ -254,13 +254,9 @@ class _CutVideo(beam.DoFn):
             cut.stats.add_sequence(sequence, starts, length)
         if self._placing is not None:
             cut.crc32c = google_crc32c.value(_bytes_of(sequence))
-        full: np.ndarray = np.ones(length, np.float32)
         for start in starts:
-            window, mask = sequence[start:start + length], full
-            if len(window) < length:      # a padded tail window
-                pad = np.zeros((length - len(window), *sequence.shape[1:]), sequence.dtype)
-                window, mask = np.concatenate([window, pad]), np.arange(length) < len(window)
-            yield split, cut.windows.record(start, {"window": window, "mask": mask})
+            values = window_values(sequence[start:start + length], length)
+            yield split, cut.windows.record(start, values)
 
     def _example_bytes(self, key: int, values: dict) -> bytes:
         """A window's example."""
@@ -273,16 +269,9 @@ class _CutVideo(beam.DoFn):
 
     def _window_values(self, frames: list[Frame]) -> dict:
         """window, mask and labels of L frames: the given ones, then padding."""
-        pad = self._config.windows.length - len(frames)
-        data = [f.data for f in frames]
-        pad_frame = np.zeros_like(data[0]) if self._pad_frame is None else self._pad_frame
-        data += [pad_frame] * pad
-        values = {"window": data if self._encoded else np.stack(data),
-                  "mask": np.array([f.valid for f in frames] + [False] * pad, np.float32)}
-        if "labels" in self._names:
-            zero = np.zeros_like(frames[0].label)
-            values["labels"] = np.stack([f.label for f in frames] + [zero] * pad)
-        return values
+        labels = [f.label for f in frames] if "labels" in self._names else None
+        return window_values([f.data for f in frames], self._config.windows.length,
+                             [f.valid for f in frames], labels, self._pad_frame)
 
 
 def _bytes_of(data: Any) -> Any:

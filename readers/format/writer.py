@@ -1,6 +1,7 @@
-"""How windows become a dataset's bytes, in one place: a window as a record (its example,
-its sort key and its window table columns), a shard's side files and the `Shard`
-dataset.json lists, and a plain shard writer.
+"""How windows become a dataset's bytes, in one place: a window's values (its frames
+padded, its mask, its labels), a window as a record (its example, its sort key and its
+window table columns), a shard's side files and the `Shard` dataset.json lists, and a
+plain shard writer.
 
 The Beam job and a plain writer share this core, as TensorFlow Datasets' `BeamWriter`
 and its `Writer` share theirs: the job's DoFns (beam_jobs/cut/examples.py,
@@ -10,8 +11,9 @@ numpy alone (tests/test_format_datasets.py checks every file against job runs).
 """
 from __future__ import annotations
 
+import functools
 import zlib
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -28,6 +30,43 @@ class WindowRecord(NamedTuple):
     example: bytes # its serialized tf.train.Example
     video: int     # window_table.video_hash(video id): its row of the window table
     valid: int     # its real frames (its mask's 1s): its row of the window table
+
+
+def window_values(frames: Sequence[Any] | np.ndarray, length: int,
+                  valid: Optional[Sequence[bool]] = None,
+                  labels: Optional[Sequence[Any] | np.ndarray] = None,
+                  pad_frame: Any = None) -> dict:
+    """A window's values as its example holds them, from its n <= `length` frames (a
+    padded tail window has fewer): `window`, the frames then `length` - n `pad_frame`s
+    (zeros like a frame when None), one array, or a list when the frames are encoded
+    images (bytes); `mask`, 1 for each frame that is `valid` (all when None), 0 for
+    padding; `labels` when given, each frame's then zeros."""
+    pad = length - len(frames)
+    if pad and pad_frame is None:
+        pad_frame = np.zeros_like(frames[0])
+    if isinstance(frames[0], bytes):
+        window: Any = [*frames, *[pad_frame] * pad]
+    elif isinstance(frames, np.ndarray) and not pad:
+        window = frames            # a slice of a sequence: no copy
+    else:
+        window = np.stack([*frames, *[pad_frame] * pad])
+    if valid is None:
+        mask = _real_frames(length, length - pad)
+    else:
+        mask = np.array([*valid, *[False] * pad], np.float32)
+    values = {"window": window, "mask": mask}
+    if labels is not None:
+        values["labels"] = np.stack([*labels, *[np.zeros_like(labels[0])] * pad])
+    return values
+
+
+@functools.lru_cache(maxsize=None)
+def _real_frames(length: int, real: int) -> np.ndarray:
+    """The mask of a window of `length` whose first `real` frames are all valid: made
+    once, read-only, shared by every such window."""
+    mask = (np.arange(length) < real).astype(np.float32)
+    mask.setflags(write=False)
+    return mask
 
 
 class VideoWindows:
