@@ -382,35 +382,40 @@ def _silent_endpoint() -> Iterator[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("break_lease", [False, True])
-def test_a_dataflow_jobs_lease_whose_runner_never_answers_is_one_line(old, inputs,
-                                                                      break_lease):
+def test_a_dataflow_jobs_lease_whose_runner_never_answers_is_one_line(tmp_path, inputs):
     """A lease names a Dataflow job; Dataflow's endpoint takes the question and never
     answers (no network). The run asks within a deadline, then refuses naming
     --break_lease, or with it takes over: one line either way, no retry's warning or
-    traceback before it."""
-    out = old
-    first = outdir.prepare(outdir.ClaimRequest(str(out), overwrite=True, job=Job(
-        "DataflowRunner", "make-shards-1", project="test-project", region="us-central1")))
-    first.lease.record_job_id("2026-12-04_00_00_00-1")
-    before = read_dataset_json(out)["run_id"]
+    traceback before it. (The two runs wait out the deadline side by side.)"""
+    outs, runs = {}, {}
     with _silent_endpoint() as port:
-        run = JobProcess(
-            ["--input", inputs["small"], "--output_dir", out, *FLAGS, "--overwrite",
-             "--dataflow_endpoint", f"http://localhost:{port}", "--no_auth",
-             *(["--break_lease"] if break_lease else [])],
-            env={**os.environ, "GCE_METADATA_HOST": f"127.0.0.1:{port}",
-                 "GCE_METADATA_IP": f"127.0.0.1:{port}"})
-        status = run.wait(300)
-    said = run.stderr.read()
-    assert "Traceback" not in said and "ERROR" not in said, said
-    told = [line for line in said.splitlines() if line.startswith(("WARNING", PROG))]
-    assert len(told) == 1, said
-    assert f"Dataflow did not answer in {job_states.ASK_TIMEOUT_SECONDS:.0f} s" in told[0]
-    if break_lease:
-        assert status == 0 and told[0].startswith("WARNING") and "breaking the lease" in told[0]
-        assert read_dataset_json(out)["run_id"] != before
-    else:
-        assert status == 2 and told[0].startswith(PROG) and "--break_lease" in told[0], said
-        assert read_dataset_json(out)["run_id"] == before
-    assert_verified(out)
+        for break_lease in (False, True):
+            out = outs[break_lease] = tmp_path / f"out-{break_lease}"
+            shutil.copytree(inputs["dataset"], out)
+            first = outdir.prepare(outdir.ClaimRequest(str(out), overwrite=True, job=Job(
+                "DataflowRunner", "make-shards-1", project="test-project",
+                region="us-central1")))
+            first.lease.record_job_id("2026-12-04_00_00_00-1")
+            runs[break_lease] = JobProcess(
+                ["--input", inputs["small"], "--output_dir", out, *FLAGS, "--overwrite",
+                 "--dataflow_endpoint", f"http://localhost:{port}", "--no_auth",
+                 *(["--break_lease"] if break_lease else [])],
+                env={**os.environ, "GCE_METADATA_HOST": f"127.0.0.1:{port}",
+                     "GCE_METADATA_IP": f"127.0.0.1:{port}"})
+        statuses = {lease: run.wait(300) for lease, run in runs.items()}
+    before = read_dataset_json(inputs["dataset"])["run_id"]
+    for break_lease, run in runs.items():
+        said = run.stderr.read()
+        assert "Traceback" not in said and "ERROR" not in said, said
+        told = [line for line in said.splitlines() if line.startswith(("WARNING", PROG))]
+        assert len(told) == 1, said
+        assert f"Dataflow did not answer in {job_states.ASK_TIMEOUT_SECONDS:.0f} s" in told[0]
+        out, status = outs[break_lease], statuses[break_lease]
+        if break_lease:
+            assert status == 0 and told[0].startswith("WARNING"), said
+            assert "breaking the lease" in told[0]
+            assert read_dataset_json(out)["run_id"] != before
+        else:
+            assert status == 2 and told[0].startswith(PROG) and "--break_lease" in told[0], said
+            assert read_dataset_json(out)["run_id"] == before
+        assert_verified(out)
