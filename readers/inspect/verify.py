@@ -166,6 +166,16 @@ def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
     return f"{file}: missing"
 
 
+def _side_file(path: str, dataset: data_format.DatasetSpec, name: str, largest: int) -> bytes:
+    """The bytes of a shard's side file `name`, at most `largest` of them. ValueError:
+    its problem (missing, larger, not a file); DatasetChanged: dataset.json now names
+    another run."""
+    if not DatasetFiles(path).exists(name):
+        raise ValueError(_missing(path, dataset, name))
+    (data,) = read_at_most([os.path.join(path, name)], [largest])
+    return data
+
+
 def _verify_index(path: str, shard: data_format.Shard,
                   dataset: data_format.DatasetSpec) -> list[str]:
     """The offset index beside a shard (readers.format.index), against the shard."""
@@ -173,11 +183,9 @@ def _verify_index(path: str, shard: data_format.Shard,
     if name is None:   # a shard without one: nothing to check (the caller skips it)
         return []
     files = DatasetFiles(path)
-    if not files.exists(name):
-        return [_missing(path, dataset, name)]
     try:
-        (data,) = read_at_most([os.path.join(path, name)], [data_format.index.largest(
-            shard.examples, dataset.format_version)])
+        data = _side_file(path, dataset, name, data_format.index.largest(
+            shard.examples, dataset.format_version))
         offsets = data_format.index.decode(data, name, shard.examples,
                                            dataset.format_version,
                                            files.size(shard.file), dataset.min_frame_bytes)
@@ -199,12 +207,8 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
     name = shard.table
     if name is None:   # a shard without one: nothing to check (the caller skips it)
         return []
-    files = DatasetFiles(path)
-    if not files.exists(name):
-        return [_missing(path, dataset, name)]
     try:
-        (data,) = read_at_most([os.path.join(path, name)],
-                               [data_format.window_table.largest(shard)])
+        data = _side_file(path, dataset, name, data_format.window_table.largest(shard))
         table = data_format.window_table.decode(data, shard, dataset.window.length)
     except ValueError as e:   # NotAFile too
         return [str(e)]
