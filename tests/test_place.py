@@ -66,6 +66,7 @@ CHANGES = {
     "fewer frames": _of_one(lambda v: v._replace(sequence=v.sequence[:-4])),
     "more frames": _of_one(lambda v: v._replace(sequence=v.sequence.repeat(2, axis=0))),
     "gone": lambda video: [] if _is_one(video) else [video],
+    "metadata": _of_one(lambda v: v._replace(metadata=v.metadata + 1)),
 }
 
 

@@ -41,7 +41,8 @@ def planned_fields(record: bytes) -> tuple[int, int]:
 
 class Checked(NamedTuple):
     """What each pass over a video read of it (--shuffle place reads the input twice):
-    its frames and their CRC32C, by its record; the two must agree."""
+    its frames and the CRC32C of their bytes then its metadata's, by its record; the two
+    must agree."""
     source: str
     record_index: Optional[int]
     frames: int

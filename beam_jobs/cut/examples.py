@@ -183,7 +183,8 @@ class _CutVideo(beam.DoFn):
             return
         if self._placing is not None:
             yield beam.pvalue.TaggedOutput(_CHECKED, Checked(
-                ids.printable(video.source), video.record_index, cut.frames, cut.crc32c))
+                ids.printable(video.source), video.record_index, cut.frames,
+                _with_metadata(cut.crc32c, video)))
         # A WRITE cut: the first pass gave what follows. (A bare `return`, which Beam's
         # check for a value returned beside `yield` does not take for one.)
         if cut.digest is None or cut.stats is None:
@@ -272,6 +273,16 @@ class _CutVideo(beam.DoFn):
         labels = [f.label for f in frames] if "labels" in self._names else None
         return window_values([f.data for f in frames], self._config.windows.length,
                              [f.valid for f in frames], labels, self._pad_frame)
+
+
+def _with_metadata(crc32c: int, video) -> int:
+    """`crc32c` (of a video's frames) extended by its metadata's bytes: the rest of what
+    its windows hold of it, which the two reads must agree on too (its id is in its
+    windows' keys, which the second read must find planned)."""
+    metadata = getattr(video, "metadata", None)
+    if metadata is None:
+        return crc32c
+    return google_crc32c.extend(crc32c, _bytes_of(np.asarray(metadata)))
 
 
 def _bytes_of(data: Any) -> Any:

@@ -22,9 +22,9 @@ frame_size). So a run reads its input twice:
    placement file (memory-mapped, searched). A frame whose size is not the one
    planned, or a key not planned, stops the run.
 3. Before the commit, `CheckPlaced` holds every shard to the plan (as many frames
-   written as it holds) and each video's second read to its first (its frames' count
-   and their CRC32C, `records.Checked`): an input changed between the passes stops the
-   run, rather than commit a dataset of two inputs.
+   written as it holds) and each video's second read to its first (its frames' count,
+   and the CRC32C of its frames and its metadata, `records.Checked`): an input changed
+   between the passes stops the run, rather than commit a dataset of two inputs.
 
 The shards are the spill's, byte for byte: the same frames in the same key order. Two
 windows of one key (a 64-bit collision, about one run in 250,000 at 12 million windows)
@@ -329,7 +329,7 @@ def _changed_video(joined) -> list[str]:
         return []
     where = source + ("" if record_index is None else f" #{record_index}")
     return [_changed(f"{where} read {first} the first time, {second} the second "
-                     "(frames, CRC32C)")]
+                     "(frames, CRC32C of frames and metadata)")]
 
 
 def _when_sound(shard: SplitShard, problems: list[str]) -> SplitShard:
