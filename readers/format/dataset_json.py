@@ -26,7 +26,9 @@ def run_dataset(*, window: Window, features: Sequence[FeatureSpec],
     every split's, of no frame where it has none). `described`: the rest of
     DatasetSpec's fields (flags, failures, job_version, input_kind, frame, labels,
     encoder)."""
-    run_id = generation.run_id or ""   # a run's generation always has its id
+    run_id = generation.run_id
+    if not run_id:   # only a generation read from a dataset of format 6 or before lacks one
+        raise ValueError("a run's generation must have its run id")
     files = [name for split in splits.values() for shard in split.shards
              for name in (shard.file, shard.index, shard.table) if name]
     return DatasetSpec(
