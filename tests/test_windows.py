@@ -115,3 +115,9 @@ def test_window_values_keep_encoded_frames_a_list_and_bad_frames_unmasked():
     assert values["mask"].tolist() == [1.0, 0.0, 0.0, 0.0]
     full = np.ones((4, 2), np.float32)
     assert window_values(full, 4)["window"] is full   # a full slice is not copied
+
+
+def test_window_values_pad_a_sequence_of_scalar_frames():
+    values = window_values(np.array([1.0, 2.0], np.float32), 3)
+    assert values["window"].tolist() == [1.0, 2.0, 0.0]
+    assert values["window"].dtype == np.float32

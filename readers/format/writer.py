@@ -44,8 +44,8 @@ def window_values(frames: Sequence[Any] | np.ndarray, length: int,
     pad = length - len(frames)
     if pad and pad_frame is None:
         pad_frame = np.zeros_like(frames[0])
-    if isinstance(frames[0], bytes):
-        window: Any = [*frames, *[pad_frame] * pad]
+    if isinstance(frames[0], (bytes, bytearray, memoryview)):
+        window: Any = [*frames, *[pad_frame] * pad]   # encoded images
     elif isinstance(frames, np.ndarray) and not pad:
         window = frames            # a slice of a sequence: no copy
     else:
