@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
-import importlib.util
 import json
 import os
 import random
@@ -159,6 +158,18 @@ def time_epoch(make: Callable[[], Iterable[dict]]) -> dict:
             "cpu_seconds_per_window": cpu / windows, "peak_pss_mb": meter.peak_pss / 2**20}
 
 
+def _worker_helpers() -> Any:
+    """The readers' DataLoader helpers on the path: readers/numpy/workers.py, or
+    readers/workers.py in a commit from before the readers' folders (464776e); None in
+    one from before either."""
+    for name in ("readers.numpy.workers", "readers.workers"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:   # readers.numpy a module, or no such file
+            continue
+    return None
+
+
 def loaders(name: str, data: str) -> Callable[[int], Iterable[dict]]:
     """Contender `name`'s loader of an epoch."""
     import readers.numpy as rn
@@ -169,8 +180,7 @@ def loaders(name: str, data: str) -> Callable[[int], Iterable[dict]]:
 
     workers = int(name.split("@")[0].rsplit("-", 1)[1])
     # a commit's readers from before these (loader-2@REV): its docs' DataLoader
-    helpers = (importlib.import_module("readers.numpy.workers")
-               if importlib.util.find_spec("readers.numpy.workers") else None)
+    helpers = _worker_helpers()
     end_with_parent = getattr(helpers, "end_with_parent", None)
     context = helpers.forkserver() if hasattr(helpers, "forkserver") else None  # else fork
 

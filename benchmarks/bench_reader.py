@@ -25,7 +25,8 @@ times full epochs (batch 64, drop_remainder) of each contender, counting windows
             (when torch is installed)
   before    with --before REV: `make_dataset` of REV's readers/tfdata/dataset.py, beside
             this tree's other modules (for a change to that file alone), as `ours` is
-            made
+            made; REV from f3211bf on (the readers' folders, with the names of this
+            tree)
 
 Each dataset is built once and iterated once per epoch, as a trainer does (Keras' fit
 makes an iterator per epoch); every epoch starts its iterator afresh, so no contender

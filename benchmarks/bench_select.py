@@ -173,7 +173,7 @@ def make_index(out: str, windows: int, videos: int, shards: int, seed: int = 0) 
                            "fuel": ("pine", "oak", "grass")[i % 3],
                            "operator": f"crew {i % 12}"}}, sort_keys=True) + "\n")
     spec = data_format.DatasetSpec(
-        window={"length": LENGTH, "stride": 8, "tail": "pad"}, features=tuple(features),
+        window=data_format.Window(LENGTH, 8, "pad"), features=tuple(features),
         compression="none", run_id=RUN_ID, files=tuple(sorted(names + [videos_file])),
         sidecars={"videos": videos_file}, splits={"train": data_format.SplitInfo(
             videos, windows, 0, tuple(entries), 0, 161 * videos)})
