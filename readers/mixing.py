@@ -1,9 +1,9 @@
 """What a mixture of sources is in both readers (readers.numpy's `Mixture`, the tf.data
 `mix_datasets`): a source's weight, checked (`weight`); the windows each source gives an
 epoch (`epoch_counts`), in exact arithmetic so that both readers and every machine
-agree; the seeds of their random streams (`seed_words`); the key that names each
-window's source in a batch (`SOURCE`); and the refusal of sources whose windows would not
-stack (`refuse_unlike`). Numpy only.
+agree; the key that names each window's source in a batch (`SOURCE`); and the
+refusals of a source without windows (`refuse_empty`) and of sources whose windows would
+not stack (`refuse_unlike`). Numpy only.
 """
 from __future__ import annotations
 
@@ -47,10 +47,13 @@ def epoch_counts(weights: Sequence[float], windows: int) -> list[int]:
     return counts
 
 
-def seed_words(*words: int) -> int:
-    """A 63-bit seed from whole numbers (the tf.data mixture's per-source and choice
-    seeds), as numpy's SeedSequence mixes them."""
-    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0] >> 1)
+def refuse_empty(lengths: Sequence[int], names: Sequence[str]) -> None:
+    """ValueError naming the first source without windows (`lengths`: each source's
+    windows, `names`: the sources in words): it cannot give its share of an epoch."""
+    empty = [i for i, length in enumerate(lengths) if not length]
+    if empty:
+        raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
+                         "an epoch")
 
 
 def refuse_unlike(signatures: Sequence[dict[str, tuple[tuple[int, ...], str]]],

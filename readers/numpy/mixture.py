@@ -48,7 +48,7 @@ from readers.arguments import (
     window_numbers,
 )
 from readers.clips import CLIP_OFFSET, clipped_shape
-from readers.mixing import SOURCE, epoch_counts, refuse_unlike, weight
+from readers.mixing import SOURCE, epoch_counts, refuse_empty, refuse_unlike, weight
 from readers.numpy import handover, scatter
 
 # Seed words that keep the mixture's random streams apart from each other and from
@@ -120,9 +120,9 @@ class Mixture:
         self.weights = tuple(weight(f"weight {i}", w) for i, (_, w) in enumerate(sources))
         self.seed = seed_number("seed", seed)
         lengths = [len(source) for source in self.sources]
-        _refuse_empty(self.sources, lengths)
-        refuse_unlike([_signature(s) for s in self.sources],
-                      [f"source {i} ({_described(s)})" for i, s in enumerate(self.sources)])
+        names = [f"source {i} ({_described(s)})" for i, s in enumerate(self.sources)]
+        refuse_empty(lengths, names)
+        refuse_unlike([_signature(s) for s in self.sources], names)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.epoch_windows = optional_whole_number("epoch_windows", epoch_windows, 1) or \
             int(self.offsets[-1])
@@ -236,12 +236,6 @@ def _check_pairs(sources: Any) -> None:
                             "WindowSource(path, split))")
 
 
-def _refuse_empty(sources: tuple, lengths: list[int]) -> None:
-    """ValueError naming the first source without windows: it cannot give its share."""
-    empty = [i for i, length in enumerate(lengths) if length == 0]
-    if empty:
-        raise ValueError(f"source {empty[0]} ({_described(sources[empty[0]])}) has "
-                         "no windows: it cannot give its share of an epoch")
 
 
 def _joined(size: int, parts: list, names: list[str], allocate: Callable[[int], np.ndarray],

@@ -36,13 +36,12 @@ class MixtureBatches(EpochPlan):
         given = plan_arguments(batch_size=batch_size, epoch=epoch, shard_index=shard_index,
                                num_shards=num_shards, drop_remainder=drop_remainder,
                                start_step=start_step, resumed_from=resumed_from)
-        self.mixture = mixture
-        self.source = mixture.for_epoch(given["epoch"])
+        self.source = mixture.for_epoch(given["epoch"])   # its deal is the mixture's
         super().__init__(given, mixture.draws(given["epoch"]))
 
     def _deal(self, order: np.ndarray, shard_index: int, num_shards: int) -> np.ndarray:
         """The mixture's deal of its draws (`Mixture.deal`)."""
-        return self.mixture.deal(order, self.epoch, shard_index, num_shards)
+        return self.source.deal(order, self.epoch, shard_index, num_shards)
 
     def _no_batch_error(self, windows: int) -> ValueError:
         return ValueError(f"this mixture gives rank {self._given['shard_index']} of "

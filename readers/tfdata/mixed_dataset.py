@@ -25,11 +25,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 
 from readers.arguments import flag, optional_whole_number, seed_number, whole_number
 from readers.clips import Clip
-from readers.mixing import SOURCE, epoch_counts, refuse_unlike, seed_words, weight
+from readers.mixing import SOURCE, epoch_counts, refuse_empty, refuse_unlike, weight
 from readers.request import SplitRequest
 from readers.select import Select, SelectedWindows, resolve
 from readers.tfdata import checkpoints
@@ -106,7 +107,7 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
     choices = epochs.flat_map(functools.partial(
         _epoch_choices, counts=tf.constant(epoch_counts(weights, size), tf.int64),
-        key=seed_words(_CHOICE, seed)))
+        key=_seed_words(_CHOICE, seed)))
     ds = tf.data.Dataset.choose_from_datasets(streams, choices)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
     return checkpoints.identified(ds, _identity(
@@ -115,15 +116,18 @@ def mix_datasets(sources: Sequence[tuple], split: str = "train", batch_size: int
         keep_float16=keep_float16))
 
 
+def _seed_words(*words: int) -> int:
+    """A 63-bit seed from whole numbers (the choice stream's), as numpy's SeedSequence
+    mixes them."""
+    return int(np.random.SeedSequence(list(words)).generate_state(1, np.uint64)[0] >> 1)
+
+
 def _epoch_windows(epoch_windows: Optional[int], windows: list[int], names: list[str],
                    batch_size: int, *, drop_remainder: bool, repeat: bool) -> int:
     """Windows an epoch: `epoch_windows` (at most MAX_EPOCH_WINDOWS), or the sum of the
     sources' (`windows`, as selected). ValueError for a source without windows (it cannot
     give its share), or an epoch shorter than a batch that must be whole."""
-    empty = [i for i, n in enumerate(windows) if not n]
-    if empty:
-        raise ValueError(f"{names[empty[0]]} has no windows: it cannot give its share of "
-                         "an epoch")
+    refuse_empty(windows, names)
     size = optional_whole_number("epoch_windows", epoch_windows, 1, MAX_EPOCH_WINDOWS) or sum(
         windows)
     if size < batch_size and (drop_remainder or repeat):
