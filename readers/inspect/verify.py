@@ -48,10 +48,10 @@ def _verify_shard(path: str, shard: data_format.Shard, dataset: data_format.Data
         problems.append(f"{shard.file}: {len(keys)} records, dataset.json says "
                         f"{shard.examples}")
     if shard.index and not problems:
-        problems += _verify_index(path, shard, dataset)
+        problems += _verify_index(path, files, shard, dataset)
     if shard.table and not problems:
-        problems += _verify_table(path, shard, dataset, [video for video, _ in keys], valid,
-                                  ends)
+        problems += _verify_table(path, files, shard, dataset, [video for video, _ in keys],
+                                  valid, ends)
     return problems, records
 
 
@@ -166,25 +166,25 @@ def _missing(path: str, dataset: data_format.DatasetSpec, file: str) -> str:
     return f"{file}: missing"
 
 
-def _side_file(path: str, dataset: data_format.DatasetSpec, name: str, largest: int) -> bytes:
+def _side_file(path: str, files: DatasetFiles, dataset: data_format.DatasetSpec, name: str,
+               largest: int) -> bytes:
     """The bytes of a shard's side file `name`, at most `largest` of them. ValueError:
     its problem (missing, larger, not a file); DatasetChanged: dataset.json now names
     another run."""
-    if not DatasetFiles(path).exists(name):
+    if not files.exists(name):
         raise ValueError(_missing(path, dataset, name))
     (data,) = read_at_most([os.path.join(path, name)], [largest])
     return data
 
 
-def _verify_index(path: str, shard: data_format.Shard,
+def _verify_index(path: str, files: DatasetFiles, shard: data_format.Shard,
                   dataset: data_format.DatasetSpec) -> list[str]:
     """The offset index beside a shard (readers.format.index), against the shard."""
     name = shard.index
     if name is None:   # a shard without one: nothing to check (the caller skips it)
         return []
-    files = DatasetFiles(path)
     try:
-        data = _side_file(path, dataset, name, data_format.index.largest(
+        data = _side_file(path, files, dataset, name, data_format.index.largest(
             shard.examples, dataset.format_version))
         offsets = data_format.index.decode(data, name, shard.examples,
                                            dataset.format_version,
@@ -199,8 +199,9 @@ def _verify_index(path: str, shard: data_format.Shard,
     return []
 
 
-def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.DatasetSpec,
-                  video_ids: list[bytes], valid: list[int], ends: list[int]) -> list[str]:
+def _verify_table(path: str, files: DatasetFiles, shard: data_format.Shard,
+                  dataset: data_format.DatasetSpec, video_ids: list[bytes], valid: list[int],
+                  ends: list[int]) -> list[str]:
     """The window table beside a shard (readers.format.window_table) against the
     shard's records as parsed: the index its records' frames make (where each ends),
     each record's video (its id's hash) and valid frames."""
@@ -208,7 +209,7 @@ def _verify_table(path: str, shard: data_format.Shard, dataset: data_format.Data
     if name is None:   # a shard without one: nothing to check (the caller skips it)
         return []
     try:
-        data = _side_file(path, dataset, name, data_format.window_table.largest(shard))
+        data = _side_file(path, files, dataset, name, data_format.window_table.largest(shard))
         table = data_format.window_table.decode(data, shard, dataset.window.length)
     except ValueError as e:   # NotAFile too
         return [str(e)]
