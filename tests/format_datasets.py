@@ -106,10 +106,10 @@ class _Cut:
             window, 0 if first.metadata is None else len(first.metadata), self.label_shape)
         self.encoded = window.encoding in data_format.IMAGE_ENCODINGS
         self.encode = data_format.ExampleEncoder(self.features)
+        self.window = Window(flags.window, flags.stride, flags.tail)
 
     def starts(self, video: Video) -> list[int]:
-        f = self.flags
-        return Window(f.window, f.stride, f.tail).starts(len(video.frames))
+        return self.window.starts(len(video.frames))
 
     def records(self, video: Video, starts: list[int], stats: StoredFrameStats
                 ) -> Iterator[WindowRecord]:
@@ -209,7 +209,7 @@ def write_dataset(out, videos: Sequence[Video], *argv: str, run_id: Optional[str
         "window", "stride", "tail", "splits", "num_shards", "seed", "compression",
         *(("frame_encoding", "jpeg_quality") if cut.pixels else ()), "homepage")}
     spec = dataset_json.run_dataset(
-        window=Window(flags.window, flags.stride, flags.tail),
+        window=cut.window,
         features=cut.features, compression=flags.compression, splits=splits,
         generation=data_format.Generation(
             run_id, sum(c["videos"] for c in counts.values()),

@@ -1,4 +1,4 @@
-"""Window planning rules as properties."""
+"""Window planning rules, and a window's padded values, as properties."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -121,3 +121,8 @@ def test_window_values_pad_a_sequence_of_scalar_frames():
     values = window_values(np.array([1.0, 2.0], np.float32), 3)
     assert values["window"].tolist() == [1.0, 2.0, 0.0]
     assert values["window"].dtype == np.float32
+
+
+def test_window_values_refuse_to_pad_encoded_frames_without_their_pad_frame():
+    with pytest.raises(ValueError, match="pad_frame"):
+        window_values([b"a"], 2)

@@ -38,14 +38,18 @@ def window_values(frames: Sequence[Any] | np.ndarray, length: int,
                   pad_frame: Any = None) -> dict:
     """A window's values as its example holds them, from its n <= `length` frames (a
     padded tail window has fewer): `window`, the frames then `length` - n `pad_frame`s
-    (zeros like a frame when None), one array, or a list when the frames are encoded
-    images (bytes); `mask`, 1 for each frame that is `valid` (all when None), 0 for
-    padding; `labels` when given, each frame's then zeros."""
+    (zeros like a frame when None; encoded frames need theirs), one array, or a list
+    when the frames are encoded images (bytes); `mask`, 1 for each frame that is
+    `valid` (all when None), 0 for padding; `labels` when given, each frame's then
+    zeros."""
     pad = length - len(frames)
+    encoded = isinstance(frames[0], (bytes, bytearray, memoryview))
     if pad and pad_frame is None:
+        if encoded:
+            raise ValueError("padding encoded frames needs the pad_frame to pad with")
         pad_frame = np.zeros_like(frames[0])
-    if isinstance(frames[0], (bytes, bytearray, memoryview)):
-        window: Any = [*frames, *[pad_frame] * pad]   # encoded images
+    if encoded:
+        window: Any = [*frames, *[pad_frame] * pad]
     elif isinstance(frames, np.ndarray) and not pad:
         window = frames            # a slice of a sequence: no copy
     else:
