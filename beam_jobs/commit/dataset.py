@@ -8,7 +8,6 @@ from typing import Any, Mapping, Optional, Sequence
 
 from beam_jobs import __version__
 from beam_jobs.commit.tally import Tally, empty_counts
-from beam_jobs.core.records import SplitShard
 from readers import format as data_format
 from readers.format import dataset_json
 from readers.format.windows import Window
@@ -37,14 +36,14 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
     the tally's shards, with its counts, `sidecars` and `stats`; with `base`, that
     dataset with this generation added. RuntimeError when the shards do not hold the
     windows cut."""
-    counts = {split: tally.counts.get(split, empty_counts()) for split in config.splits}
-    _check_windows_in_shards(counts, tally.shards)
+    splits = {split: data_format.SplitInfo(
+                  **tally.counts.get(split, empty_counts()),
+                  shards=tuple(s for of, s in tally.shards if of == split))
+              for split in config.splits}
+    _check_windows_in_shards(splits)
     dataset = dataset_json.run_dataset(
         window=config.windows, features=config.features,
-        compression=config.compression,
-        splits={split: data_format.SplitInfo(
-                    **counts[split], shards=tuple(s for of, s in tally.shards if of == split))
-                for split in counts},
+        compression=config.compression, splits=splits,
         generation=data_format.Generation(
             run_id, tally.total("videos"), tally.total("windows"),
             tally.total("skipped_short"), tally.failed, tally.skipped, __version__,
@@ -57,12 +56,11 @@ def build_spec(config: DatasetConfig, run_id: str, tally: Tally, sidecars: Seque
     return dataset if base is None else dataset_json.extend(base, dataset)
 
 
-def _check_windows_in_shards(counts: Mapping[str, Mapping[str, int]],
-                             shards: Sequence[SplitShard]) -> None:
+def _check_windows_in_shards(splits: Mapping[str, data_format.SplitInfo]) -> None:
     """RuntimeError when a split's shards do not hold as many examples as windows were
-    cut for it (`counts`, per split in order)."""
-    for split in counts:
-        in_shards = sum(s.examples for of, s in shards if of == split)
-        if in_shards != counts[split]["windows"]:
+    cut for it."""
+    for split, info in splits.items():
+        in_shards = sum(s.examples for s in info.shards)
+        if in_shards != info.windows:
             raise RuntimeError(f"split {split}: {in_shards} examples in the shards, "
-                               f"{counts[split]['windows']} windows cut")
+                               f"{info.windows} windows cut")

@@ -34,9 +34,9 @@ def shuffle_mode(runner: str, config: JobConfig) -> str:
     """The shuffle this run takes, its --shuffle resolved. auto: on local runners, place
     where it can write (`cannot_place`), else spill (their GroupByKey is held in
     memory); group on any other (a distributed shuffle; per-bundle spills would be
-    millions of files). `Refused` for spill or
-    place on a distributed runner (each worker would spill to its own disk, which the
-    shard tasks on other workers cannot read), and for place where it cannot write."""
+    millions of files). `Refused` for spill or place on a distributed runner (each
+    worker would spill to its own disk, which the shard tasks on other workers cannot
+    read), and for place where it cannot write."""
     requested, local = config.shards.shuffle, is_local(runner)
     if requested in ("spill", "place") and not local:
         raise Refused(f"--shuffle {requested}: {runner} is a distributed runner, and "

@@ -182,7 +182,8 @@ class PlaceShard(beam.DoFn):
                 valid.append(frames)
         with open(paths.join(self._run.output_dir, name), "wb") as f:   # frames to come
             f.truncate(offsets[-1])
-        yield write_side_files(self._run.output_dir, task, name, offsets, videos, valid, "none")
+        yield write_side_files(self._run.output_dir, task.split, name, offsets, videos, valid,
+                               "none")
         if keys:
             plan = paths.join(self._run.temp_dir, "place", f"{task.split}.plan")
             first = shard_ranges(task.split_records, task.num_shards)[task.index][0]

@@ -51,7 +51,6 @@ _ENTRY = np.dtype([("key", "<u8"), ("offset", "<u8"), ("video", "<u8"), ("valid"
 _TRAILER = struct.Struct("<Q8s")
 
 
-
 class Written(NamedTuple):
     """What `write_sorted` wrote."""
     records: int

@@ -268,11 +268,11 @@ class WriteShard(beam.DoFn):
                     valid.append(frames)
         writeback.start_writeback(path)
         progress.counter("shard_bytes_written").inc(offsets[-1])
-        yield write_side_files(self._output_dir, task, name, offsets, videos, valid,
+        yield write_side_files(self._output_dir, task.split, name, offsets, videos, valid,
                                self._compression)
 
 
-def write_side_files(output_dir: str, task: ShardTask, name: str, offsets: list[int],
+def write_side_files(output_dir: str, split: str, name: str, offsets: list[int],
                      videos: list[int], valid: list[int], compression: str) -> SplitShard:
     """A shard's side files (readers.format.writer.side_files: `offsets`, where each of
     its frames starts, then its end; its records' video hashes and valid frames), written
@@ -281,7 +281,7 @@ def write_side_files(output_dir: str, task: ShardTask, name: str, offsets: list[
     for file, data in files.items():
         with streams.create(paths.join(output_dir, file)) as f:
             f.write(data)
-    return SplitShard(task.split, shard)
+    return SplitShard(split, shard)
 
 
 def list_shards(tasks: list[ShardTask], run: RunDir, compression: str) -> list[ShardTask]:

@@ -38,7 +38,7 @@ MASK_MEANING = {"1": "a real frame of the video",
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """The contents of dataset.json."""
-    window: Window                       # {"length", "stride", "tail"}
+    window: Window
     features: tuple[FeatureSpec, ...]
     compression: str
     splits: Mapping[str, SplitInfo]

@@ -1,6 +1,6 @@
 """The window table beside a shard: per record, its video and its valid frames.
 
-What a reader selects by (readers/subset.py) without reading a record: for record i of
+What a reader selects by (readers/select.py) without reading a record: for record i of
 the shard, the 64-bit hash of its video id (`video_hash`) and the number of its mask's
 1s (its real frames: neither padding nor a bad frame). The job writes one table per
 shard as it writes the shard (`encode`), format version 6 on; readers load a split's
