@@ -83,7 +83,7 @@ class SplitRequest:
                                    in_pipeline=True)
 
     def no_batch_error(self, windows: int, batch_size: int, *, holder: str = "has",
-                 options: str = "", remedy: str = "") -> ValueError:
+                       options: str = "", remedy: str = "") -> ValueError:
         """The error for a request of which not one batch comes out: `windows`, what
         `holder` gets ("has", "gives this host"), are fewer than `batch_size`; `options`
         name those that left the partial batch out, `remedy` what to change."""

@@ -249,7 +249,7 @@ class Shards:
                  + [self._shards[s].file for s in shards])
         said = f"{error.filename} {error}"
         return self._request.gone_error(next((n for n in names if n in said),
-                                               self._shards[shards[0]].file))
+                                             self._shards[shards[0]].file))
 
     def _span(self, shard: int, in_shard: int) -> tuple[int, int]:
         offsets = self._offsets[shard]

@@ -38,7 +38,7 @@ def end_with_parent(worker_id: int = 0) -> None:
 
 
 # What a forkserver imports once for every DataLoader worker it forks (`forkserver`).
-PRELOAD = ["torch.utils.data", "readers.numpy", "readers.numpy.handover", "readers.numpy.workers"]
+PRELOAD = ["torch.utils.data", "readers.numpy.workers"]   # with its package and the reader
 
 
 def forkserver() -> multiprocessing.context.BaseContext:

@@ -125,7 +125,7 @@ def make_dataset(path: str, split: str = "train", batch_size: int = 64, *,
     request, records, kept = _kept_shards(path, split, request, select)
     if input_context is not None:
         request = request.for_pipeline(input_context.input_pipeline_id,
-                                           input_context.num_input_pipelines)
+                                       input_context.num_input_pipelines)
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     _check_a_batch(request, records, batch_size, drop_remainder=drop_remainder,
                    repeat=repeat)
