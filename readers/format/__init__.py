@@ -20,13 +20,14 @@
   lists them.
 - `json_checks`: reading dataset.json's values with a one-line reason for each wrong one.
 - `codecs`: one codec per feature encoding: its wire bytes and how readers read them.
-- `wire`: the protobuf wire format of a tf.train.Example: encode, and find each feature.
+- `wire`: the protobuf wire format of a tf.train.Example: its fields, and find each feature.
 - `tfrecord`: TFRecord framing: length header, masked CRCs, reading a frame.
 - `index`: the offset index beside an uncompressed shard.
 - `window_table`: the window table beside a shard: each record's video and valid frames,
   what a reader selects by.
 - `writer`: how windows become a dataset's bytes, the job's and a plain writer's one core:
-  records, a shard's side files and its `Shard`, a plain writer's shards.
+  a window's values and its example (`ExampleEncoder`), records, a shard's side files
+  and its `Shard`, a plain writer's shards.
 - `tfds_info`: dataset_info.json (features.json before format 5), what TensorFlow
   Datasets reads.
 - `videos_file`: a dataset's videos file checked against its dataset.json.
@@ -90,4 +91,5 @@ from readers.format.spec import (  # noqa: F401
 )
 from readers.format.versions import FORMAT_VERSION, READABLE_VERSIONS  # noqa: F401
 from readers.format.windows import Window  # noqa: F401
-from readers.format.wire import ExampleEncoder, Layout, encode_example, layout  # noqa: F401
+from readers.format.wire import Layout, layout  # noqa: F401
+from readers.format.writer import ExampleEncoder, encode_example  # noqa: F401

@@ -98,14 +98,14 @@ class Codec:
         raise NotImplementedError
 
     def encode_parts(self, value: Any) -> list:
-        """`encode`'s bytes as a list of bytes-like parts (`wire.encode_example` joins a
+        """`encode`'s bytes as a list of bytes-like parts (`writer.ExampleEncoder` joins a
         window's parts once); an array codec hands the array's own buffer."""
         return [self.encode(value)]
 
     def fixed_head(self) -> Optional[bytes]:
         """The Feature's bytes before its values' buffer (`values_buffer`), where they
         are the same for every value: a fixed number of fixed-width values (float32,
-        raw). `wire.ExampleEncoder` frames such a feature once, not once an example.
+        raw). `writer.ExampleEncoder` frames such a feature once, not once an example.
         None: each value's Feature comes whole from `encode_parts`."""
         return None
 

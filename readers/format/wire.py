@@ -1,7 +1,6 @@
-"""The protobuf wire format of a tf.train.Example, written and read by hand (numpy only).
-
-`encode_example` serializes a window (each feature's Feature bytes from its codec,
-readers.format.codecs); `layout` walks a record's tags and lengths to find where each
+"""The protobuf wire format of a tf.train.Example, by hand (numpy only): the fields a
+writer frames (`varint`, `header`, `field`: the codecs' and writer.py's `ExampleEncoder`),
+and a record read: `layout` walks a record's tags and lengths to find where each
 feature's list sits, so that readers.numpy reads fixed-width values straight into a
 batch (`Layout`); `list_values` reads a list message, packed or not.
 
@@ -15,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from readers.format.feature import Feature
-from readers.format.tfrecord import FRAME_OVERHEAD
 
 # What the readers here take: a record's bytes, or a view of them (memoryview: a shard
 # read whole, a record handed on without a copy).
@@ -51,71 +49,6 @@ def header(number: int, length: int) -> bytes:
 def field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field: tag, length, payload."""
     return header(number, len(payload)) + payload
-
-
-def encode_example(features: Sequence[Feature], values: Mapping[str, Any]) -> bytes:
-    """Serialize one window as a tf.train.Example; `values` holds one value per feature
-    (`ExampleEncoder`, for one example: a writer of many keeps an encoder)."""
-    return ExampleEncoder(features)(values)
-
-
-class ExampleEncoder:
-    """Serializes windows of `features` as tf.train.Example, giving the bytes
-    TensorFlow's `SerializeToString(deterministic=True)` gives (map entries sorted by
-    key). Each codec hands its Feature as parts (`Codec.encode_parts`: headers, and an
-    array's own buffer), joined once: a window's values are copied once, not once per
-    level of nesting.
-
-    What every example shares is worked out here, once: the entries' order, each key,
-    and all the framing of a feature whose Feature is the same but for its values'
-    buffer (`Codec.fixed_head`: a fixed-shape float32 or raw array). Such a feature then
-    costs an example its buffer and nothing more: a latent window of the benchmark's
-    (five features, 80 KB) takes 11 us instead of 29 framed field by field."""
-
-    def __init__(self, features: Sequence[Feature]):
-        self._entries: list[tuple[str, Any, bytes, Optional[int]]] = []
-        for f in sorted(features, key=lambda f: f.name.encode("utf-8")):
-            key = field(1, f.name.encode("utf-8"))
-            head = f.codec.fixed_head()
-            if head is None:       # framed per value: (name, codec, key, None)
-                self._entries.append((f.name, f.codec, key, None))
-                continue
-            # the Feature's size, every time (a fixed-width value's fewest bytes are all)
-            size = len(head) + f.codec.min_bytes()
-            entry = key + header(2, size)
-            prefix = header(1, len(entry) + size) + entry + head
-            self._entries.append((f.name, f.codec, prefix, len(prefix) - len(head) + size))
-
-    def __call__(self, values: Mapping[str, Any]) -> bytes:
-        parts: list = []
-        size = 0
-        for name, codec, head, entry_size in self._entries:
-            if entry_size is not None:       # head: all of the entry before the values
-                parts += (head, codec.values_buffer(values[name]))
-                size += entry_size
-                continue
-            feature = codec.encode_parts(values[name])
-            feature_size = sum(len(part) for part in feature)
-            entry = head + header(2, feature_size)
-            outer = header(1, len(entry) + feature_size)
-            parts += (outer, entry, *feature)
-            size += len(outer) + len(entry) + feature_size
-        return b"".join([header(1, size), *parts])
-
-    def frame_size(self, values: Mapping[str, Any]) -> int:
-        """The bytes of the TFRecord frame of the example `values` make (framing and
-        CRCs included), from the values of the features framed per value alone (an id,
-        a start): a fixed-width feature's size is the same for every value. What the
-        job plans a shard's byte offsets by before a window is cut."""
-        size = 0
-        for name, codec, head, entry_size in self._entries:
-            if entry_size is not None:
-                size += entry_size
-                continue
-            feature_size = sum(len(part) for part in codec.encode_parts(values[name]))
-            entry_size = len(head) + len(header(2, feature_size)) + feature_size
-            size += len(header(1, entry_size)) + entry_size
-        return len(header(1, size)) + size + FRAME_OVERHEAD
 
 
 _LIST_KINDS = {1: "bytes", 2: "float", 3: "int64"}   # Feature's oneof field numbers
