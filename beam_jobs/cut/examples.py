@@ -184,7 +184,7 @@ class _CutVideo(beam.DoFn):
         if self._placing is not None:
             yield beam.pvalue.TaggedOutput(_CHECKED, Checked(
                 ids.printable(video.source), video.record_index, cut.frames,
-                _with_metadata(cut.crc32c, video)))
+                _with_metadata(cut.crc32c, video.metadata)))
         # A WRITE cut: the first pass gave what follows. (A bare `return`, which Beam's
         # check for a value returned beside `yield` does not take for one.)
         if cut.digest is None or cut.stats is None:
@@ -275,20 +275,19 @@ class _CutVideo(beam.DoFn):
                              [f.valid for f in frames], labels, self._pad_frame)
 
 
-def _with_metadata(crc32c: int, video) -> int:
-    """`crc32c` (of a video's frames) extended by its metadata's bytes: the rest of what
-    its windows hold of it, which the two reads must agree on too (its id is in its
+def _with_metadata(crc32c: int, metadata: Any) -> int:
+    """`crc32c` (of a video's frames) extended by its `metadata`'s bytes: the rest of
+    what its windows hold of it, which the two reads must agree on too (its id is in its
     windows' keys, which the second read must find planned)."""
-    metadata = getattr(video, "metadata", None)
     if metadata is None:
         return crc32c
     return google_crc32c.extend(crc32c, _bytes_of(np.asarray(metadata)))
 
 
 def _bytes_of(data: Any) -> Any:
-    """A frame's or a sequence's bytes, for their CRC (an array's own buffer; encoded
-    frames are bytes already). An ndarray, not digest.py's memoryview: google_crc32c
-    takes no writable memoryview."""
+    """A frame's, a sequence's or metadata's bytes, for their CRC (an array's own
+    buffer; encoded frames are bytes already). An ndarray, not digest.py's memoryview:
+    google_crc32c takes no writable memoryview."""
     if isinstance(data, np.ndarray):
         return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     return data

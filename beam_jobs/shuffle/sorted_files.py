@@ -3,8 +3,10 @@ will hold them, with an index of their keys and offsets at the end.
 
 A sorted file is what the shuffle writes to temp storage: a spill of one worker's buffer
 (spill mode) or one whole bucket (group mode), its records (readers.format.writer's
-`WindowRecord`: key, example, video, valid) already in order. (External sorting calls
-these "runs"; here a run is only ever one execution of the job.) The layout:
+`WindowRecord`: key, example, video, valid; group mode's GroupByKey hands them on as
+plain tuples of those fields, which this module unpacks alike) already in order.
+(External sorting calls these "runs"; here a run is only ever one execution of the
+job.) The layout:
 
     frame 0 ... frame n-1 | (key, offset, video, valid) of record 0 ... n-1 | n | MAGIC
 

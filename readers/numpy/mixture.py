@@ -236,8 +236,6 @@ def _check_pairs(sources: Any) -> None:
                             "WindowSource(path, split))")
 
 
-
-
 def _joined(size: int, parts: list, names: list[str], allocate: Callable[[int], np.ndarray],
             more: dict[str, np.ndarray]) -> dict[str, Any]:
     """One batch of `size` rows from each source's part (rows, source, its batch), and
