@@ -27,7 +27,7 @@ def _write_kinds_inputs(root) -> None:
     """The job's inputs of KINDS under `root`: latent TFRecord files, frame folders with
     a labels file each, and their manifest."""
     import tensorflow as tf
-    from helpers import write_frame_folder, write_manifest, write_videos
+    from input_files import write_frame_folder, write_manifest, write_videos
 
     videos = kind_videos(str(root))
     for name, files in (("lat", 2), ("half", 1), ("brain", 1), ("longin", 1)):

@@ -5,7 +5,8 @@ import json
 import os
 
 import numpy as np
-from helpers import run_job, write_frame_folder, write_manifest
+from helpers import run_job
+from input_files import write_frame_folder, write_manifest
 
 import readers
 from readers.numpy import Select, WindowSource

@@ -255,7 +255,7 @@ LABEL_NAMES = ["heat", "smoke"]   # the pixel kinds' labels' header
 
 def _latents(rng: np.random.Generator, count: int, lengths: tuple[int, int], dim: int = 3
              ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """helpers.random_videos's draws: (frames float32 [T, dim], recipe float32 [4])."""
+    """input_files.random_videos's draws: (frames float32 [T, dim], recipe float32 [4])."""
     return [(rng.standard_normal((int(rng.integers(*lengths)), dim)).astype(np.float32),
              rng.random(4).astype(np.float32)) for _ in range(count)]
 
@@ -267,7 +267,7 @@ def kind_videos(root: str = "") -> dict[str, list]:
     to 299 frames, ids of one and two digits), "pixels" (videos a and b of 7 and 9
     frames 24x32, labels heat and smoke, metadata [1.5, i], fields camera and site).
     Latent videos are spread round-robin over two files (one for half, brain, longin)
-    as helpers.write_videos spreads them; their ids are the job's, `FILE:RECORD`."""
+    as input_files.write_videos spreads them; their ids are the job's, `FILE:RECORD`."""
     rng = np.random.default_rng(5)
     drawn = {"lat": (_latents(rng, 10, (12, 40)), 2), "half": (_latents(rng, 3, (12, 20)), 1),
              "brain": (_latents(rng, 2, (10, 16)), 1), "longin": (_latents(rng, 12, (150, 300)), 1)}

@@ -12,10 +12,10 @@ import os
 
 import numpy as np
 import pytest
-from helpers import (
+from helpers import run_job
+from input_files import (
     latent_example,
     random_videos,
-    run_job,
     solid_frames,
     write_frame_folder,
     write_manifest,

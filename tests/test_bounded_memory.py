@@ -5,10 +5,9 @@ import os
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
-from helpers import (
-    assert_verified,
+from helpers import assert_verified, plain_name
+from input_files import (
     latent_example,
-    plain_name,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -11,15 +11,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import (
-    job_line,
-    random_videos,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    sidecar,
-    write_videos,
-)
+from helpers import job_line, read_dataset_json, read_examples, run_job, sidecar
+from input_files import random_videos, write_videos
 
 import readers
 from beam_jobs import make_shards

@@ -2,7 +2,8 @@
 both readers (readers.numpy's clips: tests/readers_only/test_numpy_clips.py)."""
 import numpy as np
 import pytest
-from helpers import assert_clips_of, assert_verified, random_videos, run_job, write_videos
+from helpers import assert_clips_of, assert_verified, run_job
+from input_files import random_videos, write_videos
 
 import readers
 from readers.clips import Clip

@@ -17,16 +17,13 @@ from helpers import (
     assert_verified,
     dataset_bytes,
     job_line,
-    latent_example,
     plain_name,
     plain_names,
-    random_videos,
     read_dataset_json,
     run_job,
     start_job,
-    write_records,
-    write_videos,
 )
+from input_files import latent_example, random_videos, write_records, write_videos
 
 from beam_jobs import make_shards, outdir
 from beam_jobs.job.errors import Failed, Refused

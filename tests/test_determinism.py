@@ -1,13 +1,9 @@
 """The same input, flags and seed give byte-identical shards: two runs, the three shuffles,
 any bucket size (one and two worker processes, and the runners: test_runs.py)."""
 import pytest
-from helpers import (
-    assert_verified,
-    job_line,
+from helpers import assert_verified, job_line, read_dataset_json, run_job, same_dataset_files
+from input_files import (
     random_videos,
-    read_dataset_json,
-    run_job,
-    same_dataset_files,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -7,16 +7,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import (
-    job_line,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    sidecar,
-    solid_frames,
-    write_frame_folder,
-    write_manifest,
-)
+from helpers import job_line, read_dataset_json, read_examples, run_job, sidecar
+from input_files import solid_frames, write_frame_folder, write_manifest
 
 import readers
 

@@ -8,15 +8,8 @@ import sys
 import keras
 import numpy as np
 import pytest
-from helpers import (
-    job_line,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    staged_files,
-    write_frame_folder,
-    write_manifest,
-)
+from helpers import job_line, read_dataset_json, read_examples, run_job, staged_files
+from input_files import write_frame_folder, write_manifest
 
 from beam_jobs import make_shards
 from beam_jobs.encoders import EncoderSpec, load_encoder, model_input

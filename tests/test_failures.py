@@ -7,18 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import (
-    job_line,
-    latent_example,
-    plain_names,
-    random_videos,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    sidecar,
-    write_records,
-    write_videos,
-)
+from helpers import job_line, plain_names, read_dataset_json, read_examples, run_job, sidecar
+from input_files import latent_example, random_videos, write_records, write_videos
 
 from beam_jobs import make_shards
 from beam_jobs.job.errors import Failed

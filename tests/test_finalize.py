@@ -12,12 +12,9 @@ from apache_beam.pipeline import PipelineVisitor
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import KINDS
-from helpers import (
-    assert_verified,
+from helpers import assert_verified, read_dataset_json, read_examples, sidecar
+from input_files import (
     latent_example,
-    read_dataset_json,
-    read_examples,
-    sidecar,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -9,14 +9,8 @@ import os
 
 import pytest
 from format_datasets import KIND_FLAGS, kind_videos, write_dataset, write_kind
-from helpers import (
-    read_dataset_json,
-    run_job,
-    sidecar,
-    write_frame_folder,
-    write_manifest,
-    write_videos,
-)
+from helpers import read_dataset_json, run_job, sidecar
+from input_files import write_frame_folder, write_manifest, write_videos
 
 
 def _job_knows(path) -> dict:

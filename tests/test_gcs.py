@@ -16,15 +16,13 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from helpers import (
     assert_verified,
     job_line,
-    latent_example,
     plain_name,
     plain_names,
     read_dataset_json,
     read_examples,
     run_job,
-    solid_frames,
-    write_frame_folder,
 )
+from input_files import latent_example, solid_frames, write_frame_folder
 
 from beam_jobs.core import storage
 from beam_jobs.outdir import lease

@@ -14,7 +14,8 @@ import tracemalloc
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import random_videos, read_dataset_json, read_examples, run_job, write_videos
+from helpers import read_dataset_json, read_examples, run_job
+from input_files import random_videos, write_videos
 
 import readers
 from readers.file_checks import DatasetChanged

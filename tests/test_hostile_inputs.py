@@ -10,11 +10,13 @@ from helpers import (
     failures_by_video,
     inspect_run,
     job_line,
-    latent_example,
     read_dataset_json,
     read_examples,
     run_job,
     sidecar,
+)
+from input_files import (
+    latent_example,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -9,14 +9,9 @@ import unicodedata
 
 import numpy as np
 import pytest
-from helpers import (
-    failures_by_video,
-    job_line,
+from helpers import failures_by_video, job_line, read_dataset_json, read_examples, run_job, sidecar
+from input_files import (
     latent_example,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    sidecar,
     solid_frames,
     write_frame_folder,
     write_manifest,

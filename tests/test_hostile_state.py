@@ -18,15 +18,8 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from helpers import (
-    assert_verified,
-    job_line,
-    overriding,
-    random_videos,
-    read_dataset_json,
-    run_job,
-    write_videos,
-)
+from helpers import assert_verified, job_line, overriding, read_dataset_json, run_job
+from input_files import random_videos, write_videos
 from job_process import JobProcess
 
 from beam_jobs import make_shards, outdir

@@ -13,14 +13,10 @@ import gcs_emulator
 import keras
 import numpy as np
 import pytest
-from helpers import (
-    command,
-    inspect_run,
+from helpers import command, inspect_run, read_dataset_json, run_job, sidecar
+from input_files import (
     latent_example,
     random_videos,
-    read_dataset_json,
-    run_job,
-    sidecar,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -4,15 +4,8 @@ import itertools
 import json
 
 import pytest
-from helpers import (
-    assert_verified,
-    read_dataset_json,
-    read_examples,
-    sidecar,
-    solid_frames,
-    write_frame_folder,
-    write_manifest,
-)
+from helpers import assert_verified, read_dataset_json, read_examples, sidecar
+from input_files import solid_frames, write_frame_folder, write_manifest
 
 from beam_jobs import make_shards
 from readers.format.keys import assign_split, parse_splits, window_key

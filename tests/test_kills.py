@@ -19,11 +19,10 @@ from helpers import (
     dataset_bytes,
     first_day,
     overriding,
-    random_videos,
     read_dataset_json,
     run_job,
-    write_videos,
 )
+from input_files import random_videos, write_videos
 from job_process import DieAtCommitStep, JobProcess, StopAfterLease, StopAtCommit
 
 import readers

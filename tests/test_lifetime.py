@@ -11,15 +11,12 @@ from helpers import (
     dataset_bytes,
     first_day,
     job_line,
-    latent_example,
-    random_videos,
     read_dataset_json,
     read_examples,
     run_job,
     sidecar,
-    write_records,
-    write_videos,
 )
+from input_files import latent_example, random_videos, write_records, write_videos
 
 from beam_jobs import make_shards
 from beam_jobs.cut.digest import BLAKE3, SHA256, FrameDigest

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import (
+from helpers import run_jobs
+from input_files import (
     random_videos,
-    run_jobs,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -4,17 +4,8 @@ import os
 
 import numpy as np
 import pytest
-from helpers import (
-    latent_example,
-    plain_name,
-    plain_names,
-    random_videos,
-    read_dataset_json,
-    read_examples,
-    run_job,
-    write_records,
-    write_videos,
-)
+from helpers import plain_name, plain_names, read_dataset_json, read_examples, run_job
+from input_files import latent_example, random_videos, write_records, write_videos
 
 from readers.format.windows import window_starts
 

@@ -15,11 +15,10 @@ from helpers import (
     assert_verified,
     job_line,
     plain_names,
-    random_videos,
     read_dataset_json,
     run_job,
-    write_videos,
 )
+from input_files import random_videos, write_videos
 from job_process import JobProcess
 
 

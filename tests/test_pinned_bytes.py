@@ -10,7 +10,8 @@ import os
 
 import numpy as np
 import pytest
-from helpers import plain_name, run_job, write_frame_folder, write_manifest, write_videos
+from helpers import plain_name, run_job
+from input_files import write_frame_folder, write_manifest, write_videos
 
 pytestmark = pytest.mark.slow   # six builds
 

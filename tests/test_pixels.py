@@ -13,11 +13,13 @@ from helpers import (
     command,
     failed_run_file,
     job_line,
-    marked_frame,
     read_dataset_json,
     read_examples,
     run_job,
     sidecar,
+)
+from input_files import (
+    marked_frame,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -9,15 +9,12 @@ import pytest
 from helpers import (
     assert_verified,
     job_line,
-    latent_example,
-    random_videos,
     read_dataset_json,
     read_examples,
     run_job,
     same_dataset_files,
-    write_records,
-    write_videos,
 )
+from input_files import latent_example, random_videos, write_records, write_videos
 
 FLAGS = ["--window", "10", "--stride", "3", "--num_shards", "3", "--seed", "7",
          "--shuffle", "place"]

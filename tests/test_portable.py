@@ -25,10 +25,12 @@ from helpers import (
     assert_documented_exit,
     assert_verified,
     dataset_bytes,
-    random_videos,
     read_dataset_json,
     run_job,
     same_dataset_files,
+)
+from input_files import (
+    random_videos,
     solid_frames,
     write_frame_folder,
     write_manifest,

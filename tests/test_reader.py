@@ -15,15 +15,12 @@ import tensorflow as tf
 from helpers import (
     assert_same_windows,
     index_offsets,
-    latent_example,
-    random_videos,
     read_dataset_json,
     read_examples,
     run_job,
     windows_by_key,
-    write_records,
-    write_videos,
 )
+from input_files import latent_example, random_videos, write_records, write_videos
 
 import readers
 from readers.clips import Clip

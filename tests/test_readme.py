@@ -192,7 +192,8 @@ def test_the_index_format_the_docs_describe(tmp_path, rng):
     lists it."""
     import struct
 
-    from helpers import random_videos, read_dataset_json, run_job, write_videos
+    from helpers import read_dataset_json, run_job
+    from input_files import random_videos, write_videos
 
     write_videos(str(tmp_path / "in"), random_videos(rng, 4), files=1)
     run_job(str(tmp_path / "in" / "*"), str(tmp_path / "out"), "--window", "5")

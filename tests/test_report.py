@@ -18,17 +18,8 @@ import signal
 import gcs_emulator
 import numpy as np
 import pytest
-from helpers import (
-    assert_verified,
-    inspect_run,
-    latent_example,
-    random_videos,
-    read_dataset_json,
-    run_job,
-    sidecar,
-    write_records,
-    write_videos,
-)
+from helpers import assert_verified, inspect_run, read_dataset_json, run_job, sidecar
+from input_files import latent_example, random_videos, write_records, write_videos
 from PIL import Image
 from report_pages import PAGES, check_figures, read_page, report_of, sheets_of
 

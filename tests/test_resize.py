@@ -6,12 +6,9 @@ import os
 
 import numpy as np
 import pytest
-from helpers import (
-    assert_verified,
+from helpers import assert_verified, read_dataset_json, read_examples, run_job
+from input_files import (
     marked_frame,
-    read_dataset_json,
-    read_examples,
-    run_job,
     solid_frames,
     write_frame_folder,
     write_manifest,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from format_datasets import kind_videos, write_dataset
-from helpers import (
+from helpers import run_job
+from input_files import (
     random_videos,
-    run_job,
     solid_frames,
     write_frame_folder,
     write_manifest,

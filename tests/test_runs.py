@@ -12,10 +12,12 @@ from helpers import (
     plain_dataset_json,
     plain_name,
     plain_names,
-    random_videos,
     run_job,
-    solid_frames,
     staged_files,
+)
+from input_files import (
+    random_videos,
+    solid_frames,
     write_frame_folder,
     write_manifest,
     write_videos,

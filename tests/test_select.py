@@ -14,14 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from format_datasets import kind_videos
-from helpers import (
-    docs_code,
-    failures_by_video,
-    latent_example,
-    run_job,
-    write_frame_folder,
-    write_manifest,
-)
+from helpers import docs_code, failures_by_video, run_job
+from input_files import latent_example, write_frame_folder, write_manifest
 
 import readers
 from beam_jobs.core.frames import BadRecord

@@ -11,14 +11,10 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import (
-    docs_code,
-    inspect_run,
+from helpers import docs_code, inspect_run, read_dataset_json, read_examples, run_job
+from input_files import (
     latent_example,
     random_videos,
-    read_dataset_json,
-    read_examples,
-    run_job,
     write_frame_folder,
     write_manifest,
     write_records,

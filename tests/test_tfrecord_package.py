@@ -101,7 +101,8 @@ _ONE_RECORD = textwrap.dedent('''
 def test_a_one_record_shard_is_warned_of_and_read_as_the_docs_say(tmp_path, rng, caplog):
     """5 windows in 3 shards: one shard holds one, which the package cannot read through
     its index; the job says so, and index_path=None reads it (docs/readers.md)."""
-    from helpers import random_videos, run_job, write_videos
+    from helpers import run_job
+    from input_files import random_videos, write_videos
 
     write_videos(str(tmp_path / "in"), random_videos(rng, 5, lengths=(4, 5)), files=1)
     run_job(str(tmp_path / "in" / "*"), tmp_path / "out", "--window", "4", "--num_shards", "3")

@@ -7,7 +7,8 @@ import os
 
 import av
 import pytest
-from helpers import read_examples, run_job, sidecar, solid_frames, write_video
+from helpers import read_examples, run_job, sidecar
+from input_files import solid_frames, write_video
 
 pytestmark = pytest.mark.slow   # every test runs the job
 

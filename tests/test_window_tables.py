@@ -68,7 +68,7 @@ def test_a_dataset_without_tables_reads_whole_and_refuses_a_selection_in_one_lin
 @pytest.mark.slow
 def test_an_append_onto_a_dataset_without_tables_refuses_selection_for_the_whole_split(
         tmp_path):
-    from helpers import random_videos, write_videos
+    from input_files import random_videos, write_videos
 
     rng = np.random.default_rng(8)
     flags = ["--window", "4", "--stride", "2", "--append"]
@@ -267,7 +267,7 @@ def _as_format_6(copy):
 
 @pytest.mark.slow
 def test_an_append_onto_a_dataset_of_format_6_selects_across_both_kinds_of_table(tmp_path):
-    from helpers import random_videos, write_videos
+    from input_files import random_videos, write_videos
 
     rng = np.random.default_rng(9)
     flags = ["--window", "4", "--stride", "2", "--append", "--num_shards", "2"]
