@@ -89,6 +89,16 @@ def fire_sample(tmp_path_factory, request) -> str:
     return os.path.join(root, made.DATASET)
 
 
+@pytest.fixture(scope="session")
+def fire(tmp_path_factory, request) -> str:
+    """The fire story in small (fire_story.py), built once a session: what the selection
+    tests read (test_select.py, test_window_tables.py). Tests read it as it is."""
+    import fire_story
+
+    root = _built_once(tmp_path_factory, request, "fire", fire_story.write)
+    return str(root / "out")
+
+
 @pytest.fixture(scope="session", params=["format", pytest.param("job", marks=pytest.mark.slow)])
 def datasets(request, tmp_path_factory) -> dict[str, str]:
     """The datasets of tests/readers_only/, the readers' inner loop that needs neither Beam

@@ -1,15 +1,13 @@
 """The fire story in small, as the selection tests read it (test_select.py,
-test_window_tables.py): its dataset, made by the job, and what its windows and videos
-file hold."""
-import json
+test_window_tables.py, through conftest.py's `fire`): its dataset, made by the job, and
+the selection the docs make of it."""
 import os
 
 import numpy as np
 from helpers import run_job
 from input_files import write_frame_folder, write_manifest
 
-import readers
-from readers.numpy import Select, WindowSource
+from readers.numpy import Select
 
 WINDOW = 16
 
@@ -47,20 +45,3 @@ def write(root) -> str:
             "--tail", "pad", "--frame_encoding", "raw", "--on_bad_frame", "mask",
             "--splits", "train=1.0", "--num_shards", "6")
     return str(root / "out")
-
-
-def keys(batch) -> list:
-    """(video id, start) of each window of `batch`."""
-    return [(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
-
-
-def whole(path: str, split: str = "train") -> dict:
-    """Every window of the split, in order, as one batch."""
-    return WindowSource(path, split).read_batch(slice(None))
-
-
-def rows(path: str) -> dict:
-    """The dataset's videos file: video id -> its row."""
-    spec = readers.load_spec(path)
-    with open(os.path.join(path, spec.sidecars["videos"])) as f:
-        return {row["video_id"]: row for row in map(json.loads, f)}

@@ -153,6 +153,24 @@ def sidecar(output_dir, kind: str) -> pathlib.Path:
     return pathlib.Path(failed_run_file(output_dir, kind))
 
 
+def videos_by_id(output_dir) -> dict:
+    """The dataset's videos file: video id -> its row."""
+    with open(sidecar(output_dir, "videos")) as f:
+        return {row["video_id"]: row for row in map(json.loads, f)}
+
+
+def window_keys(batch) -> list:
+    """(video id, start) of each window of `batch`."""
+    return [(v.decode(), int(s)) for v, s in zip(batch["video_id"], batch["start"], strict=True)]
+
+
+def every_window(path, split: str = "train") -> dict:
+    """Every window of the split, in order, as one batch (readers.numpy)."""
+    from readers.numpy import WindowSource
+
+    return WindowSource(str(path), split).read_batch(slice(None))
+
+
 def plain_name(name: str) -> str:
     """A shard's, index's or side file's name without its run id:
     `train-00000-of-00002.tfrecord`, `videos.jsonl`."""

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from format_datasets import kind_videos
-from helpers import docs_code, failures_by_video, run_job
+from helpers import (
+    docs_code,
+    every_window,
+    failures_by_video,
+    run_job,
+    videos_by_id,
+    window_keys,
+)
 from input_files import latent_example, write_frame_folder, write_manifest
 
 import readers
@@ -23,13 +30,6 @@ from beam_jobs.sources.latents import LatentParser
 from readers.clips import Clip
 from readers.format import video_rows, window_table
 from readers.numpy import EpochBatches, Select, WindowSource, batches, streaming
-
-
-@pytest.fixture(scope="module")
-def fire(tmp_path_factory) -> str:
-    """The fire story in small (fire_story.py)."""
-    return story.write(tmp_path_factory.mktemp("fire"))
-
 
 SELECTIONS = {   # name -> (Select, which windows of the whole split it keeps)
     "videos": (Select(videos=["exp1/run0", "exp2/run4"]),
@@ -56,15 +56,15 @@ SELECTIONS = {   # name -> (Select, which windows of the whole split it keeps)
 @pytest.mark.parametrize("name", sorted(SELECTIONS))
 def test_a_selection_is_a_filter_over_every_window_read_whole(fire, name):
     select, keeps = SELECTIONS[name]
-    whole = story.whole(fire)
-    kept = keeps(whole, story.rows(fire))
+    whole = every_window(fire)
+    kept = keeps(whole, videos_by_id(fire))
     assert 0 < kept.sum() < len(kept), name      # a selection that chooses
     source = WindowSource(fire, "train", select=select)
     assert len(source) == kept.sum()
     selected = source.read_batch(slice(None))     # windows 0..n-1: the kept ones, in order
     for feature, column in whole.items():
         np.testing.assert_array_equal(selected[feature], column[kept], err_msg=feature)
-    assert story.keys(source[[0, -1]]) == [story.keys(selected)[0], story.keys(selected)[-1]]
+    assert window_keys(source[[0, -1]]) == [window_keys(selected)[0], window_keys(selected)[-1]]
     assert source[len(source) - 1]["start"] == selected["start"][-1]
     with pytest.raises(IndexError):
         source[len(source)]
@@ -72,8 +72,8 @@ def test_a_selection_is_a_filter_over_every_window_read_whole(fire, name):
     for shuffle in (True, False):
         ds = readers.make_dataset(fire, "train", 3, select=select, shuffle=shuffle, seed=2,
                                   drop_remainder=False)
-        got = sorted(k for b in ds for k in story.keys({n: t.numpy() for n, t in b.items()}))
-        assert got == sorted(story.keys(selected)), (name, shuffle)
+        got = sorted(k for b in ds for k in window_keys({n: t.numpy() for n, t in b.items()}))
+        assert got == sorted(window_keys(selected)), (name, shuffle)
 
 
 def test_a_videos_file_row_holds_the_videos_metadata_and_its_manifests_own_fields(fire,
@@ -82,18 +82,18 @@ def test_a_videos_file_row_holds_the_videos_metadata_and_its_manifests_own_field
     windows carry it (the latent story's recipe: the shortest decimals of the float32s),
     and every key of its manifest row that the job does not read, as given, under
     `fields`; a latent record has no manifest row (fields {})."""
-    for video_id, row in story.rows(fire).items():
+    for video_id, row in videos_by_id(fire).items():
         v = int(video_id[-1])
         assert row["fields"] == story.fields(v), video_id
         assert row["metadata"] == [float(v % 2), float(v % 3 + 1)], video_id
     recipes = {video.video_id: video.metadata for video in kind_videos()["lat"]}
-    rows = story.rows(kinds["latent"])
+    rows = videos_by_id(kinds["latent"])
     assert rows.keys() == recipes.keys()
     for video_id, row in rows.items():
         assert row["metadata"] == [float(str(value)) for value in recipes[video_id]]
         assert np.array(row["metadata"], np.float32).tobytes() == recipes[video_id].tobytes()
         assert row["fields"] == {}
-    whole = story.whole(kinds["latent"])
+    whole = every_window(kinds["latent"])
     for video_id, metadata in zip(whole["video_id"], whole["metadata"], strict=True):
         np.testing.assert_array_equal(np.float32(rows[video_id.decode()]["metadata"]), metadata)
 
@@ -123,7 +123,7 @@ def test_a_row_past_what_the_videos_file_keeps_is_a_failure_naming_the_field(tmp
                              "JSON cannot write")
     assert failed["recipe"] == ("metadata has 1,025 values, more than the 1,024 its row of the "
                                 "videos file keeps")
-    assert {video: row["fields"] for video, row in story.rows(str(tmp_path / "out")).items()} == {
+    assert {video: row["fields"] for video, row in videos_by_id(str(tmp_path / "out")).items()} == {
         "a": {"fuel": "pine"}, "b": {"fuel": "oak"}}
     record = latent_example(np.zeros((3, 2), np.float32), [0.5] * (video_rows.MAX_METADATA + 1))
     with pytest.raises(BadRecord, match="^metadata 'recipe' has 1,025 values, more than the "
@@ -136,7 +136,7 @@ def test_the_fire_story_in_the_docs_holds_one_experiment_out(fire):
     scope: dict = {}
     exec(code.replace('"out/"', repr(fire)).replace("64", "4"), scope)
     held = scope["validation"].read_batch(slice(None))
-    train = [k for b in batches(fire, "train", 4, select=scope["train"]) for k in story.keys(b)]
+    train = [k for b in batches(fire, "train", 4, select=scope["train"]) for k in window_keys(b)]
     assert len(held["start"]) and len(train)
     assert all(v.startswith(b"exp3/") for v in held["video_id"])
     assert not any(v.startswith("exp3/") for v, _ in train)
@@ -149,8 +149,8 @@ def test_the_docs_select_by_a_manifest_field_and_by_metadata(fire):
     scope: dict = {}
     exec(docs_code("readers.md", "Selecting windows", 1).replace('"out/"', repr(fire))
          .replace("64", "4"), scope)
-    whole = story.whole(fire)
-    assert story.keys(scope["source"].read_batch(slice(None))) == story.keys(
+    whole = every_window(fire)
+    assert window_keys(scope["source"].read_batch(slice(None))) == window_keys(
         {k: v[SELECTIONS["manifest field"][1](whole, None)] for k, v in whole.items()})
     odd = set(whole["video_id"][whole["metadata"][:, 0] == 1.0].tolist())
     assert {v for b in scope["ds"] for v in b["video_id"].numpy().tolist()} == odd
@@ -159,24 +159,24 @@ def test_the_docs_select_by_a_manifest_field_and_by_metadata(fire):
 def test_min_valid_frames_counts_the_windows_frames_whatever_the_clip(fire):
     clip = Clip(2, offset="start")
     source = WindowSource(fire, "train", select=Select(min_valid_frames=story.WINDOW), clip=clip)
-    whole = story.whole(fire)
+    whole = every_window(fire)
     assert len(source) == (whole["mask"].sum(1) == story.WINDOW).sum()
     assert source.read_batch(slice(None))["mask"].shape == (len(source), 2)
 
 
 def test_an_epoch_is_every_selected_window_once_per_rank_in_both_orders(fire):
     select = SELECTIONS["fire story"][0]
-    selected = sorted(story.keys(WindowSource(fire, "train", select=select).read_batch(
+    selected = sorted(window_keys(WindowSource(fire, "train", select=select).read_batch(
         slice(None))))
     for order in ("random", "stream"):
         ranks = [[k for b in batches(fire, "train", 2, select=select, order=order, seed=3,
                                      shard_index=r, num_shards=2, drop_remainder=False)
-                  for k in story.keys(b)] for r in range(2)]
+                  for k in window_keys(b)] for r in range(2)]
         assert len(ranks[0]) == len(ranks[1]) == len(selected) // 2
         assert not set(ranks[0]) & set(ranks[1])
         assert set(ranks[0]) | set(ranks[1]) <= set(selected)
         again = [k for b in batches(fire, "train", 2, select=select, order=order, seed=3,
-                                    drop_remainder=False) for k in story.keys(b)]
+                                    drop_remainder=False) for k in window_keys(b)]
         assert sorted(again) == selected
 
 
@@ -197,24 +197,24 @@ def test_the_streaming_order_reads_only_chunks_that_hold_a_selected_window(fire)
 @pytest.mark.parametrize("order", ["random", "stream"])
 def test_a_selection_resumes_exactly_and_a_different_one_is_refused(kinds, order):
     path = kinds["latent"]
-    whole = story.whole(path)
+    whole = every_window(path)
     videos = sorted({v.decode() for v in whole["video_id"]})
     select = Select(videos=videos[:4], min_valid_frames=4)
     source = WindowSource(path, "train", select=select)
-    full = [story.keys(b) for b in batches(path, "train", 3, seed=4, epoch=1, select=select,
+    full = [window_keys(b) for b in batches(path, "train", 3, seed=4, epoch=1, select=select,
                                       order=order)]
     assert len(full) >= 3
     for step in (1, len(full) - 1):
         resumed = batches(path, "train", 3, seed=4, epoch=1, select=select, order=order,
                           start_step=step)
-        assert [story.keys(b) for b in resumed] == full[step:]
+        assert [window_keys(b) for b in resumed] == full[step:]
     plan = EpochBatches(source, 3, seed=4, epoch=1, order=order)
     state = json.loads(json.dumps(plan.state(2)))      # as saved beside a checkpoint
     assert state["selection"]["videos"] == repr(videos[:4])
     again = EpochBatches.resume(WindowSource(path, "train", select=select), state)
     assert [again.batch(k) for k in range(2, again.steps)] == [
         plan.batch(k) for k in range(2, plan.steps)]
-    assert [story.keys(plan.source[again.batch(2)])] == [full[2]]
+    assert [window_keys(plan.source[again.batch(2)])] == [full[2]]
 
     def video_in(ids):    # two predicates of one qualified name, another result
         def where(row):
@@ -242,7 +242,7 @@ def test_a_source_with_a_lambda_selection_pickles_for_workers_and_names_it(kinds
                           select=Select(where=lambda row: row["frames"] > 20))
     copy = pickle.loads(pickle.dumps(source))       # the predicate is not pickled
     assert len(copy) == len(source) and repr(copy) == repr(source)
-    assert story.keys(copy[[0, 1]]) == story.keys(source[[0, 1]])
+    assert window_keys(copy[[0, 1]]) == window_keys(source[[0, 1]])
     assert "select=Select(where=test_select." in repr(source) and "sha256" in repr(source)
     assert "select=" not in repr(WindowSource(kinds["latent"], "train"))   # as before
     assert len(WindowSource(kinds["latent"], "train", select=Select())) == len(
@@ -254,7 +254,7 @@ def test_a_tf_checkpoint_of_a_selection_resumes_and_names_it(kinds, tmp_path):
     select = Select(min_valid_frames=4)
 
     def keys(iterator, n):
-        return [story.keys({k: v.numpy() for k, v in next(iterator).items()}) for _ in range(n)]
+        return [window_keys({k: v.numpy() for k, v in next(iterator).items()}) for _ in range(n)]
 
     straight = keys(iter(readers.make_dataset(path, batch_size=3, seed=5, repeat=True,
                                               select=select)), 8)
@@ -280,7 +280,7 @@ def test_tf_data_never_opens_a_shard_the_selection_leaves_out(fire, tmp_path):
     held = [set(window_table.decode((copy / s.table).read_bytes(), s, story.WINDOW).videos.tolist())
             for s in shards]
     in_shards = {v: [k for k, hashes in enumerate(held)
-                     if window_table.video_hash(v) in hashes] for v in story.rows(fire)}
+                     if window_table.video_hash(v) in hashes] for v in videos_by_id(fire)}
     video = min(in_shards, key=lambda v: len(in_shards[v]))    # one of 2 windows or so
     assert len(in_shards[video]) < len(shards)
     for k, shard in enumerate(shards):

@@ -17,18 +17,18 @@ import gcs_emulator
 import google_crc32c
 import numpy as np
 import pytest
-from helpers import assert_verified, run_job
+from helpers import (
+    assert_verified,
+    every_window,
+    run_job,
+    videos_by_id,
+    window_keys,
+)
 
 import readers
 from readers.format import FORMAT_VERSION, Shard, index, window_table
 from readers.format.names import without_run_id
 from readers.numpy import Select, WindowSource
-
-
-@pytest.fixture(scope="module")
-def fire(tmp_path_factory) -> str:
-    """The fire story in small (fire_story.py)."""
-    return story.write(tmp_path_factory.mktemp("fire"))
 
 
 def _as_format_5(path, tmp_path, name: str = "old") -> str:
@@ -225,8 +225,8 @@ def test_a_dataset_of_format_6_selects_by_its_tables_without_owners(fire, tmp_pa
     copy = _as_format_6(shutil.copytree(fire, tmp_path / "copy"))
     spec = readers.load_spec(str(copy))
     select = story.STORY
-    assert story.keys(WindowSource(str(copy), "train", select=select).read_batch(slice(None))) == (
-        story.keys(WindowSource(fire, "train", select=select).read_batch(slice(None))))
+    assert window_keys(WindowSource(str(copy), "train", select=select).read_batch(slice(None))) == (
+        window_keys(WindowSource(fire, "train", select=select).read_batch(slice(None))))
     assert_verified(str(copy))
     shard = spec.splits["train"].shards[0]
     old_table = (copy / shard.table).read_bytes()
@@ -282,16 +282,16 @@ def test_an_append_onto_a_dataset_of_format_6_selects_across_both_kinds_of_table
         FORMAT_VERSION, None, FORMAT_VERSION)
     assert [s.table_crc32c is None for s in spec.splits["train"].shards] == [
         True, True, False, False]
-    whole = story.whole(str(tmp_path / "out"))
+    whole = every_window(str(tmp_path / "out"))
     chosen = sorted(set(whole["video_id"].tolist()))[::2]     # of both generations
     kept = np.isin(whole["video_id"], chosen)
     selected = WindowSource(str(tmp_path / "out"), "train",
                             select=Select(videos=[v.decode() for v in chosen]))
     assert 0 < kept.sum() < len(kept)
-    assert story.keys(selected.read_batch(slice(None))) == story.keys({k: v[kept] for k, v in
+    assert window_keys(selected.read_batch(slice(None))) == window_keys({k: v[kept] for k, v in
                                                              whole.items()})
     # the rows of format 6 have no metadata: a `where` that reads it names one in one line
-    rows = story.rows(str(tmp_path / "out"))
+    rows = videos_by_id(str(tmp_path / "out"))
     old = sorted(v for v, row in rows.items() if "metadata" not in row)
     assert len(old) == 4 and all(len(rows[v]["metadata"]) == 4 for v in rows if v not in old)
     first = next(v for v in old if rows[v]["split"] == "train")
@@ -346,7 +346,7 @@ def test_verify_holds_the_videos_file_to_the_shards_windows(fire, tmp_path):
     (copy / name).write_text(text.replace('"exp1/run3"', '"exp1/run9"'))
     from readers.inspect.verify import verify
     assert verify(str(copy), readers.load_spec(str(copy))) == [
-        f"{name}: video 'exp1/run9' has {story.rows(fire)['exp1/run3']['windows']} windows in "
+        f"{name}: video 'exp1/run9' has {videos_by_id(fire)['exp1/run3']['windows']} windows in "
         "split 'train' by its row, the shards hold 0 in split 'train'",
         f"{name}: no row for video 'exp1/run3', whose windows the shards hold (1 such videos)"]
     # a row's metadata edited: a selection by it would choose other windows
@@ -402,7 +402,7 @@ def test_on_gcs_opening_a_selection_reads_the_tables_and_no_shard(kinds):
         by_valid = gcs_emulator.counts()
         gcs_emulator.reset_counts()
         source = WindowSource("gs://bkt/out", "train", select=Select(
-            exclude_videos=[story.keys(story.whole(local))[0][0]]))
+            exclude_videos=[window_keys(every_window(local))[0][0]]))
         by_video = gcs_emulator.counts()
         remote = source[[0, 5, len(source) - 1]]
         gcs_emulator.reset_counts()
@@ -414,8 +414,8 @@ def test_on_gcs_opening_a_selection_reads_the_tables_and_no_shard(kinds):
     # when videos are chosen
     assert by_valid["read"] == 1 + len(shards) and by_valid["bytes_read"] < 20_000, by_valid
     assert by_video["read"] == by_metadata["read"] == 2 + len(shards), by_metadata
-    whole = story.whole(local)
+    whole = every_window(local)
     assert by_recipe == (whole["metadata"][:, 0] > 0.5).sum() > 0
     here = WindowSource(local, "train", select=Select(
-        exclude_videos=[story.keys(story.whole(local))[0][0]]))
-    assert story.keys(remote) == story.keys(here[[0, 5, len(here) - 1]])
+        exclude_videos=[window_keys(every_window(local))[0][0]]))
+    assert window_keys(remote) == window_keys(here[[0, 5, len(here) - 1]])
