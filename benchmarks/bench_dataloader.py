@@ -165,8 +165,9 @@ def _worker_helpers() -> Any:
     for name in ("readers.numpy.workers", "readers.workers"):
         try:
             return importlib.import_module(name)
-        except ModuleNotFoundError:   # readers.numpy a module, or no such file
-            continue
+        except ModuleNotFoundError as e:   # readers.numpy a module, or no such file
+            if e.name != name:   # a module it imports is missing: not an older tree
+                raise
     return None
 
 

@@ -219,8 +219,12 @@ def dataset_module_at(rev: str) -> types.ModuleType:
     """readers/tfdata/dataset.py as it was at commit `rev`, imported as a module of its
     own (its imports are this tree's modules)."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    source = subprocess.run(["git", "-C", repo, "show", f"{rev}:readers/tfdata/dataset.py"],
-                            check=True, capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "-C", repo, "show", f"{rev}:readers/tfdata/dataset.py"],
+                           capture_output=True, text=True)
+    if shown.returncode:
+        raise SystemExit(f"--before {rev}: no readers/tfdata/dataset.py there (a revision "
+                         "from f3211bf on has one)")
+    source = shown.stdout
     module = types.ModuleType(f"readers_dataset_at_{rev}")
     exec(compile(source, f"{rev}:readers/tfdata/dataset.py", "exec"), module.__dict__)
     return module

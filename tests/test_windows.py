@@ -109,7 +109,7 @@ def test_window_values_pad_the_frames_and_mask_what_is_real(length, missing, lab
         assert "labels" not in values
 
 
-def test_window_values_keep_encoded_frames_a_list_and_bad_frames_unmasked():
+def test_window_values_keep_encoded_frames_a_list_and_mask_bad_frames_out():
     values = window_values([b"a", b"b"], 4, valid=[True, False], pad_frame=b"z")
     assert values["window"] == [b"a", b"b", b"z", b"z"]
     assert values["mask"].tolist() == [1.0, 0.0, 0.0, 0.0]

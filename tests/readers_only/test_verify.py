@@ -50,10 +50,12 @@ def test_verify_finds_broken_shards(datasets, tmp_path, capsys, how, needle):
 
 
 @pytest.mark.parametrize("side", ["index", "table"])
-def test_verify_names_a_missing_side_file(datasets, tmp_path, side):
+def test_verify_names_a_missing_side_file(datasets, tmp_path, capsys, side):
     copy = tmp_path / "copy"
     shutil.copytree(datasets["latent"], copy)
     name = json.loads((copy / "dataset.json").read_text())["splits"]["train"]["shards"][0][side]
     (copy / name).unlink()
     problems = verify(str(copy), readers.load_spec(str(copy)))
     assert f"{name}: missing" in problems, problems
+    code, _, err = inspect_run(capsys, str(copy), "--verify")
+    assert code == 1 and f"{name}: missing" in err
